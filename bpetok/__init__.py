@@ -1,0 +1,36 @@
+"""bpetok: llama.cpp-exact byte-level BPE tokenization from Python, with a plugin system and a trainer.
+
+>>> import bpetok
+>>> tok = bpetok.from_gguf("model.gguf")  # doctest: +SKIP
+>>> tok.encode("Hello world")  # doctest: +SKIP
+"""
+
+from bpetok.errors import (
+    BpetokError,
+    GGUFError,
+    PluginError,
+    UnsupportedVocabularyError,
+    VocabularyError,
+)
+from bpetok.hookspecs import hookimpl
+from bpetok.pretok import PreTokenizerSpec
+from bpetok.tokenizer import Tokenizer, from_gguf, load_vocabulary
+from bpetok.vocab import TokenAttr, TokenType, Vocabulary
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BpetokError",
+    "GGUFError",
+    "PluginError",
+    "PreTokenizerSpec",
+    "TokenAttr",
+    "TokenType",
+    "Tokenizer",
+    "UnsupportedVocabularyError",
+    "VocabularyError",
+    "Vocabulary",
+    "from_gguf",
+    "hookimpl",
+    "load_vocabulary",
+]

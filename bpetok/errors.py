@@ -1,0 +1,26 @@
+"""The exceptions bpetok raises on bad input. All are ValueErrors, so callers can catch one type."""
+
+from __future__ import annotations
+
+
+class BpetokError(ValueError):
+    """Base class of every error bpetok raises for a bad file, argument or plugin."""
+
+
+class GGUFError(BpetokError):
+    """A GGUF file is truncated, corrupt or not what the key expects.
+
+    The message names the file, the byte offset and the key being read.
+    """
+
+
+class VocabularyError(BpetokError):
+    """A vocabulary loaded fine but cannot be tokenized exactly as llama.cpp would."""
+
+
+class UnsupportedVocabularyError(VocabularyError):
+    """No installed plugin handles this vocabulary's (model, pre) combination."""
+
+
+class PluginError(BpetokError):
+    """Two plugins claim the same key, or a plugin registered something malformed."""

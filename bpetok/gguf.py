@@ -1,0 +1,277 @@
+"""A header-only GGUF reader: the metadata key/value section, never the tensor data.
+
+GGUF (llama.cpp's model format) starts with ``GGUF``, a version, a tensor count, a key/value
+count, then the key/values. We memory-map the file and walk that section. Every length and count
+is checked against the bytes that remain *before* anything is allocated, so a truncated, corrupt
+or hostile file raises :class:`GGUFError` naming the byte offset and key, never a crash, a hang,
+a huge allocation or an over-read. Keys the caller does not want are skipped without building
+their values.
+
+Strings are returned as ``bytes`` (token texts need not be valid UTF-8); numeric arrays as
+read-only numpy arrays; nested arrays as lists.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Callable
+
+import numpy as np
+
+from bpetok.errors import GGUFError
+
+__all__ = ["GGUFValueType", "GGUFFile", "read_gguf"]
+
+MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+MAX_ARRAY_NESTING = 8  # deeper nesting has no use and would only exhaust the stack
+
+
+class GGUFValueType(IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# struct format and numpy dtype of each fixed-size type (little-endian).
+_SCALAR = {
+    GGUFValueType.UINT8: ("<B", "<u1"),
+    GGUFValueType.INT8: ("<b", "<i1"),
+    GGUFValueType.UINT16: ("<H", "<u2"),
+    GGUFValueType.INT16: ("<h", "<i2"),
+    GGUFValueType.UINT32: ("<I", "<u4"),
+    GGUFValueType.INT32: ("<i", "<i4"),
+    GGUFValueType.FLOAT32: ("<f", "<f4"),
+    GGUFValueType.BOOL: ("<?", "<u1"),
+    GGUFValueType.UINT64: ("<Q", "<u8"),
+    GGUFValueType.INT64: ("<q", "<i8"),
+    GGUFValueType.FLOAT64: ("<d", "<f8"),
+}
+_SIZE = {t: struct.calcsize(fmt) for t, (fmt, _) in _SCALAR.items()}
+# The fewest bytes one element can take: a string is at least its u64 length, an array at
+# least its u32 type and u64 count. Used to refuse counts the remaining bytes cannot hold.
+_MIN_SIZE = {**_SIZE, GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12}
+_MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+
+
+@dataclass
+class GGUFFile:
+    """The metadata of a GGUF file: ``metadata[key]`` is the value, ``types[key]`` its type.
+
+    For an array, ``types[key]`` is ``(ARRAY, element type)``; for a scalar ``(type, None)``.
+    """
+
+    path: str
+    version: int
+    tensor_count: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    types: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)  # every key in file order, read or skipped
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from a buffer; errors name the file, offset and key."""
+
+    def __init__(self, path: str, buf: memoryview):
+        self.path = path
+        self.buf = buf
+        self.end = len(buf)
+        self.pos = 0
+        self.key = "<header>"
+
+    def fail(self, message: str, offset: int | None = None) -> GGUFError:
+        offset = self.pos if offset is None else offset
+        return GGUFError(
+            f"{self.path}: {message} at byte offset {offset} (reading key {self.key!r}); "
+            "the file is truncated or corrupt: re-download or re-convert it"
+        )
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or n > self.end - self.pos:
+            raise self.fail(f"{what} needs {n} bytes but only {self.end - self.pos} remain")
+
+    def scalar(self, vtype: GGUFValueType):
+        fmt, _ = _SCALAR[vtype]
+        size = _SIZE[vtype]
+        self.need(size, vtype.name.lower())
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return value
+
+    def u32(self) -> int:
+        return self.scalar(GGUFValueType.UINT32)
+
+    def u64(self) -> int:
+        return self.scalar(GGUFValueType.UINT64)
+
+    def string(self) -> bytes:
+        start = self.pos
+        n = self.u64()
+        if n > self.end - self.pos:
+            raise self.fail(f"string length {n} exceeds the {self.end - self.pos} bytes that remain", start)
+        value = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return value
+
+    def skip_string(self) -> None:
+        start = self.pos
+        n = self.u64()
+        if n > self.end - self.pos:
+            raise self.fail(f"string length {n} exceeds the {self.end - self.pos} bytes that remain", start)
+        self.pos += n
+
+    def value_type(self) -> GGUFValueType:
+        start = self.pos
+        raw = self.u32()
+        try:
+            return GGUFValueType(raw)
+        except ValueError:
+            raise self.fail(f"unknown value type {raw}", start) from None
+
+    def array_header(self, depth: int) -> tuple[GGUFValueType, int]:
+        if depth >= MAX_ARRAY_NESTING:
+            raise self.fail(f"arrays nested deeper than {MAX_ARRAY_NESTING} levels")
+        elem = self.value_type()
+        start = self.pos
+        count = self.u64()
+        # Refuse a count the rest of the file cannot hold before allocating anything for it.
+        if count > (self.end - self.pos) // _MIN_SIZE[elem]:
+            raise self.fail(
+                f"array of {count} {elem.name.lower()} values cannot fit in the {self.end - self.pos} bytes that remain",
+                start,
+            )
+        return elem, count
+
+    def value(self, vtype: GGUFValueType, depth: int = 0):
+        if vtype == GGUFValueType.STRING:
+            return self.string()
+        if vtype != GGUFValueType.ARRAY:
+            return self.scalar(vtype)
+        elem, count = self.array_header(depth)
+        if elem in _SCALAR:
+            size = _SIZE[elem] * count
+            # A copy, so that no view into the memory map outlives it.
+            arr = np.frombuffer(self.buf, dtype=_SCALAR[elem][1], count=count, offset=self.pos).copy()
+            self.pos += size
+            return arr.astype(bool) if elem == GGUFValueType.BOOL else arr
+        if elem == GGUFValueType.STRING:
+            return self.string_array(count)
+        return [self.value(elem, depth + 1) for _ in range(count)]
+
+    def string_array(self, count: int) -> list[bytes]:
+        # The hot loop of loading a vocabulary (150k tokens): keep it to one unpack and one slice.
+        buf, pos, end, out = self.buf, self.pos, self.end, []
+        unpack = struct.Struct("<Q").unpack_from
+        append = out.append
+        for _ in range(count):
+            if end - pos < 8:
+                self.pos = pos
+                raise self.fail(f"string {len(out)} of {count}: length needs 8 bytes but only {end - pos} remain")
+            (n,) = unpack(buf, pos)
+            pos += 8
+            if n > end - pos:
+                self.pos = pos - 8
+                raise self.fail(f"string {len(out)} of {count}: length {n} exceeds the {end - pos} bytes that remain")
+            append(bytes(buf[pos : pos + n]))
+            pos += n
+        self.pos = pos
+        return out
+
+    def skip_value(self, vtype: GGUFValueType, depth: int = 0) -> None:
+        if vtype == GGUFValueType.STRING:
+            self.skip_string()
+        elif vtype != GGUFValueType.ARRAY:
+            self.need(_SIZE[vtype], vtype.name.lower())
+            self.pos += _SIZE[vtype]
+        else:
+            elem, count = self.array_header(depth)
+            if elem in _SIZE:
+                self.pos += _SIZE[elem] * count  # array_header checked that it fits
+            else:
+                for _ in range(count):
+                    self.skip_value(elem, depth + 1)
+
+
+def read_gguf(path: str | os.PathLike, *, want: Callable[[str], bool] | None = None) -> GGUFFile:
+    """Read the metadata of the GGUF file at ``path``.
+
+    :param want: which keys to materialise (default: all); the others are skipped.
+    :raises GGUFError: the file is not GGUF, is truncated or corrupt, or uses an unsupported version.
+    :raises OSError: the file cannot be opened.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise GGUFError(
+                f"{path}: {size} bytes is too short for a GGUF header (24 bytes); the file is truncated or not GGUF"
+            )
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                return _read(path, view, want)
+            finally:
+                view.release()
+
+
+def _read(path: str, view: memoryview, want: Callable[[str], bool] | None) -> GGUFFile:
+    cur = _Cursor(path, view)
+    magic = bytes(view[:4])
+    if magic != MAGIC:
+        raise cur.fail(f"not a GGUF file: it starts with {magic!r}, not {MAGIC!r}", 0)
+    cur.pos = 4
+    version = cur.u32()
+    if version not in SUPPORTED_VERSIONS:
+        if version == 1:
+            hint = "GGUF v1 is obsolete: re-convert the model with a current llama.cpp"
+        elif version & 0xFFFF == 0:
+            hint = "it looks big-endian; only little-endian GGUF is supported"
+        else:
+            hint = f"supported versions are {SUPPORTED_VERSIONS}"
+        raise cur.fail(f"unsupported GGUF version {version} ({hint})", 4)
+    tensor_count = cur.u64()
+    kv_start = cur.pos
+    kv_count = cur.u64()
+    if kv_count > (cur.end - cur.pos) // (8 + 4 + 1):  # a key/value takes at least 13 bytes
+        raise cur.fail(f"{kv_count} key/value pairs cannot fit in the {cur.end - cur.pos} bytes that remain", kv_start)
+    result = GGUFFile(path=path, version=version, tensor_count=tensor_count)
+    for index in range(kv_count):
+        cur.key = f"<key #{index}>"
+        key_offset = cur.pos
+        key = cur.string().decode("utf-8", "surrogateescape")
+        cur.key = key
+        if key in result.types:
+            raise cur.fail(f"duplicate key {key!r}", key_offset)
+        vtype = cur.value_type()
+        elem = None
+        if vtype == GGUFValueType.ARRAY and cur.end - cur.pos >= 4:
+            elem = _peek_type(view, cur.pos)  # validated by the read or skip just below
+        if want is None or want(key):
+            result.metadata[key] = cur.value(vtype)
+        else:
+            cur.skip_value(vtype)
+        result.types[key] = (vtype, elem)
+        result.keys.append(key)
+    cur.key = "<tensor infos>"
+    if tensor_count > (cur.end - cur.pos) // _MIN_TENSOR_INFO:
+        raise cur.fail(f"{tensor_count} tensor infos cannot fit in the {cur.end - cur.pos} bytes that remain")
+    return result
+
+
+def _peek_type(view: memoryview, pos: int) -> GGUFValueType | None:
+    (raw,) = struct.unpack_from("<I", view, pos)
+    return GGUFValueType(raw) if raw in GGUFValueType._value2member_map_ else None

@@ -1,0 +1,118 @@
+"""The plugin manager: built-in plugins, entry-point plugins, and the pre-tokenizer registry.
+
+Entry points in the ``bpetok`` group are loaded lazily, once, on first use (llm's plugins.py).
+Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of entry-point names to block them
+(tox's TOX_DISABLED_EXTERNAL_PLUGINS).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import pluggy
+
+from bpetok import hookspecs
+from bpetok.errors import PluginError
+from bpetok.pretok import PreTokenizerSpec
+
+__all__ = ["get_plugin_manager", "make_plugin_manager", "PreTokenizerRegistry", "get_registry", "reset"]
+
+DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
+
+
+def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:
+    """A fresh plugin manager with the hook specs, the built-ins and (optionally) entry points."""
+    from bpetok import overrides, vocab
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    pm.register(vocab, name="bpetok.vocab")
+    pm.register(overrides, name="bpetok.overrides")
+    if load_entry_points:
+        for name in os.environ.get(DISABLE_ENV, "").split(","):
+            if name.strip():
+                pm.set_blocked(name.strip())
+        pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
+    pm.check_pending()
+    return pm
+
+
+@dataclass(frozen=True)
+class RegisteredPreTokenizer:
+    """One registry row: a (model, pre) key and the spec that serves it."""
+
+    model: str
+    pre: str
+    spec: PreTokenizerSpec
+    distribution: str | None
+    version: str | None
+
+
+class PreTokenizerRegistry:
+    """(model, pre) -> pre-tokenizer spec, filled through ``bpetok_register_pretokenizers``."""
+
+    def __init__(self, pm: pluggy.PluginManager):
+        self._rows: dict[tuple[str, str], RegisteredPreTokenizer] = {}
+        dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+        # Call each implementation on its own so every registration knows its plugin.
+        for impl in pm.hook.bpetok_register_pretokenizers.get_hookimpls():
+            dist = dists.get(impl.plugin_name)
+            dist_name = dist.metadata["name"] if dist is not None else None
+            version = dist.version if dist is not None else None
+
+            def register(spec: PreTokenizerSpec, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
+                self._add(replace(spec, plugin=_plugin), _dist, _ver)
+
+            impl.function(register=register)
+
+    def _add(self, spec: PreTokenizerSpec, distribution: str | None, version: str | None) -> None:
+        if not isinstance(spec, PreTokenizerSpec):
+            raise PluginError(f"plugin {spec!r} registered {type(spec).__name__}, expected a PreTokenizerSpec")
+        if not spec.pre_names:
+            raise PluginError(f"plugin {spec.plugin!r} registered pre-tokenizer {spec.name!r} for no pre names")
+        for pre in spec.pre_names:
+            key = (spec.model, pre)
+            taken = self._rows.get(key)
+            if taken is not None:
+                raise PluginError(
+                    f"pre-tokenizer key (model={spec.model!r}, pre={pre!r}) is registered by both plugin "
+                    f"{taken.spec.plugin!r} and plugin {spec.plugin!r}; uninstall one, or block one with "
+                    f"{DISABLE_ENV}={spec.plugin}"
+                )
+            self._rows[key] = RegisteredPreTokenizer(spec.model, pre, spec, distribution, version)
+
+    def get(self, model: str, pre: str) -> RegisteredPreTokenizer | None:
+        return self._rows.get((model, pre))
+
+    def rows(self) -> list[RegisteredPreTokenizer]:
+        """Every key, sorted by (model, pre)."""
+        return [self._rows[k] for k in sorted(self._rows)]
+
+    def keys(self) -> list[tuple[str, str]]:
+        return sorted(self._rows)
+
+
+_pm: pluggy.PluginManager | None = None
+_registry: PreTokenizerRegistry | None = None
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, created (and entry points loaded) on first use."""
+    global _pm
+    if _pm is None:
+        _pm = make_plugin_manager()
+    return _pm
+
+
+def get_registry() -> PreTokenizerRegistry:
+    global _registry
+    if _registry is None:
+        _registry = PreTokenizerRegistry(get_plugin_manager())
+    return _registry
+
+
+def reset() -> None:
+    """Forget the process-wide manager and registry (tests; after installing a plugin)."""
+    global _pm, _registry
+    _pm = _registry = None

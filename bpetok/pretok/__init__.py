@@ -1,0 +1,153 @@
+"""Pre-tokenizers: split text into the pieces BPE works on, as llama.cpp does.
+
+A pre-tokenizer is any object with ``split(text) -> list[str]`` whose pieces concatenate back to
+``text``. Plugins register them with a :class:`PreTokenizerSpec` through the
+``bpetok_register_pretokenizers`` hook. The built-in ones (``qwen2``, ``smollm``) run one regular
+expression over llama.cpp's "collapsed" text (see :func:`collapse`), which gives llama.cpp's
+Unicode 15.1 classes whatever Unicode version Python or ``regex`` carry.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from bpetok.pretok.unicode_data import RANGE_CLASSES, RANGE_STARTS, WHITESPACE
+
+__all__ = [
+    "PreTokenizer",
+    "PreTokenizerSpec",
+    "CollapsedRegexPreTokenizer",
+    "collapse",
+    "expand_classes",
+]
+
+
+class PreTokenizer(Protocol):
+    def split(self, text: str) -> list[str]:
+        """Return the pieces of ``text``, in order; they concatenate to ``text``."""
+
+
+@dataclass(frozen=True)
+class PreTokenizerSpec:
+    """What a plugin registers: a pre-tokenizer and the llama.cpp flags that go with it.
+
+    ``pre_names`` are the ``tokenizer.ggml.pre`` values it handles for ``model``; each
+    (model, pre) pair is one registry key. The flags mirror llama.cpp's per-pre-type settings:
+
+    - ``clean_spaces``: the detokenizer removes a space before ``?!.,`` and around ``'``.
+    - ``ignore_merges``: a piece that is already a token is emitted whole, without BPE.
+    - ``add_bos``: the default of ``tokenizer.ggml.add_bos_token`` when the file has no such key.
+    """
+
+    name: str
+    pre_names: tuple[str, ...]
+    factory: Callable[[], PreTokenizer]
+    model: str = "gpt2"
+    clean_spaces: bool = True
+    ignore_merges: bool = False
+    add_bos: bool = False
+    description: str = ""
+    # Filled in by the registry: which plugin registered this spec.
+    plugin: str = field(default="", compare=False)
+
+
+# -- llama.cpp's collapsed text ------------------------------------------------------------------
+# llama.cpp (src/unicode.cpp, unicode_regex_split) maps every non-ASCII codepoint to one
+# placeholder byte for its class and runs an ASCII regex over the result. We do the same with
+# str.translate, so match offsets in the collapsed text are offsets in the original text.
+
+OTHER, NUMBER, LETTER, PUNCTUATION, MARK, SYMBOL = "\xd0", "\xd1", "\xd2", "\xd3", "\xd4", "\xd5"
+NON_ASCII_WHITESPACE = "\x0b"
+
+
+class _ClassTable(dict):
+    """codepoint -> class character, filled lazily (str.translate asks only for what it meets)."""
+
+    def __missing__(self, codepoint: int) -> str:
+        if codepoint < 128:
+            value = chr(codepoint)
+        elif codepoint in WHITESPACE:
+            value = NON_ASCII_WHITESPACE
+        else:
+            value = chr(RANGE_CLASSES[bisect.bisect_right(RANGE_STARTS, codepoint) - 1])
+        self[codepoint] = value
+        return value
+
+
+_CLASS_TABLE = _ClassTable()
+
+
+def collapse(text: str) -> str:
+    """Map each codepoint to llama.cpp's class placeholder; ASCII stays as it is.
+
+    >>> collapse("é1 ٣\u3000x")
+    '\\xd21 \\xd1\\x0bx'
+    """
+    if text.isascii():
+        return text
+    return text.translate(_CLASS_TABLE)
+
+
+# Character-class bodies over collapsed text, for use inside [...].
+CLASS_BODIES = {
+    "L": "A-Za-z" + LETTER,
+    "N": "0-9" + NUMBER,
+    "P": r"!-#%-*,-/:-;?-@\[-\]_{}" + PUNCTUATION,
+    "M": MARK,
+    "S": r"$+<->^`|~" + SYMBOL,
+    # llama.cpp's whitespace: ASCII \t..\r and space; non-ASCII whitespace collapses to \x0b.
+    "s": "\t-\r ",
+}
+
+
+def expand_classes(pattern: str) -> str:
+    """Rewrite ``\\p{L}``, ``\\p{N}``, ``\\p{P}``, ``\\p{M}``, ``\\p{S}``, ``\\s`` and ``\\S`` for collapsed text.
+
+    Inside a bracket expression a class becomes its body; outside, a bracket of its own.
+
+    >>> expand_classes(r"[^\\s\\p{L}]\\p{N}")
+    '[^\\t-\\r A-Za-z\\xd2][0-9\\xd1]'
+    """
+    out, in_bracket, i = [], False, 0
+    while i < len(pattern):
+        m = re.match(r"\\p\{(\w)\}|\\s|\\S|\\.|\[|\]|.", pattern[i:], re.S)
+        token = m.group(0)
+        i += len(token)
+        if token.startswith("\\p{") or token in ("\\s", "\\S"):
+            key = m.group(1) or "s"
+            body = CLASS_BODIES[key]
+            if token == "\\S":
+                if in_bracket:
+                    raise ValueError(f"\\S inside a bracket expression is not supported: {pattern!r}")
+                out.append(f"[^{body}]")
+            else:
+                out.append(body if in_bracket else f"[{body}]")
+        else:
+            if token == "[" and not in_bracket:
+                in_bracket = True
+            elif token == "]" and in_bracket:
+                in_bracket = False
+            out.append(token)
+    return "".join(out)
+
+
+class CollapsedRegexPreTokenizer:
+    """Split with one regex run over collapsed text, the way llama.cpp's splitters see text.
+
+    The pattern is written with ``\\p{..}``/``\\s`` classes (see :func:`expand_classes`); every
+    match becomes a piece. The pattern must match every position (end with a catch-all), so the
+    pieces cover the text.
+    """
+
+    def __init__(self, pattern: str):
+        self.pattern = pattern
+        self.regex = re.compile(expand_classes(pattern))
+
+    def split(self, text: str) -> list[str]:
+        if text.isascii():
+            return self.regex.findall(text)
+        collapsed = text.translate(_CLASS_TABLE)
+        return [text[m.start() : m.end()] for m in self.regex.finditer(collapsed)]

@@ -1,0 +1,322 @@
+"""The tokenizer: llama.cpp's ``llama_tokenize`` and ``token_to_piece`` over a loaded vocabulary.
+
+Data flows one way: a vocabulary is loaded and its attributes adjusted (plugins), then for each
+call special tokens are cut out of the text (longest first), each remaining fragment is
+pre-tokenized (the plugin named by ``tokenizer.ggml.pre``) and each piece is byte-level BPE'd.
+Nothing here knows about a particular model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pluggy
+
+from bpetok.errors import BpetokError, UnsupportedVocabularyError
+from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
+from bpetok.pretok import PreTokenizerSpec
+from bpetok.vocab import TokenAttr, TokenType, Vocabulary
+
+__all__ = ["Tokenizer", "load_vocabulary", "from_gguf"]
+
+_SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+_HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
+_ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
+
+
+def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Vocabulary:
+    """Load a vocabulary file through the loader plugins and apply the attribute overrides."""
+    from bpetok.plugins import get_plugin_manager
+
+    pm = plugin_manager or get_plugin_manager()
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file; pass the path of a GGUF model or vocabulary file")
+    vocab = pm.hook.bpetok_load_vocabulary(path=path)
+    if vocab is None:
+        raise BpetokError(
+            f"{path}: no installed vocabulary loader recognises this file; bpetok reads GGUF files "
+            "(a loader plugin can add other formats)"
+        )
+    pm.hook.bpetok_adjust_token_attributes(vocabulary=vocab)
+    return vocab
+
+
+def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
+    """Load a tokenizer from a GGUF file; the pre-tokenizer is picked by ``tokenizer.ggml.pre``.
+
+    >>> tok = from_gguf("tests/data/ggml-vocab-qwen3.gguf.gz")  # doctest: +SKIP
+    >>> tok.encode("Hello world")  # doctest: +SKIP
+    [9707, 1879]
+    """
+    from bpetok.plugins import PreTokenizerRegistry, get_registry
+
+    vocab = load_vocabulary(path, plugin_manager=plugin_manager)
+    registry = PreTokenizerRegistry(plugin_manager) if plugin_manager is not None else get_registry()
+    row = registry.get(vocab.model, vocab.pre)
+    if row is None:
+        installed = ", ".join(f"{pre} ({model})" for model, pre in registry.keys()) or "none"
+        raise UnsupportedVocabularyError(
+            f"{vocab.path}: no installed pre-tokenizer handles tokenizer.ggml.model={vocab.model!r}, "
+            f"tokenizer.ggml.pre={vocab.pre!r}. Installed: {installed}. A plugin can provide it: install a "
+            f"package that registers pre-tokenizer {vocab.pre!r} for model {vocab.model!r} through the "
+            "'bpetok' entry-point group (see docs/plugins.md)"
+        )
+    return Tokenizer(vocab, row.spec)
+
+
+class Tokenizer:
+    """Encode and decode exactly as llama.cpp does for one vocabulary.
+
+    >>> tok = from_gguf("model.gguf")  # doctest: +SKIP
+    >>> tok.decode(tok.encode("Hi <|im_end|>"))  # doctest: +SKIP
+    'Hi <|im_end|>'
+    """
+
+    def __init__(self, vocabulary: Vocabulary, spec: PreTokenizerSpec):
+        self.vocabulary = vocabulary
+        self.spec = spec
+        self.pretokenizer = spec.factory()
+        self.bpe = BytePairModel(
+            vocabulary.tokens, vocabulary.merges, ignore_merges=spec.ignore_merges, path=vocabulary.path
+        )
+        self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
+        self.add_eos = vocabulary.flags.get("add_eos", False)
+        self._build_special_table()
+        self._pieces: dict[int, bytes] = {}
+        self._cache: dict[str, list[int]] = {}
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def n_tokens(self) -> int:
+        return self.vocabulary.n_tokens
+
+    @property
+    def eog_ids(self) -> frozenset[int]:
+        """llama.cpp's end-of-generation set."""
+        return frozenset(self.vocabulary.eog_ids)
+
+    @property
+    def special_ids(self) -> dict[str, int | None]:
+        return dict(self.vocabulary.special_ids)
+
+    def token_type(self, token_id: int) -> TokenType:
+        """The type stored in the file (the effective attributes are :meth:`token_attributes`)."""
+        self._check_id(token_id)
+        t = self.vocabulary.token_types[token_id]
+        return TokenType(t) if t in TokenType._value2member_map_ else TokenType.UNDEFINED
+
+    def token_attributes(self, token_id: int) -> TokenAttr:
+        """llama.cpp's attributes after the load-time overrides (e.g. Qwen's ``</s>`` is NORMAL|CONTROL)."""
+        self._check_id(token_id)
+        return TokenAttr(self.vocabulary.attrs[token_id])
+
+    def id(self, text: str | bytes) -> int | None:
+        """The id of a token given its stored text (``"Ġthe"``, ``"<|im_end|>"``), or None."""
+        key = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        return self.bpe.token_to_id.get(key)
+
+    # -- special tokens ----------------------------------------------------------------------------
+
+    def _build_special_table(self) -> None:
+        # llama.cpp's cache: every CONTROL/USER_DEFINED/UNKNOWN token, longest text first. Its
+        # std::sort is unstable; (-length, id) is the order it gives in practice.
+        attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
+        specials = []
+        for token_id, attr in enumerate(attrs):
+            if attr & _SPECIAL:
+                try:
+                    text = tokens[token_id].decode("utf-8", "surrogatepass")
+                except UnicodeDecodeError:
+                    continue  # cannot occur in a str
+                specials.append((-len(tokens[token_id]), token_id, text))
+        specials.sort()
+        self._specials = [(token_id, text) for _, token_id, text in specials]
+        self._special_finder = {}
+        for parse_special in (False, True):
+            texts = [t for i, t in self._specials if parse_special or not attrs[i] & _HIDDEN_WITHOUT_SPECIAL]
+            self._special_finder[parse_special] = (
+                re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))) if texts else None
+            )
+
+    def _partition(self, text: str, parse_special: bool) -> list[str | int]:
+        """Cut special tokens out of ``text``: str fragments to pre-tokenize, ints already ids.
+
+        Each special, longest first, is cut out of every remaining raw fragment before the next is
+        tried, so this is longest-first globally, not leftmost-longest: with specials ``ABC`` and
+        ``CDEF``, ``ABCDEF`` gives ``AB`` + ``CDEF``.
+        """
+        finder = self._special_finder[parse_special]
+        if finder is None or finder.search(text) is None:
+            return [text]
+        attrs = self.vocabulary.attrs
+        fragments: list[str | int] = [text]
+        for token_id, special in self._specials:
+            attr = attrs[token_id]
+            if not parse_special and attr & _HIDDEN_WITHOUT_SPECIAL:
+                continue
+            out: list[str | int] = []
+            for fragment in fragments:
+                if isinstance(fragment, int) or special not in fragment:
+                    out.append(fragment)
+                    continue
+                while True:
+                    at = fragment.find(special)
+                    if at < 0:
+                        out.append(fragment)
+                        break
+                    left = fragment[:at]
+                    if attr & TokenAttr.LSTRIP:
+                        left = left.rstrip(_ASCII_SPACE)
+                    if left:
+                        out.append(left)
+                    out.append(token_id)
+                    fragment = fragment[at + len(special) :]
+                    if attr & TokenAttr.RSTRIP:
+                        fragment = fragment.lstrip(_ASCII_SPACE)
+                    if not fragment:
+                        break
+            fragments = out
+        return fragments
+
+    # -- encoding ------------------------------------------------------------------------------------
+
+    def encode(self, text: str, *, parse_special: bool = True, add_special: bool = False) -> list[int]:
+        """Token ids of ``text``, as llama.cpp's ``llama_tokenize(vocab, text, add_special, parse_special)``.
+
+        ``parse_special``: CONTROL tokens written in the text (``<|im_end|>``) become their ids;
+        USER_DEFINED ones (``<think>``) always do. ``add_special``: add BOS/EOS as the
+        vocabulary's ``add_bos_token``/``add_eos_token`` say.
+
+        A lone surrogate (U+D800..U+DFFF) is encoded as its three UTF-8-style bytes, which is what
+        llama.cpp does with those bytes.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"encode() takes a str, not {type(text).__name__}")
+        ids: list[int] = []
+        if add_special and self.add_bos:
+            ids.append(self._required_special("bos"))
+        if text:
+            for fragment in self._partition(text, parse_special):
+                if isinstance(fragment, int):
+                    ids.append(fragment)
+                else:
+                    ids.extend(self._encode_ordinary(fragment))
+        if add_special and self.add_eos:
+            ids.append(self._required_special("eos"))
+        return ids
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        ids: list[int] = []
+        cache, encode_piece = self._cache, self.bpe.encode_piece
+        for piece in self.pretokenizer.split(text):
+            found = cache.get(piece)
+            if found is None:
+                found = encode_piece(piece.encode("utf-8", "surrogatepass"))
+                if len(cache) < 200_000:
+                    cache[piece] = found
+            ids.extend(found)
+        return ids
+
+    def _required_special(self, role: str) -> int:
+        token_id = self.vocabulary.special_ids.get(role)
+        if token_id is None:
+            raise BpetokError(
+                f"{self.vocabulary.path}: add_special needs a {role} token but the vocabulary has none; "
+                f"pass add_special=False or set tokenizer.ggml.{role}_token_id"
+            )
+        return token_id
+
+    # -- decoding ----------------------------------------------------------------------------------
+
+    def _check_id(self, token_id: int) -> None:
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < self.n_tokens:
+            raise BpetokError(f"token id {token_id!r} is out of range: this vocabulary has ids 0..{self.n_tokens - 1}")
+
+    def piece(self, token_id: int) -> bytes:
+        """llama.cpp's ``token_to_piece(id, special=True)``: control tokens render as their text."""
+        self._check_id(token_id)
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = self._render(token_id)
+        return piece
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """llama.cpp's ``token_to_piece(id, special=False)``: control and unknown tokens give ``b""``."""
+        self._check_id(token_id)
+        if self.vocabulary.attrs[token_id] & _HIDDEN_WITHOUT_SPECIAL:
+            return b""
+        return self.piece(token_id)
+
+    def _render(self, token_id: int) -> bytes:
+        attr = self.vocabulary.attrs[token_id]
+        text = self.vocabulary.tokens[token_id]
+        if attr & _SPECIAL:
+            return text  # raw text, no byte decoding
+        if attr & TokenAttr.NORMAL:
+            out = bytearray()
+            for char in _llama_utf8_chars(text):
+                b = CHAR_TO_BYTE.get(char)
+                if b is not None:
+                    out.append(b)
+                else:  # outside GPT-2's alphabet: llama.cpp's marker, with the whole token text
+                    out += b"[UNK_BYTE_0x" + char.encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
+            return bytes(out)
+        if attr & TokenAttr.BYTE:
+            return bytes((int(text[3:5], 16),))
+        return b""
+
+    def decode_bytes(self, ids) -> bytes:
+        """The bytes of ``ids`` as llama.cpp's detokenizer gives them (specials rendered)."""
+        data = b"".join([self.piece(i) for i in ids])
+        if self.spec.clean_spaces:
+            data = _clean_spaces(data)
+        return data
+
+    def decode(self, ids) -> str:
+        """The text of ``ids``: :meth:`decode_bytes`, decoded as UTF-8 with replacement characters."""
+        return self.decode_bytes(ids).decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
+
+
+def _llama_utf8_chars(data: bytes):
+    """Split bytes into characters the way llama.cpp decodes UTF-8: an invalid byte is U+FFFD, one byte at a time."""
+    try:
+        yield from data.decode("utf-8", "surrogatepass")
+        return
+    except UnicodeDecodeError:
+        pass
+    i, n = 0, len(data)
+    while i < n:
+        b = data[i]
+        length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
+        if length == 1:
+            yield chr(b)
+            i += 1
+            continue
+        tail = data[i + 1 : i + length]
+        if length and len(tail) == length - 1 and all(0x80 <= c < 0xC0 for c in tail):
+            cp = b & (0x7F >> length)
+            for c in tail:
+                cp = (cp << 6) | (c & 0x3F)
+            yield chr(cp) if cp < 0x110000 else "\ufffd"
+            i += length
+        else:
+            yield "\ufffd"
+            i += 1
+
+
+_CLEAN_1 = re.compile(rb" ([?!.,])")
+_CLEAN_2 = re.compile(rb" ' ")
+_CLEAN_3 = re.compile(rb" '(?=[sm]|re|ve)")
+
+
+def _clean_spaces(data: bytes) -> bytes:
+    """llama.cpp's detokenizer cleanup (clean_spaces), three passes in its order."""
+    data = _CLEAN_1.sub(rb"\1", data)
+    data = _CLEAN_2.sub(b"'", data)
+    return _CLEAN_3.sub(b"'", data)
