@@ -214,6 +214,8 @@ def read_gguf(path: str | os.PathLike, *, want: Callable[[str], bool] | None = N
     :raises OSError: the file cannot be opened.
     """
     path = os.fspath(path)
+    if path.endswith(".gz"):
+        return _read(path, memoryview(_gunzip(path)), want)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 24:
@@ -226,6 +228,30 @@ def read_gguf(path: str | os.PathLike, *, want: Callable[[str], bool] | None = N
                 return _read(path, view, want)
             finally:
                 view.release()
+
+
+MAX_GUNZIPPED = 1 << 30  # a compressed vocabulary is a few MB; refuse to inflate a gzip bomb
+
+
+def _gunzip(path: str) -> bytes:
+    """Decompress a ``.gguf.gz`` (the vocabularies shipped with bpetok) into memory, bounded."""
+    import gzip
+    import zlib
+
+    chunks, total = [], 0
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_GUNZIPPED:
+                    raise GGUFError(f"{path}: decompresses to more than {MAX_GUNZIPPED} bytes; refusing to inflate it")
+                chunks.append(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise GGUFError(f"{path}: not a readable gzip file ({e}); decompress it yourself or re-download it") from e
+    data = b"".join(chunks)
+    if len(data) < 24:
+        raise GGUFError(f"{path}: {len(data)} bytes is too short for a GGUF header (24 bytes)")
+    return data
 
 
 def _read(path: str, view: memoryview, want: Callable[[str], bool] | None) -> GGUFFile:

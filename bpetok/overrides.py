@@ -93,9 +93,11 @@ def autodetect_roles(vocab: Vocabulary) -> None:
                     f"picks one in hash-map order, so its ids cannot be reproduced; set "
                     f"'tokenizer.ggml.{role}_token_id' in the file to choose one"
                 )
-        chosen = min(ids)
-        vocab.special_ids[role] = chosen
-        vocab.attrs[chosen] |= TokenAttr.CONTROL
+            # Which one llama.cpp reports is unknowable, so report none; the tokens are
+            # CONTROL (EOT/EOM candidates become so in build_eog_set) either way.
+            continue
+        vocab.special_ids[role] = ids[0]
+        vocab.attrs[ids[0]] |= TokenAttr.CONTROL
 
 
 def build_eog_set(vocab: Vocabulary) -> None:

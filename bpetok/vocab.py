@@ -228,6 +228,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
 def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
     with open(path, "rb") as f:
         magic = f.read(4)
-    if magic != b"GGUF" and not os.fspath(path).lower().endswith(".gguf"):
+    name = os.fspath(path).lower()
+    if magic != b"GGUF" and not name.endswith((".gguf", ".gguf.gz")):
         return None  # not ours: let another loader try
     return load_gguf_vocabulary(path)

@@ -1,0 +1,162 @@
+"""The ``bpetok`` command line.
+
+Each feature module that adds a subcommand exposes ``add_command(subparsers)``, which registers
+its parser with ``func`` set; this module lists those modules in :data:`COMMAND_MODULES`.
+Errors a user can fix are printed as one line, ``bpetok: error: ...``, with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+import bpetok
+from bpetok.errors import BpetokError
+
+# Feature modules with subcommands of their own (training, serving).
+COMMAND_MODULES = ("bpetok.train", "bpetok.server")
+
+
+def _cmd_list_pretokenizers(args) -> int:
+    from bpetok.plugins import get_registry
+
+    rows = [
+        {
+            "name": row.pre,
+            "model": row.model,
+            "pretokenizer": row.spec.name,
+            "plugin": row.spec.plugin,
+            "distribution": row.distribution,
+            "version": row.version,
+            "clean_spaces": row.spec.clean_spaces,
+            "ignore_merges": row.spec.ignore_merges,
+            "description": row.spec.description,
+        }
+        for row in get_registry().rows()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    headers = ("name", "model", "pretokenizer", "plugin", "distribution", "version")
+    table = [headers] + [tuple(str(r[h] if r[h] is not None else "-") for h in headers) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+    return 0
+
+
+def _cmd_info(args) -> int:
+    from collections import Counter
+
+    tok = bpetok.from_gguf(args.model)
+    vocab = tok.vocabulary
+    types = Counter(tok.token_type(i).name for i in range(tok.n_tokens))
+    info = {
+        "path": vocab.path,
+        "model": vocab.model,
+        "pre": vocab.pre,
+        "pretokenizer": tok.spec.name,
+        "plugin": tok.spec.plugin,
+        "n_tokens": tok.n_tokens,
+        "n_merges": len(vocab.merges),
+        "token_types": dict(sorted(types.items())),
+        "special_ids": {k: v for k, v in vocab.special_ids.items() if v is not None},
+        "eog_ids": sorted(tok.eog_ids),
+        "add_bos": tok.add_bos,
+        "add_eos": tok.add_eos,
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value)) or "-"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = f"{value:,}"
+        print(f"{key + ':':16} {value}")
+    return 0
+
+
+def _piece_json(data: bytes):
+    """A piece as a string when it is valid UTF-8, else its byte values (llama-server's convention)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
+
+
+def _cmd_tokenize(args) -> int:
+    tok = bpetok.from_gguf(args.model)
+    if args.file is not None:
+        try:
+            with open(args.file, encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read()
+        except OSError as e:
+            raise BpetokError(f"{args.file}: cannot read the input file ({e.strerror})") from e
+    else:
+        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    ids = tok.encode(text, parse_special=not args.no_special)
+    if args.pieces:
+        tokens = [{"id": i, "piece": _piece_json(tok.piece(i))} for i in ids]
+    else:
+        tokens = ids
+    print(json.dumps({"tokens": tokens}, ensure_ascii=False))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bpetok", description="llama.cpp-exact byte-level BPE tokenizer.")
+    parser.add_argument("--version", action="version", version=f"bpetok {bpetok.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("list-pretokenizers", help="list installed pre-tokenizers and their plugins")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_list_pretokenizers)
+
+    p = sub.add_parser("info", help="describe a GGUF vocabulary")
+    p.add_argument("model", metavar="MODEL.gguf")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("tokenize", help="print the token ids of stdin (or --file) as JSON")
+    p.add_argument("model", metavar="MODEL.gguf")
+    p.add_argument("--file", help="read the text from this file instead of stdin")
+    p.add_argument("--no-special", action="store_true", help="do not parse special tokens written in the text")
+    p.add_argument("--pieces", action="store_true", help="give each token's piece too")
+    p.set_defaults(func=_cmd_tokenize)
+
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        add = getattr(module, "add_command", None)
+        if add is not None:
+            add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except BrokenPipeError:
+        raise
+    except (BpetokError, OSError) as e:
+        print(f"bpetok: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `bpetok ... | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
