@@ -33,8 +33,17 @@ def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManag
         for name in os.environ.get(DISABLE_ENV, "").split(","):
             if name.strip():
                 pm.set_blocked(name.strip())
-        pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
-    pm.check_pending()
+        try:
+            pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
+        except Exception as e:
+            raise PluginError(
+                f"a plugin in the {hookspecs.PROJECT_NAME!r} entry-point group failed to load ({type(e).__name__}: {e}); "
+                f"reinstall or uninstall it, or block it with {DISABLE_ENV}=<entry point name>"
+            ) from e
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        raise PluginError(f"plugin {e.plugin!r} implements a hook bpetok does not define: {e}") from e
     return pm
 
 
@@ -62,13 +71,15 @@ class PreTokenizerRegistry:
             version = dist.version if dist is not None else None
 
             def register(spec: PreTokenizerSpec, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
+                if not isinstance(spec, PreTokenizerSpec):
+                    raise PluginError(
+                        f"plugin {_plugin!r} registered a {type(spec).__name__}, expected a bpetok.PreTokenizerSpec"
+                    )
                 self._add(replace(spec, plugin=_plugin), _dist, _ver)
 
             impl.function(register=register)
 
     def _add(self, spec: PreTokenizerSpec, distribution: str | None, version: str | None) -> None:
-        if not isinstance(spec, PreTokenizerSpec):
-            raise PluginError(f"plugin {spec!r} registered {type(spec).__name__}, expected a PreTokenizerSpec")
         if not spec.pre_names:
             raise PluginError(f"plugin {spec.plugin!r} registered pre-tokenizer {spec.name!r} for no pre names")
         for pre in spec.pre_names:

@@ -1,0 +1,303 @@
+"""The plugin system: hooks with temporary plugins, entry-point discovery, blocking, refusals."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import types
+
+import pluggy
+import pytest
+
+import bpetok
+from bpetok import hookimpl
+from bpetok.plugins import DISABLE_ENV, PreTokenizerRegistry, make_plugin_manager
+from bpetok.pretok import PreTokenizerSpec
+from bpetok.pretok import qwen2 as qwen2_plugin
+from bpetok.pretok import smollm as smollm_plugin
+from helpers import LLAMA_TESTS, QWEN3, SMOLLM2
+
+
+@pytest.fixture
+def pm():
+    """A fresh manager with the built-ins and the two bundled pre-tokenizers, no entry points."""
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(qwen2_plugin, name="qwen2")
+    pm.register(smollm_plugin, name="smollm")
+    return pm
+
+
+@pytest.fixture
+def temporary_plugin(pm):
+    """Register plugins for one test and always unregister them."""
+    registered = []
+
+    def add(plugin, name):
+        pm.register(plugin, name=name)
+        registered.append(plugin)
+        return plugin
+
+    try:
+        yield add
+    finally:
+        for plugin in registered:
+            pm.unregister(plugin)
+
+
+class WordSplitter:
+    """A toy pre-tokenizer: runs of non-space, each with its leading spaces."""
+
+    def split(self, text):
+        import re
+
+        return re.findall(r"\s*\S+|\s+", text)
+
+
+# -- bpetok_register_pretokenizers ---------------------------------------------------------------
+
+
+def test_register_pretokenizers_adds_keys_with_their_plugin(pm, temporary_plugin):
+    class Plugin:
+        @hookimpl
+        def bpetok_register_pretokenizers(self, register):
+            register(PreTokenizerSpec(name="words", pre_names=("words", "words-v2"), factory=WordSplitter))
+
+    temporary_plugin(Plugin(), "words-plugin")
+    registry = PreTokenizerRegistry(pm)
+    row = registry.get("gpt2", "words-v2")
+    assert row is not None and row.spec.name == "words" and row.spec.plugin == "words-plugin"
+    assert ("gpt2", "qwen2") in registry.keys() and ("gpt2", "smollm") in registry.keys()
+
+
+def test_duplicate_key_names_both_plugins(pm, temporary_plugin):
+    class Rival:
+        @hookimpl
+        def bpetok_register_pretokenizers(self, register):
+            register(PreTokenizerSpec(name="fake-qwen2", pre_names=("qwen2",), factory=WordSplitter))
+
+    temporary_plugin(Rival(), "rival")
+    with pytest.raises(bpetok.PluginError) as info:
+        PreTokenizerRegistry(pm)
+    message = str(info.value)
+    assert "'qwen2'" in message and "'rival'" in message and DISABLE_ENV in message
+
+
+def test_malformed_registration_is_a_plugin_error(pm, temporary_plugin):
+    class Bad:
+        @hookimpl
+        def bpetok_register_pretokenizers(self, register):
+            register(("not", "a", "spec"))
+
+    temporary_plugin(Bad(), "bad")
+    with pytest.raises(bpetok.PluginError, match="PreTokenizerSpec"):
+        PreTokenizerRegistry(pm)
+
+
+def test_third_party_pretokenizer_is_used_for_its_pre_name(pm, temporary_plugin, monkeypatch):
+    """A plugin can claim an existing vocabulary's pre name once the built-in is gone."""
+    pm.unregister(name="smollm")
+
+    class Plugin:
+        @hookimpl
+        def bpetok_register_pretokenizers(self, register):
+            register(PreTokenizerSpec(name="words", pre_names=("smollm",), factory=WordSplitter))
+
+    temporary_plugin(Plugin(), "words-plugin")
+    tok = bpetok.from_gguf(SMOLLM2, plugin_manager=pm)
+    assert tok.spec.plugin == "words-plugin"
+    # One piece "  x" now, where smollm's pre-tokenizer gives " " and " x".
+    assert tok.encode("  x") == tok.bpe.encode_piece(b"  x")
+    assert tok.encode("  x") != bpetok.from_gguf(SMOLLM2).encode("  x")
+    assert tok.decode(tok.encode(" 123 abc")) == " 123 abc"
+
+
+# -- bpetok_load_vocabulary ----------------------------------------------------------------------
+
+
+def test_loader_plugin_serves_its_own_format(pm, temporary_plugin, tmp_path):
+    source = bpetok.load_vocabulary(SMOLLM2, plugin_manager=pm)
+
+    class JsonLoader:
+        @hookimpl
+        def bpetok_load_vocabulary(self, path):
+            if not path.endswith(".vocab.json"):
+                return None
+            return bpetok.Vocabulary(
+                path=path, model="gpt2", pre="smollm", tokens=list(source.tokens),
+                token_types=list(source.token_types), merges=list(source.merges),
+                special_id_keys=list(source.special_id_keys),
+            )
+
+    temporary_plugin(JsonLoader(), "json-loader")
+    path = tmp_path / "x.vocab.json"
+    path.write_text("{}")
+    tok = bpetok.from_gguf(path, plugin_manager=pm)
+    assert tok.encode("Hello world") == bpetok.from_gguf(SMOLLM2).encode("Hello world")
+    assert tok.eog_ids == {0, 2, 4}  # the built-in overrides ran on the plugin's vocabulary
+
+
+def test_file_no_loader_recognises_is_refused(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("hello")
+    with pytest.raises(bpetok.BpetokError, match="no installed vocabulary loader"):
+        bpetok.from_gguf(path)
+
+
+# -- bpetok_adjust_token_attributes --------------------------------------------------------------
+
+
+def test_attribute_plugin_runs_after_the_builtin_overrides(pm, temporary_plugin):
+    seen = {}
+
+    class MakeHelloSpecial:
+        @hookimpl(trylast=True)
+        def bpetok_adjust_token_attributes(self, vocabulary):
+            seen["eog"] = set(vocabulary.eog_ids)  # the built-in overrides already ran
+            hello = vocabulary.id_of(b"Hello")
+            vocabulary.attrs[hello] = bpetok.TokenAttr.USER_DEFINED
+
+    temporary_plugin(MakeHelloSpecial(), "hello")
+    tok = bpetok.from_gguf(SMOLLM2, plugin_manager=pm)
+    assert seen["eog"] == {0, 2, 4}
+    hello = tok.id("Hello")
+    # USER_DEFINED tokens are cut out of the text before BPE, even inside a word.
+    assert tok.encode("xHelloy", parse_special=False)[1] == hello
+    assert hello not in bpetok.from_gguf(SMOLLM2).encode("xHelloy")
+
+
+# -- entry points ---------------------------------------------------------------------------------
+
+
+class FakeEntryPoint:
+    def __init__(self, name, module):
+        self.name, self.group, self._module = name, "bpetok", module
+
+    def load(self):
+        return self._module
+
+
+class FakeDistribution:
+    def __init__(self, name, version, entry_points):
+        self.metadata = {"name": name}
+        self.version = version
+        self.entry_points = entry_points
+
+
+def _fake_plugin_module():
+    module = types.ModuleType("bpetok_words")
+
+    @hookimpl
+    def bpetok_register_pretokenizers(register):
+        register(PreTokenizerSpec(name="words", pre_names=("words",), factory=WordSplitter))
+
+    module.bpetok_register_pretokenizers = bpetok_register_pretokenizers
+    return module
+
+
+def test_entry_point_discovery_with_a_faked_distribution(monkeypatch):
+    dist = FakeDistribution("bpetok-words", "1.2.3", [FakeEntryPoint("words", _fake_plugin_module())])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [dist])
+    registry = PreTokenizerRegistry(make_plugin_manager())
+    row = registry.get("gpt2", "words")
+    assert (row.spec.plugin, row.distribution, row.version) == ("words", "bpetok-words", "1.2.3")
+    assert registry.get("gpt2", "qwen2") is None  # only what the (faked) environment declares
+
+
+def test_blocked_plugin_is_not_loaded(monkeypatch):
+    dist = FakeDistribution("bpetok-words", "1.2.3", [FakeEntryPoint("words", _fake_plugin_module())])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [dist])
+    monkeypatch.setenv(DISABLE_ENV, "other, words")
+    assert PreTokenizerRegistry(make_plugin_manager()).get("gpt2", "words") is None
+
+
+def test_broken_plugin_is_a_plugin_error(monkeypatch):
+    class Broken(FakeEntryPoint):
+        def load(self):
+            raise ImportError("No module named 'missing_dependency'")
+
+    dist = FakeDistribution("bpetok-broken", "0.1", [Broken("broken", None)])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [dist])
+    with pytest.raises(bpetok.PluginError, match="missing_dependency"):
+        make_plugin_manager()
+
+
+def test_builtin_pretokenizers_come_from_bpetok_s_own_entry_points():
+    """The installed bpetok declares qwen2 and smollm in its entry-point group (pyproject.toml)."""
+    eps = importlib.metadata.distribution("bpetok").entry_points
+    declared = {ep.name: ep.value for ep in eps if ep.group == "bpetok"}
+    assert declared == {"qwen2": "bpetok.pretok.qwen2", "smollm": "bpetok.pretok.smollm"}
+    row = PreTokenizerRegistry(make_plugin_manager()).get("gpt2", "qwen2")
+    assert (row.distribution, row.version) == ("bpetok", importlib.metadata.version("bpetok"))
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+def test_unknown_pre_is_refused_with_what_is_installed():
+    with pytest.raises(bpetok.UnsupportedVocabularyError) as info:
+        bpetok.from_gguf(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz")
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert "'falcon'" in message and "ggml-vocab-falcon.gguf.gz" in message
+    assert "qwen2" in message and "smollm" in message and "plugin" in message
+
+
+def test_model_other_than_gpt2_is_refused(pm):
+    vocab = bpetok.load_vocabulary(SMOLLM2, plugin_manager=pm)
+    vocab.model = "llama"
+    registry = PreTokenizerRegistry(pm)
+    assert registry.get("llama", "smollm") is None
+
+
+def _vocabulary(tokens, merges=(), types=None, pre="smollm"):
+    return bpetok.Vocabulary(
+        path="test.gguf", model="gpt2", pre=pre, tokens=[t.encode() for t in tokens],
+        token_types=types or [1] * len(tokens), merges=[m.encode() for m in merges],
+    )
+
+
+def test_two_fill_in_the_middle_candidates_are_refused(pm):
+    vocab = _vocabulary(["a", "b", "<fim_pad>", "<PAD>"], types=[1, 1, 1, 1])
+    with pytest.raises(bpetok.VocabularyError, match="fim_pad"):
+        pm.hook.bpetok_adjust_token_attributes(vocabulary=vocab)
+
+
+def test_explicit_fill_in_the_middle_id_is_used_instead(pm):
+    vocab = _vocabulary(["a", "b", "<fim_pad>", "<PAD>"], types=[1, 1, 1, 1])
+    vocab.special_id_keys = [("fim_pad", "tokenizer.ggml.fim_pad_token_id", 3)]
+    pm.hook.bpetok_adjust_token_attributes(vocabulary=vocab)
+    assert vocab.special_ids["fim_pad"] == 3 and 3 in vocab.eog_ids and 2 not in vocab.eog_ids
+
+
+def test_merge_naming_a_missing_token_is_refused():
+    from bpetok.models.gpt2 import BytePairModel
+
+    with pytest.raises(bpetok.VocabularyError, match="'x'.*not in 'tokenizer.ggml.tokens'"):
+        BytePairModel([b"a", b"b", b"ab"], [b"a b", b"ab x"], path="test.gguf")
+
+
+def test_plugins_see_a_vocabulary_they_can_refuse(pm, temporary_plugin):
+    class Refuser:
+        @hookimpl
+        def bpetok_adjust_token_attributes(self, vocabulary):
+            raise bpetok.VocabularyError(f"{vocabulary.path}: refused by policy")
+
+    temporary_plugin(Refuser(), "refuser")
+    with pytest.raises(bpetok.VocabularyError, match="refused by policy"):
+        bpetok.from_gguf(QWEN3, plugin_manager=pm)
+
+
+def test_every_hook_has_a_test_and_is_documented():
+    """Meta-test (datasette's): each hook spec is exercised above and its signature is in docs/hooks.md."""
+    import inspect
+    import pathlib
+
+    from bpetok import hookspecs
+
+    hooks = [name for name, f in vars(hookspecs).items() if name.startswith("bpetok_") and callable(f)]
+    assert hooks
+    this_file = pathlib.Path(__file__).read_text()
+    docs = (pathlib.Path(__file__).parent.parent / "docs" / "hooks.md").read_text()
+    for name in hooks:
+        assert f"def {name}" in this_file or f"{name}(" in this_file, f"hook {name} has no test"
+        signature = f"{name}{inspect.signature(getattr(hookspecs, name))}".replace("'", "")
+        assert signature in docs, f"docs/hooks.md lacks the signature {signature}"
