@@ -1,0 +1,457 @@
+"""``bpetok serve``: llama-server's tokenization endpoints over HTTP, without a model's weights.
+
+An ASGI app (Starlette) served by uvicorn, both from the optional ``server`` extra, imported only
+when a server is built, so ``import bpetok`` and the rest of the CLI never need them.
+
+Endpoints, with llama-server's request, response and error shapes (``tools/server/README.md``):
+
+- ``POST /tokenize``   ``{"content", "add_special", "parse_special", "with_pieces"}`` -> ``{"tokens"}``
+- ``POST /detokenize`` ``{"tokens"}`` -> ``{"content"}``
+- ``GET /health`` (and ``/v1/health``) -> ``{"status": "ok"}``
+- ``GET /props`` -> the vocabulary's facts (model, pre, n_tokens, eog ids, bos/eos, ...)
+
+Errors are ``{"error": {"code", "message", "type"}}`` as llama-server's ``format_error_response``
+makes them. The request handling below (:func:`parse_body`, :func:`tokenize_request`,
+:func:`detokenize_request`) is plain Python over parsed JSON; the HTTP layer in :func:`create_app`
+only reads a bounded body, calls it and writes the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+
+import bpetok
+from bpetok.errors import BpetokError
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_PORT",
+    "RequestError",
+    "add_command",
+    "app_from_env",
+    "create_app",
+    "detokenize_request",
+    "parse_body",
+    "props",
+    "tokenize_request",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080  # llama-server's default port
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+# How `--workers N` hands the model to worker processes: uvicorn starts each worker from an import
+# string, so the app is built by app_from_env() from these variables.
+ENV_MODEL = "BPETOK_SERVE_MODEL"
+ENV_MAX_BODY_BYTES = "BPETOK_SERVE_MAX_BODY_BYTES"
+
+# Requests at least this large (characters to encode, ids to decode) run in a worker thread, so a
+# multi-megabyte request does not stall /health and the small requests queued behind it.
+_THREAD_THRESHOLD = 8192
+
+_INSTALL_HINT = "pip install 'bpetok[server]'"
+
+log = logging.getLogger("bpetok.server")
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+
+class RequestError(BpetokError):
+    """A request the server refuses, with llama-server's error ``type`` and the HTTP status."""
+
+    def __init__(self, message: str, status: int = 400, error_type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+
+    def payload(self) -> dict:
+        # llama-server's format_error_response(): {"error": {"code", "message", "type"}}
+        return {"error": {"code": self.status, "message": str(self), "type": self.error_type}}
+
+
+def _json_type(value) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+# -- request handling (no HTTP here) -----------------------------------------------------------------
+
+
+def _reject_constant(name: str):
+    raise RequestError(f"the request body is not valid JSON: {name} is not a JSON number")
+
+
+def parse_body(body: bytes) -> dict:
+    """The JSON object in a request body, or a :class:`RequestError` (400) saying what is wrong.
+
+    Strict: the body must be UTF-8 (no UTF-16 guessing), ``NaN``/``Infinity`` are refused, and a
+    too-deep or too-long-number document is an error, never a crash.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(f"the request body is not valid UTF-8 (byte {e.start}); send JSON encoded as UTF-8") from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RequestError:
+        raise
+    except RecursionError:
+        raise RequestError("the request body is nested too deeply to parse") from None
+    except json.JSONDecodeError as e:
+        raise RequestError(f"the request body is not valid JSON: {e}") from None
+    except ValueError as e:  # Python's int() limit, e.g. {"tokens": [1000...000]} with 5,000 digits
+        raise RequestError(f"the request body is not valid JSON: a number is too long ({e.args[0].split(';')[0]})") from None
+    if not isinstance(data, dict):
+        raise RequestError(f"the request body must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _bool_field(data: dict, name: str, default: bool) -> bool:
+    # llama-server's json_value(): a missing or null field takes the default. A field of another
+    # type is an error here (llama-server silently uses the default, which hides typos in clients).
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(f'"{name}" must be a boolean (true or false), got {_json_type(value)}')
+    return value
+
+
+def _check_text(text: str, field: str) -> str:
+    # A lone surrogate (the escape "\ud800") has no UTF-8 form; llama-server's JSON parser refuses it.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(
+            f'"{field}" contains a lone surrogate (U+{ord(text[e.start]):04X} at character {e.start}), '
+            "which is not valid Unicode text"
+        ) from None
+    return text
+
+
+def _check_id(tok: bpetok.Tokenizer, value, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f'"{field}" must be a token id (an integer), got {_json_type(value)}: {_short(value)}')
+    if not 0 <= value < tok.n_tokens:
+        raise RequestError(
+            f'"{field}" is {_short(value)}, out of range: this vocabulary has ids 0..{tok.n_tokens - 1}'
+        )
+    return value
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _piece_json(data: bytes):
+    """A piece as a string when it is valid UTF-8, else its byte values (llama-server's convention)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
+
+
+def tokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
+    """``POST /tokenize``: ``{"tokens": [...]}`` for a parsed request body.
+
+    ``content`` is a string, or (as llama-server's ``tokenize_mixed`` allows) an array of strings
+    and token ids; with ``add_special`` only the first element, if it is a string, gets BOS/EOS.
+
+    >>> tokenize_request(tok, {"content": "Hello world"})  # doctest: +SKIP
+    {'tokens': [9707, 1879]}
+    """
+    if "content" not in data:
+        raise RequestError('"content" is required: the text to tokenize, e.g. {"content": "Hello"}')
+    content = data["content"]
+    add_special = _bool_field(data, "add_special", False)
+    parse_special = _bool_field(data, "parse_special", True)
+    with_pieces = _bool_field(data, "with_pieces", False)
+    if isinstance(content, str):
+        ids = tok.encode(_check_text(content, "content"), parse_special=parse_special, add_special=add_special)
+    elif isinstance(content, list):
+        ids = []
+        for i, item in enumerate(content):
+            field = f"content[{i}]"
+            if isinstance(item, str):
+                # llama-server: BOS/EOS only around the first element, and only if it is a string.
+                first = add_special and i == 0
+                ids.extend(tok.encode(_check_text(item, field), parse_special=parse_special, add_special=first))
+            elif isinstance(item, int) and not isinstance(item, bool):
+                ids.append(_check_id(tok, item, field))
+            else:
+                raise RequestError(f'"{field}" must be a string or a token id, got {_json_type(item)}')
+    else:
+        raise RequestError(
+            f'"content" must be a string (or an array of strings and token ids), got {_json_type(content)}'
+        )
+    if with_pieces:
+        return {"tokens": [{"id": i, "piece": _piece_json(tok.piece(i))} for i in ids]}
+    return {"tokens": ids}
+
+
+def detokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
+    """``POST /detokenize``: ``{"content": text}`` for ``{"tokens": [ids]}``.
+
+    The text is llama.cpp's detokenizer output (special tokens rendered), decoded as UTF-8 with
+    U+FFFD for bytes that do not form a character.
+    """
+    if "tokens" not in data:
+        raise RequestError('"tokens" is required: the token ids to detokenize, e.g. {"tokens": [9707, 1879]}')
+    tokens = data["tokens"]
+    if not isinstance(tokens, list):
+        raise RequestError(f'"tokens" must be an array of token ids, got {_json_type(tokens)}')
+    ids = [_check_id(tok, value, f"tokens[{i}]") for i, value in enumerate(tokens)]
+    return {"content": tok.decode(ids)}
+
+
+def props(tok: bpetok.Tokenizer, model_path: str) -> dict:
+    """``GET /props``: llama-server's ``model_path``/``bos_token``/``eos_token`` plus the vocabulary's facts."""
+    vocab = tok.vocabulary
+    special = {k: v for k, v in vocab.special_ids.items() if v is not None}
+
+    def text(role: str) -> str:
+        token_id = special.get(role)
+        return tok.piece(token_id).decode("utf-8", "replace") if token_id is not None else ""
+
+    return {
+        "model_path": model_path,
+        "bos_token": text("bos"),
+        "eos_token": text("eos"),
+        "build_info": f"bpetok {bpetok.__version__}",
+        "model": vocab.model,
+        "pre": vocab.pre,
+        "pretokenizer": tok.spec.name,
+        "n_tokens": tok.n_tokens,
+        "special_ids": special,
+        "eog_ids": sorted(tok.eog_ids),
+        "add_bos": tok.add_bos,
+        "add_eos": tok.add_eos,
+    }
+
+
+# -- the HTTP layer ---------------------------------------------------------------------------------------
+
+
+def _require_server_extra():
+    """Import starlette and uvicorn, or say how to install them."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError as e:
+        raise BpetokError(f"bpetok serve needs the server extra ({e.name} is not installed): {_INSTALL_HINT}") from None
+    return uvicorn
+
+
+def _dumps(payload) -> bytes:
+    try:
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. in a file name): escape everything
+        return json.dumps(payload, separators=(",", ":")).encode("ascii")
+
+
+def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_path: str | None = None):
+    """The ASGI app serving ``tok``; bodies over ``max_body_bytes`` get 413 before they are read in full."""
+    _require_server_extra()
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    if max_body_bytes < 1:
+        raise BpetokError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
+    info = props(tok, model_path if model_path is not None else tok.vocabulary.path)
+
+    def respond(payload, status: int = 200, headers: dict | None = None) -> Response:
+        return Response(_dumps(payload), status_code=status, headers=headers, media_type="application/json")
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise _too_large(int(declared))
+        # Count while reading: a chunked body (no Content-Length) is cut off at the limit too.
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise _too_large(None)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_large(declared: int | None) -> RequestError:
+        got = f"{declared:,} bytes" if declared is not None else f"more than {max_body_bytes:,} bytes"
+        return RequestError(
+            f"the request body is too large ({got}); this server accepts at most {max_body_bytes:,} bytes "
+            "(start it with a larger --max-body-bytes)",
+            status=413,
+        )
+
+    def endpoint(handler, size_of):
+        async def run(request: Request) -> Response:
+            try:
+                data = parse_body(await read_body(request))
+                if size_of(data) >= _THREAD_THRESHOLD:
+                    result = await run_in_threadpool(handler, tok, data)
+                else:
+                    result = handler(tok, data)
+                return respond(result)
+            except RequestError as e:
+                # subtle: after a 413 the connection stays open and uvicorn discards the rest of the
+                # body as it arrives (never buffering it). Closing instead would reset the socket
+                # under a client still sending, and it would never see the 413.
+                return respond(e.payload(), e.status)
+            except ClientDisconnect:
+                return Response(status_code=400)  # nobody is listening any more
+            except BpetokError as e:  # the vocabulary cannot do what was asked (e.g. no BOS token)
+                return respond(RequestError(str(e)).payload(), 400)
+
+        return run
+
+    def content_size(data: dict) -> int:
+        content = data.get("content")
+        if isinstance(content, str):
+            return len(content)
+        return sum(len(c) for c in content if isinstance(c, str)) if isinstance(content, list) else 0
+
+    def tokens_size(data: dict) -> int:
+        tokens = data.get("tokens")
+        return len(tokens) if isinstance(tokens, list) else 0
+
+    async def health(request: Request) -> Response:
+        return respond({"status": "ok"})
+
+    async def get_props(request: Request) -> Response:
+        return respond(info)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 404:
+            # llama-server's 404 body, word for word
+            payload = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+        else:
+            message = f"{request.method} is not allowed on {request.url.path}" if exc.status_code == 405 else exc.detail
+            payload = RequestError(message, exc.status_code).payload()
+        return respond(payload, exc.status_code, exc.headers)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        payload = {"error": {"code": 500, "message": f"internal error: {type(exc).__name__}", "type": "server_error"}}
+        return respond(payload, 500)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/props", get_props, methods=["GET"]),
+        Route("/tokenize", endpoint(tokenize_request, content_size), methods=["POST"]),
+        Route("/detokenize", endpoint(detokenize_request, tokens_size), methods=["POST"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+
+
+def app_from_env():
+    """App factory for uvicorn workers: the model path and limit come from the environment.
+
+    ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL`` and ``BPETOK_SERVE_MAX_BODY_BYTES`` and
+    starts uvicorn with ``bpetok.server:app_from_env`` (``factory=True``); it can be used directly:
+    ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.server:app_from_env``.
+    """
+    path = os.environ.get(ENV_MODEL)
+    if not path:
+        raise BpetokError(f"set {ENV_MODEL} to the path of a GGUF file to serve")
+    limit = os.environ.get(ENV_MAX_BODY_BYTES, str(DEFAULT_MAX_BODY_BYTES))
+    try:
+        max_body_bytes = int(limit)
+    except ValueError:
+        raise BpetokError(f"{ENV_MAX_BODY_BYTES}={limit!r} is not a number of bytes") from None
+    return create_app(bpetok.from_gguf(path), max_body_bytes=max_body_bytes, model_path=path)
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
+    return value
+
+
+def _cmd_serve(args) -> int:
+    uvicorn = _require_server_extra()
+    path = os.path.abspath(args.model)
+    tok = bpetok.from_gguf(path)  # fail here, with bpetok's message, before any worker starts
+    print(
+        f"bpetok: serving {args.model} ({tok.vocabulary.model}/{tok.vocabulary.pre}, {tok.n_tokens:,} tokens) "
+        f"on http://{args.host}:{args.port} with {args.workers} worker(s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    options = dict(host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    if args.workers == 1:
+        app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path)
+        uvicorn.run(app, **options)
+    else:
+        # Workers are separate processes started from an import string; each loads the model itself.
+        os.environ[ENV_MODEL] = path
+        os.environ[ENV_MAX_BODY_BYTES] = str(args.max_body_bytes)
+        uvicorn.run("bpetok.server:app_from_env", factory=True, workers=args.workers, **options)
+    return 0
+
+
+def add_command(subparsers) -> None:
+    """Add ``bpetok serve`` to the CLI (called by :func:`bpetok.cli.build_parser`)."""
+    p = subparsers.add_parser(
+        "serve",
+        help="serve llama-server's /tokenize and /detokenize over HTTP",
+        description="Serve llama-server's /tokenize, /detokenize, /health and /props for one vocabulary. "
+        f"Needs the server extra: {_INSTALL_HINT}.",
+    )
+    p.add_argument("model", metavar="MODEL.gguf")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}, loopback only)")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
+    p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"largest request body accepted; larger ones get 413 (default {DEFAULT_MAX_BODY_BYTES:,})",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="uvicorn's log level (default info)",
+    )
+    p.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs time)")
+    p.set_defaults(func=_cmd_serve)
