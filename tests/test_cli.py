@@ -1,0 +1,108 @@
+"""The bpetok command line: listing, info, tokenize, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import bpetok
+from bpetok.cli import main
+from helpers import LLAMA_TESTS, QWEN3, SMOLLM2
+
+
+def run(*args, stdin: bytes = b""):
+    """Run the installed console script as a user would."""
+    return subprocess.run(["bpetok", *map(str, args)], input=stdin, capture_output=True, timeout=120)
+
+
+def test_list_pretokenizers_json_lists_the_builtins_with_their_distribution():
+    result = run("list-pretokenizers", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    for name in ("qwen2", "smollm"):
+        assert rows[name]["distribution"] == "bpetok"
+        assert rows[name]["version"] == bpetok.__version__
+        assert rows[name]["model"] == "gpt2" and rows[name]["plugin"] == name
+
+
+def test_list_pretokenizers_table(capsys):
+    assert main(["list-pretokenizers"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["name", "model", "pretokenizer"]
+    assert any(line.split()[0] == "smollm" for line in out[1:])
+
+
+def test_info_json_reports_counts_and_special_ids(capsys):
+    assert main(["info", str(QWEN3), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["n_tokens"] == 151_936 and info["pre"] == "qwen2" and info["model"] == "gpt2"
+    assert sum(info["token_types"].values()) == 151_936
+    assert info["eog_ids"] == [128247, 151643, 151645, 151662, 151663, 151664]
+    assert info["special_ids"]["eos"] == 151645
+
+
+def test_info_text(capsys):
+    assert main(["info", str(SMOLLM2)]) == 0
+    out = capsys.readouterr().out
+    assert "n_tokens:        49,152" in out and "eog_ids:         0, 2, 4" in out
+
+
+def test_tokenize_reads_stdin_and_parses_specials_by_default():
+    tok = bpetok.from_gguf(QWEN3)
+    text = "Hello <|im_end|> wörld"
+    result = run("tokenize", QWEN3, stdin=text.encode())
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"tokens": tok.encode(text, parse_special=True)}
+    result = run("tokenize", QWEN3, "--no-special", stdin=text.encode())
+    assert json.loads(result.stdout) == {"tokens": tok.encode(text, parse_special=False)}
+
+
+def test_tokenize_pieces_and_file(tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_text("é<think>", encoding="utf-8")
+    assert main(["tokenize", str(QWEN3), "--file", str(path), "--pieces"]) == 0
+    tokens = json.loads(capsys.readouterr().out)["tokens"]
+    assert "".join(t["piece"] for t in tokens) == "é<think>"
+    assert tokens[-1]["piece"] == "<think>"
+
+
+def test_tokenize_piece_that_is_not_utf8_is_a_byte_list(capsys, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("𓀀", encoding="utf-8")  # Qwen3 splits it into partial UTF-8 byte tokens
+    assert main(["tokenize", str(QWEN3), "--file", str(path), "--pieces"]) == 0
+    tokens = json.loads(capsys.readouterr().out)["tokens"]
+    assert any(isinstance(t["piece"], list) for t in tokens)
+    joined = b"".join(bytes(t["piece"]) if isinstance(t["piece"], list) else t["piece"].encode() for t in tokens)
+    assert joined == "𓀀".encode()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["info", "missing.gguf"], "missing.gguf: no such file"),
+        (["info", str(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz")], "'falcon'"),
+        (["tokenize", str(QWEN3), "--file", "missing.txt"], "missing.txt: cannot read"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(args, message):
+    result = run(*args)
+    assert result.returncode == 1
+    err = result.stderr.decode()
+    assert err.startswith("bpetok: error: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_corrupt_file_is_one_line(tmp_path):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
+    result = run("info", path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr.decode()
+    assert str(path) in result.stderr.decode()
+
+
+def test_module_entry_point():
+    result = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], capture_output=True, timeout=60)
+    assert result.stdout.decode().strip() == f"bpetok {bpetok.__version__}"

@@ -1,0 +1,68 @@
+"""Live check against llama.cpp itself (llama-cpp-python), when it is installed.
+
+A fresh random sample each run (the seed is printed on failure), on both shipped vocabularies:
+ids for both parse_special modes and token pieces for random ids. Install the oracle with
+``pip install -e '.[llama]'`` (builds llama.cpp, about 10 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gzip
+import importlib.util
+import pathlib
+import random
+import shutil
+
+import pytest
+
+import bpetok
+from helpers import VOCABS
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+SCRIPT = pathlib.Path(__file__).parent.parent / "scripts" / "record_reference_cases.py"
+spec = importlib.util.spec_from_file_location("record_reference_cases", SCRIPT)
+record = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(record)
+
+
+@pytest.fixture(scope="module", params=sorted(VOCABS))
+def pair(request, tmp_path_factory):
+    plain = tmp_path_factory.mktemp("vocab") / f"{request.param}.gguf"
+    with gzip.open(VOCABS[request.param]) as src, open(plain, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return bpetok.from_gguf(plain), llama_cpp.Llama(str(plain), vocab_only=True, verbose=False)
+
+
+def test_fresh_random_sample_matches_llama_cpp(pair):
+    tok, llama = pair
+    seed = random.randrange(2**32)
+    texts = record.random_texts(random.Random(seed), 400)
+    for text in texts:
+        for special in (False, True):
+            expected = record.llama_ids(llama, text, special)
+            assert tok.encode(text, parse_special=special) == expected, f"seed {seed}: {text!r}"
+
+
+def token_to_piece(llama, token_id: int, special: bool) -> bytes:
+    """llama.cpp's llama_token_to_piece through the C API (lstrip 0)."""
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_token_to_piece(llama._model.vocab, token_id, buf, len(buf), 0, special)
+    assert n >= 0
+    return buf.raw[:n]
+
+
+def test_random_pieces_match_token_to_piece(pair):
+    tok, llama = pair
+    rng = random.Random()
+    for token_id in rng.sample(range(tok.n_tokens), 500) + sorted(tok.eog_ids):
+        assert tok.piece(token_id) == token_to_piece(llama, token_id, special=True)
+        assert tok.token_bytes(token_id) == token_to_piece(llama, token_id, special=False)
+
+
+def test_lone_surrogates_tokenize_as_their_bytes(pair):
+    tok, llama = pair
+    for text in ["\ud800", "a\udfffb", "x\ud83d\ude00"]:
+        data = text.encode("utf-8", "surrogatepass")
+        assert tok.encode(text) == llama.tokenize(data, add_bos=False, special=True)

@@ -1,0 +1,79 @@
+"""Property tests: round trips, pre-tokenizer coverage, encoding never raises."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bpetok.models.gpt2 import BYTE_TO_CHAR
+from bpetok.plugins import get_registry
+
+# Any Unicode scalar value (no surrogates), weighted towards the characters that split text.
+scalar_text = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="utf-8"),
+        st.sampled_from(list(" \t\n\r\v\f\u00a0\u3000\u2028'sStT0123456789²½١.,!?<>|")),
+    ),
+    max_size=60,
+)
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=60)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _bytes_have_tokens(tok, text: str) -> bool:
+    return all(tok.id(BYTE_TO_CHAR[b]) is not None for b in text.encode("utf-8", "surrogatepass"))
+
+
+@SETTINGS
+@given(text=scalar_text)
+def test_decode_inverts_encode(vocab_tokenizer, text):
+    """decode(encode(s)) == s whenever every byte of s has a token (SmolLM2 lacks 21, which llama.cpp drops)."""
+    _, tok = vocab_tokenizer
+    if not _bytes_have_tokens(tok, text):
+        return
+    assert tok.decode(tok.encode(text, parse_special=False)) == text
+
+
+def test_bytes_without_a_token_are_dropped_as_llama_cpp_does(smollm2):
+    missing = [b for b in range(256) if smollm2.id(BYTE_TO_CHAR[b]) is None]
+    assert len(missing) == 21
+    # U+00A0 is C2 A0; 0xC2 has no token in SmolLM2, so only the A0 byte survives.
+    lost = bytes([missing[0]]).decode("latin-1")
+    assert smollm2.decode_bytes(smollm2.encode(f"a{lost}b", parse_special=False)).count(b"a") == 1
+
+
+@SETTINGS
+@given(text=any_text)
+def test_encode_never_raises(vocab_tokenizer, text):
+    """Any str, lone surrogates included: a surrogate becomes its three UTF-8-style bytes, as llama.cpp
+    tokenizes those bytes (tests/test_live_llama.py compares with llama.cpp)."""
+    _, tok = vocab_tokenizer
+    for parse_special in (False, True):
+        ids = tok.encode(text, parse_special=parse_special)
+        assert all(0 <= i < tok.n_tokens for i in ids)
+    if _bytes_have_tokens(tok, text):
+        assert tok.decode_bytes(tok.encode(text, parse_special=False)) == text.encode("utf-8", "surrogatepass")
+
+
+def test_lone_surrogate_becomes_its_bytes(qwen3):
+    assert qwen3.decode_bytes(qwen3.encode("a\ud800b")) == b"a\xed\xa0\x80b"
+
+
+@pytest.mark.parametrize("row", get_registry().rows(), ids=lambda r: f"{r.model}/{r.pre}")
+@SETTINGS
+@given(text=any_text)
+def test_every_registered_pretokenizer_covers_its_input(row, text):
+    """Pieces of every installed pre-tokenizer, third-party ones included, concatenate to the input."""
+    pieces = _pretokenizer(row).split(text)
+    assert "".join(pieces) == text
+    assert all(pieces)
+
+
+_instances = {}
+
+
+def _pretokenizer(row):
+    if row.spec not in _instances:
+        _instances[row.spec] = row.spec.factory()
+    return _instances[row.spec]
