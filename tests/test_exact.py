@@ -16,8 +16,8 @@ def test_reference_cases(vocab_tokenizer, special):
     name, tok = vocab_tokenizer
     cases = [c for c in load_cases(name) if c["special"] is special]
     assert len(cases) > 2000
-    wrong = [(c["text"], tok.encode(c["text"], parse_special=special), c["ids"]) for c in cases
-             if tok.encode(c["text"], parse_special=special) != c["ids"]]
+    results = [(c["text"], tok.encode(c["text"], parse_special=special), c["ids"]) for c in cases]
+    wrong = [r for r in results if r[1] != r[2]]
     assert not wrong, f"{len(wrong)} of {len(cases)} differ from llama.cpp, first: {wrong[0]!r}"
 
 
