@@ -18,6 +18,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
+from itertools import repeat
 from typing import Any, Callable
 
 import numpy as np
@@ -173,22 +174,57 @@ class _Cursor:
         return [self.value(elem, depth + 1) for _ in range(count)]
 
     def string_array(self, count: int) -> list[bytes]:
-        # The hot loop of loading a vocabulary (150k tokens): keep it to one unpack and one slice.
-        buf, pos, end, out = self.buf, self.pos, self.end, []
+        """``count`` length-prefixed strings: the hot path of loading a vocabulary (2 x 150k strings).
+
+        Two C-speed passes instead of one Python loop doing everything: :meth:`string_lengths`
+        walks the length prefixes, then one ``struct`` layout (``8x<n>s`` per string: skip the
+        prefix, take ``n`` bytes) cuts every string out in a single call. Same result and errors
+        as :meth:`string_array_plain`, the readable reference, about three times faster.
+        """
+        start = self.pos
+        lengths = self.string_lengths(count)
+        # subtle: a Struct of our own, not struct.unpack_from(fmt), which would keep this
+        # megabyte-long format in struct's cache.
+        layout = struct.Struct("<" + ("8x%ds" * count) % tuple(lengths))
+        return list(layout.unpack_from(self.buf, start))
+
+    def string_lengths(self, count: int) -> list[int]:
+        """Walk ``count`` length-prefixed strings, checking they fit; return their lengths."""
+        start, buf = self.pos, self.buf
         unpack = struct.Struct("<Q").unpack_from
-        append = out.append
-        for _ in range(count):
-            if end - pos < 8:
-                self.pos = pos
-                raise self.fail(f"string {len(out)} of {count}: length needs 8 bytes but only {end - pos} remain")
-            (n,) = unpack(buf, pos)
-            pos += 8
-            if n > end - pos:
-                self.pos = pos - 8
-                raise self.fail(f"string {len(out)} of {count}: length {n} exceeds the {end - pos} bytes that remain")
-            append(bytes(buf[pos : pos + n]))
-            pos += n
+        lengths: list[int] = []
+        append = lengths.append
+        pos = start
+        try:
+            # No bounds check per string: positions only grow (lengths are unsigned), so the walk
+            # stays in bounds if its end does; a prefix past the end makes unpack raise.
+            for _ in repeat(None, count):
+                (n,) = unpack(buf, pos)
+                append(n)
+                pos += 8 + n
+        except struct.error:
+            pos = self.end + 1
+        if pos > self.end:
+            self.string_array_plain(count)  # finds the bad string and raises its precise error
+            raise self.fail(f"array of {count} strings overruns the file", start)  # not reached
         self.pos = pos
+        return lengths
+
+    def string_array_plain(self, count: int) -> list[bytes]:
+        """The reference for :meth:`string_array`: one checked read per string."""
+        out = []
+        for index in range(count):
+            start = self.pos
+            if self.end - self.pos < 8:
+                raise self.fail(f"string {index} of {count}: length needs 8 bytes but only {self.end - self.pos} remain")
+            (n,) = struct.unpack_from("<Q", self.buf, self.pos)
+            self.pos += 8
+            if n > self.end - self.pos:
+                raise self.fail(
+                    f"string {index} of {count}: length {n} exceeds the {self.end - self.pos} bytes that remain", start
+                )
+            out.append(bytes(self.buf[self.pos : self.pos + n]))
+            self.pos += n
         return out
 
     def skip_value(self, vtype: GGUFValueType, depth: int = 0) -> None:
@@ -201,6 +237,8 @@ class _Cursor:
             elem, count = self.array_header(depth)
             if elem in _SIZE:
                 self.pos += _SIZE[elem] * count  # array_header checked that it fits
+            elif elem == GGUFValueType.STRING:
+                self.string_lengths(count)
             else:
                 for _ in range(count):
                     self.skip_value(elem, depth + 1)
