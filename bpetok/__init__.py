@@ -15,6 +15,7 @@ from bpetok.errors import (
 from bpetok.hookspecs import hookimpl
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.tokenizer import Tokenizer, from_gguf, load_vocabulary
+from bpetok.train import extend, train
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
 __version__ = "0.1.0"
@@ -30,7 +31,9 @@ __all__ = [
     "UnsupportedVocabularyError",
     "VocabularyError",
     "Vocabulary",
+    "extend",
     "from_gguf",
     "hookimpl",
     "load_vocabulary",
+    "train",
 ]

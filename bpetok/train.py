@@ -1,0 +1,746 @@
+"""Training a byte-level BPE vocabulary, and extending an existing one with pinned terms.
+
+:func:`train` learns a vocabulary from text files the way GPT-2-style trainers do (Hugging Face
+``tokenizers``' ``BpeTrainer``): pre-tokenize with a registered pre-tokenizer, count the unique
+pieces, start from the 256 byte symbols and repeatedly merge the most frequent adjacent pair.
+Only the pairs next to a merge change, so counts are updated incrementally (pair -> pieces
+index, a max-heap with lazy deletion) and never recounted; :func:`_reference_merges` is the
+plain recounting version the tests compare it with.
+
+Tie rule: the pair with the highest count wins; among equal counts, the pair with the smallest
+left token id, then the smallest right token id (ids 0-255 are the bytes in byte order, later
+ids are numbered in the order they were created). No dict or set order enters the result, so
+the same input gives a byte-identical file.
+
+*Pinning* makes chosen terms single tokens, bare and with a leading space ("QLoRA",
+" QLoRA"), whatever their frequency. For each form, BPE with the merges learned so far is run
+to its fixed point ``S1 .. Sk``; then merges ``S1+S2``, ``S1S2+S3``... are appended. Later
+merges never fire before earlier ones are exhausted, so BPE on the form reaches that fixed
+point and then the new chain, which joins it into one token; merges learned afterwards cannot
+undo it (checked by encoding every pinned form with :class:`bpetok.models.gpt2.BytePairModel`).
+
+:func:`extend` adds pinned terms to an existing GGUF vocabulary (e.g. Qwen3) as USER_DEFINED
+tokens, which llama.cpp cuts out of the text before pre-tokenizing and BPE (with or without
+parse_special). No merge is added, so every text that does not contain a pinned form is
+tokenized exactly as with the base file (see docs/training.md for why merges cannot promise that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import lzma
+import os
+import re
+import sys
+import time
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from bpetok.errors import BpetokError, GGUFError
+from bpetok.gguf import GGUFValueType
+from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
+from bpetok.vocab import TokenType
+
+__all__ = ["train", "extend", "TrainResult", "add_command"]
+
+STRIDE = 1 << 24  # a pair (left, right) is the int left * STRIDE + right; ids stay below 16M
+CHUNK_CHARS = 1 << 20  # pre-tokenize the corpus this many characters at a time
+ARCHITECTURE = "llama"  # an architecture llama.cpp knows; vocab_only loading reads no hparams
+
+
+# -- reading the corpus --------------------------------------------------------------------------
+
+
+def _open_text(raw):
+    """A text reader over the binary file ``raw``; ``.xz``, ``.gz`` and ``.bz2`` are decompressed."""
+    name = raw.name
+    if name.endswith(".xz"):
+        return lzma.open(raw, "rt", encoding="utf-8", errors="replace")
+    if name.endswith(".gz"):
+        import gzip
+
+        return gzip.open(raw, "rt", encoding="utf-8", errors="replace")
+    if name.endswith(".bz2"):
+        import bz2
+
+        return bz2.open(raw, "rt", encoding="utf-8", errors="replace")
+    import io
+
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
+def _piece_boundary(text: str) -> int:
+    """The last offset just after a newline that is followed by a non-space character, or 0.
+
+    Every built-in pre-tokenizer ends a piece there (no pattern lets a piece run from a newline
+    into a following non-space), so cutting the corpus at such offsets changes no piece.
+
+    >>> _piece_boundary("a\\n b\\nc d")
+    5
+    """
+    pos = text.rfind("\n")
+    while pos >= 0 and (pos + 1 >= len(text) or text[pos + 1].isspace()):
+        pos = text.rfind("\n", 0, pos)
+    return pos + 1
+
+
+def _read_chunks(path: str, progress: _Progress) -> Iterator[str]:
+    try:
+        with open(path, "rb") as raw, _open_text(raw) as f:
+            carry, start = "", progress.done
+            while True:
+                block = f.read(CHUNK_CHARS)
+                if not block:
+                    break
+                progress.advance(start + raw.tell() - progress.done)  # compressed bytes read so far
+                text = carry + block
+                cut = _piece_boundary(text)
+                if cut == 0:
+                    carry = text
+                    continue
+                yield text[:cut]
+                carry = text[cut:]
+            if carry:
+                yield carry
+    except OSError as e:  # also gzip.BadGzipFile
+        reason = e.strerror or str(e)
+        raise BpetokError(f"{path}: cannot read the corpus file ({reason})") from e
+    except (EOFError, lzma.LZMAError, zlib.error) as e:
+        raise BpetokError(f"{path}: cannot decompress the corpus file ({e}); is it truncated?") from e
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+class _Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.label, self.total, self.done, self.last = "", 0, 0, 0.0
+
+    def start(self, label: str, total: int) -> None:
+        self.label, self.total, self.done, self.last = label, max(total, 1), 0, 0.0
+        self.draw(force=True)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        self.draw()
+
+    def draw(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < 0.1:
+            return
+        self.last = now
+        frac = min(self.done / self.total, 1.0)
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r{self.label:<14} [{bar:<30}] {frac:6.1%}")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            self.done = self.total
+            self.draw(force=True)
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+# -- the merge loop ------------------------------------------------------------------------------
+
+
+class _PairCounts:
+    """Words (symbol-id lists, one per unique piece) and incrementally maintained pair counts.
+
+    ``counts[pair]`` is the weighted number of times ``pair`` is adjacent; ``where[pair]`` the
+    words it may occur in (a superset: entries are never removed, a stale word just has no
+    occurrence); ``heap`` holds ``(-count, pair)`` with, for every pair, at least one entry whose
+    count is >= the pair's current count (lazy deletion: stale entries are fixed when popped).
+    """
+
+    def __init__(self, words: list[list[int]], freqs: list[int]):
+        self.words, self.freqs = words, freqs
+        counts: dict[int, int] = defaultdict(int)
+        where: dict[int, set[int]] = defaultdict(set)
+        for w, word in enumerate(words):
+            f = freqs[w]
+            for i in range(len(word) - 1):
+                pair = word[i] * STRIDE + word[i + 1]
+                counts[pair] += f
+                where[pair].add(w)
+        self.counts, self.where = counts, where
+        self.heap = [(-c, pair) for pair, c in counts.items()]
+        heapq.heapify(self.heap)
+
+    def best(self, min_frequency: int) -> int | None:
+        """The most frequent pair (ties: smallest left id, then right id), or None below min_frequency."""
+        heap, counts = self.heap, self.counts
+        while heap:
+            neg, pair = heap[0]
+            current = counts.get(pair, 0)
+            if current == -neg:
+                return pair if current >= min_frequency else None
+            heapq.heappop(heap)
+            # subtle: current > -neg means a newer, larger entry exists; only a shrunk count is re-pushed.
+            if current < -neg and current >= min_frequency:
+                heapq.heappush(heap, (-current, pair))
+        return None
+
+    def merge(self, pair: int, new: int) -> None:
+        """Replace every occurrence of ``pair`` by ``new``, left to right, updating only neighbour pairs.
+
+        Example: merging (a, b) in ``x a b y`` takes one ``(x,a)``, ``(a,b)``, ``(b,y)`` away and
+        adds ``(x,new)``, ``(new,y)``; nothing else in the corpus is looked at.
+        """
+        a, b = divmod(pair, STRIDE)
+        words, freqs, counts, where = self.words, self.freqs, self.counts, self.where
+        grown: set[int] = set()
+        for w in sorted(where.pop(pair, ())):
+            word, f = words[w], freqs[w]
+            i = 0
+            while True:
+                try:
+                    i = word.index(a, i)
+                except ValueError:
+                    break
+                if i + 1 < len(word) and word[i + 1] == b:
+                    if i > 0:
+                        left = word[i - 1]
+                        counts[left * STRIDE + a] -= f
+                        key = left * STRIDE + new
+                        counts[key] += f
+                        where[key].add(w)
+                        grown.add(key)
+                    if i + 2 < len(word):
+                        right = word[i + 2]
+                        counts[b * STRIDE + right] -= f
+                        key = new * STRIDE + right
+                        counts[key] += f
+                        where[key].add(w)
+                        grown.add(key)
+                    word[i : i + 2] = [new]
+                i += 1
+        # subtle: left-to-right merging leaves no (a, b) behind, even for a == b ("a a a" -> "aa a").
+        counts.pop(pair, None)
+        grown.discard(pair)
+        heap = self.heap
+        for key in sorted(grown):
+            heapq.heappush(heap, (-counts[key], key))
+
+
+def _reference_merges(words: list[list[int]], freqs: list[int], n_merges: int, first_id: int) -> list[tuple[int, int]]:
+    """The plain version of the merge loop: recount every pair before each merge. For tests only.
+
+    Returns the merged pairs ``(left, right)`` in order; new ids are ``first_id``, ``first_id + 1``...
+    (every merge here makes a new id, so compare with corpora whose merges all make new texts).
+    """
+    words = [list(w) for w in words]
+    out = []
+    for new in range(first_id, first_id + n_merges):
+        counts: Counter = Counter()
+        for word, f in zip(words, freqs):
+            for pair in zip(word, word[1:]):
+                counts[pair] += f
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        out.append(best)
+        for word in words:
+            i = 0
+            while i < len(word) - 1:
+                if (word[i], word[i + 1]) == best:
+                    word[i : i + 2] = [new]
+                i += 1
+    return out
+
+
+# -- the vocabulary being built ------------------------------------------------------------------
+
+
+class _Vocab:
+    """Token texts (GPT-2 byte characters, UTF-8) and merges in rank order."""
+
+    def __init__(self):
+        self.tokens: list[bytes] = [c.encode() for c in BYTE_TO_CHAR]
+        self.types: list[int] = [TokenType.NORMAL] * 256
+        self.ids: dict[bytes, int] = {t: i for i, t in enumerate(self.tokens)}
+        self.merges: list[bytes] = []
+        self.ranks: dict[int, tuple[int, int]] = {}  # pair -> (rank, merged id), first rank wins
+
+    def add_merge(self, left: int, right: int) -> int:
+        """Append the merge ``left right``; returns the merged token's id (new unless its text exists)."""
+        text = self.tokens[left] + self.tokens[right]
+        new = self.ids.get(text)
+        if new is None:
+            new = self.ids[text] = len(self.tokens)
+            self.tokens.append(text)
+            self.types.append(TokenType.NORMAL)
+        self.ranks.setdefault(left * STRIDE + right, (len(self.merges), new))
+        self.merges.append(self.tokens[left] + b" " + self.tokens[right])
+        return new
+
+    def bpe(self, symbols: list[int]) -> list[int]:
+        """BPE with the merges so far: lowest rank first, leftmost on ties (llama.cpp's order)."""
+        symbols = list(symbols)
+        ranks = self.ranks
+        while len(symbols) > 1:
+            best = None
+            for i in range(len(symbols) - 1):
+                found = ranks.get(symbols[i] * STRIDE + symbols[i + 1])
+                if found is not None and (best is None or found[0] < best[0]):
+                    best = (found[0], i, found[1])
+            if best is None:
+                break
+            _, i, merged = best
+            symbols[i : i + 2] = [merged]
+        return symbols
+
+
+# -- pins -----------------------------------------------------------------------------------------
+
+
+def _installed_pres() -> str:
+    from bpetok.plugins import get_registry
+
+    return ", ".join(pre for model, pre in get_registry().keys() if model == "gpt2") or "none"
+
+
+def _pretokenizer(pre: str):
+    from bpetok.plugins import get_registry
+
+    row = get_registry().get("gpt2", pre)
+    if row is None:
+        raise BpetokError(
+            f"unknown pre-tokenizer {pre!r}; installed: {_installed_pres()} (`bpetok list-pretokenizers`); "
+            "a plugin can add others"
+        )
+    return row.spec.factory()
+
+
+def _clean_pins(pins: Iterable[str]) -> list[str]:
+    out = []
+    for term in pins:
+        if not isinstance(term, str) or not term:
+            raise BpetokError(f"pinned term {term!r} is empty or not a string; give non-empty text")
+        if term not in out:
+            out.append(term)
+    return out
+
+
+def read_pin_file(path: str) -> list[str]:
+    """One term per line; surrounding whitespace and empty lines are ignored."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f if line.strip()]
+    except OSError as e:
+        raise BpetokError(f"{path}: cannot read the pin file ({e.strerror})") from e
+    except UnicodeDecodeError as e:
+        raise BpetokError(f"{path}: the pin file is not UTF-8 ({e})") from e
+
+
+def _pin_forms(pins: list[str], pretokenizer, pre: str) -> list[str]:
+    """Each pin bare and with a leading space; refuses a pin the pre-tokenizer would split."""
+    forms = []
+    for term in pins:
+        for form in (term, " " + term):
+            pieces = pretokenizer.split(form)
+            if pieces != [form]:
+                raise BpetokError(
+                    f"cannot pin {term!r}: the {pre!r} pre-tokenizer splits {form!r} into {pieces!r}, and BPE "
+                    "never merges across pieces, so no single token can cover it; pin the pieces instead "
+                    "(or use `bpetok extend`, which adds terms as user-defined tokens)"
+                )
+            forms.append(form)
+    return forms
+
+
+# -- training -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` built: the token texts, types and merges, ready to write or load."""
+
+    pre: str
+    tokens: list[bytes]
+    token_types: list[int]
+    merges: list[bytes]
+    special_tokens: list[str]
+    pinned: list[str]
+    n_pieces: int  # pieces the corpus was pre-tokenized into
+    n_unique: int  # unique pieces
+    seconds: float
+
+    def gguf_items(self) -> list:
+        T = GGUFValueType
+        items = [
+            ("general.architecture", T.STRING, ARCHITECTURE, None),
+            ("general.name", T.STRING, f"bpetok {self.pre} {len(self.tokens)}", None),
+            ("tokenizer.ggml.model", T.STRING, "gpt2", None),
+            ("tokenizer.ggml.pre", T.STRING, self.pre, None),
+            ("tokenizer.ggml.tokens", T.ARRAY, self.tokens, T.STRING),
+            ("tokenizer.ggml.token_type", T.ARRAY, self.token_types, T.INT32),
+            ("tokenizer.ggml.merges", T.ARRAY, self.merges, T.STRING),
+        ]
+        if self.special_tokens:
+            # GPT-2's convention: the first special token is both BOS and EOS (<|endoftext|>).
+            first = len(self.tokens) - len(self.special_tokens)
+            items += [
+                ("tokenizer.ggml.bos_token_id", T.UINT32, first, None),
+                ("tokenizer.ggml.eos_token_id", T.UINT32, first, None),
+            ]
+        items.append(("tokenizer.ggml.add_bos_token", T.BOOL, False, None))
+        return items
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write a vocab-only GGUF that bpetok and llama.cpp load."""
+        from bpetok.gguf_writer import write_gguf
+
+        write_gguf(path, self.gguf_items())
+
+    def tokenizer(self):
+        """A :class:`bpetok.Tokenizer` over this vocabulary (no file needed)."""
+        from bpetok.plugins import get_plugin_manager, get_registry
+        from bpetok.tokenizer import Tokenizer
+        from bpetok.vocab import Vocabulary
+
+        vocab = Vocabulary(
+            path="<trained>", model="gpt2", pre=self.pre, tokens=list(self.tokens),
+            token_types=list(self.token_types), merges=list(self.merges),
+            metadata={"general.architecture": ARCHITECTURE},
+        )
+        if self.special_tokens:
+            first = len(self.tokens) - len(self.special_tokens)
+            vocab.special_id_keys = [("bos", "tokenizer.ggml.bos_token_id", first),
+                                     ("eos", "tokenizer.ggml.eos_token_id", first)]
+        vocab.flags["add_bos"] = False
+        get_plugin_manager().hook.bpetok_adjust_token_attributes(vocabulary=vocab)
+        return Tokenizer(vocab, get_registry().get("gpt2", self.pre).spec)
+
+
+def train(
+    corpus: Iterable[str | os.PathLike] = (),
+    *,
+    vocab_size: int,
+    pre: str = "qwen2",
+    special_tokens: Iterable[str] = (),
+    pins: Iterable[str] = (),
+    min_frequency: int = 2,
+    texts: Iterable[str] = (),
+    output: str | os.PathLike | None = None,
+    progress: bool | None = None,
+) -> TrainResult:
+    """Learn a byte-level BPE vocabulary of ``vocab_size`` tokens from text files (and/or ``texts``).
+
+    The vocabulary is the 256 byte tokens, the learned (and pinned) merges' tokens, then the
+    special tokens (CONTROL). Learning stops early when no pair occurs ``min_frequency`` times.
+
+    >>> result = train(texts=["low lower lowest"] * 5, vocab_size=262, min_frequency=1)  # doctest: +SKIP
+    >>> result.tokenizer().encode(" lowest")  # doctest: +SKIP
+
+    :param corpus: paths of UTF-8 text files; ``.xz``/``.gz``/``.bz2`` are decompressed.
+    :param pre: a registered pre-tokenizer name (``bpetok list-pretokenizers``).
+    :param pins: terms that must be single tokens, bare and after a space.
+    :param output: write the vocab-only GGUF here.
+    :param progress: draw a progress bar on stderr (default: when stderr is a terminal).
+    :raises BpetokError: empty corpus, unreadable file, unknown ``pre``, a vocabulary too small
+        for the bytes, specials and pins, or a pin the pre-tokenizer splits.
+    """
+    started = time.perf_counter()
+    if isinstance(corpus, (str, os.PathLike)):
+        corpus = [corpus]
+    paths = [os.fspath(p) for p in corpus]
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    special_tokens = list(dict.fromkeys(special_tokens))
+    if any(not s for s in special_tokens):
+        raise BpetokError("a special token is empty; give its text, e.g. --special '<|endoftext|>'")
+    if min_frequency < 1:
+        raise BpetokError(f"min_frequency must be at least 1, not {min_frequency}")
+    pretokenizer = _pretokenizer(pre)
+    pins = _clean_pins(pins)
+    forms = _pin_forms(pins, pretokenizer, pre)
+    for path in paths:
+        if not os.path.isfile(path):
+            raise BpetokError(f"{path}: no such corpus file" + (" (it is a directory)" if os.path.isdir(path) else ""))
+
+    # The cheapest the pins can be: their chains built from bytes alone (no learned merges).
+    probe = _Vocab()
+    for form in forms:
+        _add_chain(probe, form)
+    pin_cost = len(probe.tokens) - 256
+    minimum = 256 + len(special_tokens) + pin_cost
+    if vocab_size < minimum:
+        raise BpetokError(
+            f"vocab_size {vocab_size} is too small: 256 byte tokens + {len(special_tokens)} special tokens + "
+            f"{pin_cost} tokens for {len(pins)} pinned terms need at least {minimum}"
+        )
+
+    bar = _Progress(sys.stderr.isatty() if progress is None else progress)
+    # 1. Pre-tokenize and count unique pieces (special tokens are cut out first, as at encode time).
+    cut_specials = re.compile("|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True)))) if special_tokens else None
+    counter: Counter = Counter()
+
+    def count(chunk: str) -> None:
+        for part in cut_specials.split(chunk) if cut_specials else (chunk,):
+            counter.update(pretokenizer.split(part))
+
+    total = sum(os.path.getsize(p) for p in paths) + sum(len(t) for t in texts)
+    bar.start("pre-tokenizing", total)
+    for text in texts:
+        for start in range(0, len(text), CHUNK_CHARS):  # subtle: may cut one piece in two; fine for counts
+            count(text[start : start + CHUNK_CHARS])
+        bar.advance(len(text))
+    for path in paths:
+        for chunk in _read_chunks(path, bar):
+            count(chunk)
+    bar.finish()
+    n_pieces = sum(counter.values())
+    if n_pieces == 0:
+        where = ", ".join(paths) if paths else "the texts given"
+        raise BpetokError(f"the corpus is empty: no text in {where}; give at least one non-empty UTF-8 file")
+    for form in forms:  # pinned forms become one token whatever happens: keep them out of the counts
+        counter.pop(form, None)
+
+    # 2. Words as byte-id lists (id b is byte b), in a fixed order so that nothing depends on hashing.
+    items = sorted(counter.items())
+    words = [list(piece.encode("utf-8", "surrogatepass")) for piece, _ in items]
+    freqs = [f for _, f in items]
+    del counter, items
+    pairs = _PairCounts(words, freqs)
+    vocab = _Vocab()
+
+    # 3. Merge, leaving room for the pins' chains; then add the chains; then fill what room is left.
+    target = vocab_size - len(special_tokens)
+    upper = sum(len(f.encode("utf-8")) - 1 for f in forms)  # a chain never needs more than this
+    bar.start("merging", target - 256)
+    _learn(vocab, pairs, max(256, target - upper) if forms else target, min_frequency, bar)
+    for form in forms:
+        for left, right in _add_chain(vocab, form):
+            pairs.merge(left * STRIDE + right, vocab.ids[vocab.tokens[left] + vocab.tokens[right]])
+    if len(vocab.tokens) > target:  # cannot happen: upper bounds every chain
+        raise BpetokError(f"internal error: pinned chains need {len(vocab.tokens) - target} more tokens than reserved")
+    _learn(vocab, pairs, target, min_frequency, bar)
+    bar.finish()
+
+    # 4. Special tokens last, as CONTROL; then check that BPE reaches every pinned form.
+    for text in special_tokens:
+        data = text.encode("utf-8")
+        if data in vocab.ids:
+            raise BpetokError(f"special token {text!r} is also a learned token text; choose another text")
+        vocab.ids[data] = len(vocab.tokens)
+        vocab.tokens.append(data)
+        vocab.types.append(TokenType.CONTROL)
+    model = BytePairModel(vocab.tokens, vocab.merges)
+    for form in forms:
+        ids = model.encode_piece(form.encode("utf-8"))
+        if len(ids) != 1:
+            raise BpetokError(f"internal error: pinned form {form!r} encodes to {len(ids)} tokens; please report it")
+
+    result = TrainResult(
+        pre=pre, tokens=vocab.tokens, token_types=[int(t) for t in vocab.types], merges=vocab.merges,
+        special_tokens=special_tokens, pinned=pins, n_pieces=n_pieces, n_unique=len(words),
+        seconds=time.perf_counter() - started,
+    )
+    if output is not None:
+        result.write(output)
+    return result
+
+
+def _learn(vocab: _Vocab, pairs: _PairCounts, target: int, min_frequency: int, bar: _Progress) -> None:
+    """Merge the most frequent pair until the vocabulary has ``target`` tokens or no pair is frequent enough."""
+    while len(vocab.tokens) < target:
+        pair = pairs.best(min_frequency)
+        if pair is None:
+            break
+        before = len(vocab.tokens)
+        left, right = divmod(pair, STRIDE)
+        pairs.merge(pair, vocab.add_merge(left, right))
+        bar.advance(len(vocab.tokens) - before)
+
+
+def _add_chain(vocab: _Vocab, form: str) -> list[tuple[int, int]]:
+    """Append the merges that join ``form``'s BPE fixed point left to right; returns them."""
+    symbols = vocab.bpe(list(form.encode("utf-8")))
+    chain = []
+    while len(symbols) > 1:
+        left, right = symbols[0], symbols[1]
+        chain.append((left, right))
+        symbols[0:2] = [vocab.add_merge(left, right)]
+    return chain
+
+
+# -- extending an existing vocabulary -------------------------------------------------------------
+
+
+@dataclass
+class ExtendResult:
+    """What :func:`extend` did: the new ids of the pinned forms, and the forms already single tokens."""
+
+    base: str
+    n_tokens: int
+    added: dict[str, int]  # form -> id of a new (or retyped) USER_DEFINED token
+    already: dict[str, int]  # form -> id of the base token BPE already gives it
+    items: list
+
+    def write(self, path: str | os.PathLike) -> None:
+        from bpetok.gguf_writer import write_gguf
+
+        write_gguf(path, self.items)
+
+
+def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.PathLike | None = None) -> ExtendResult:
+    """Make ``pins`` single tokens in an existing GGUF vocabulary without changing any other text's ids.
+
+    Each pinned term, bare and with a leading space, that the base does not already encode as one
+    token is appended as a USER_DEFINED token. llama.cpp cuts user-defined tokens out of the text
+    (longest first) before pre-tokenizing, whether or not special tokens are parsed, so a text
+    without a pinned form goes through exactly the base's path; no merge is added. Every key of the
+    base file is kept; the per-token arrays and ``<arch>.vocab_size`` grow.
+
+    :raises BpetokError: unreadable or non-GGUF base, an empty pin, a pin that is a control token.
+    """
+    import numpy as np
+
+    import bpetok
+    from bpetok.gguf import read_gguf
+
+    base = os.fspath(base)
+    pins = _clean_pins(pins)
+    if not pins:
+        raise BpetokError("nothing to pin: give at least one term (--pin TERM or --pin-file FILE)")
+    tok = bpetok.from_gguf(base)
+    try:
+        gguf = read_gguf(base)
+    except GGUFError:
+        raise
+    meta, types = gguf.metadata, gguf.types
+    tokens = list(meta["tokenizer.ggml.tokens"])
+    n_base = len(tokens)
+    token_types = np.asarray(meta.get("tokenizer.ggml.token_type", np.full(n_base, TokenType.NORMAL)), dtype="<i4").copy()
+    token_types = list(token_types[:n_base])
+    ids = {t: i for i, t in enumerate(tokens)}
+    added: dict[str, int] = {}
+    already: dict[str, int] = {}
+
+    def single(form: str) -> int | None:
+        plain = tok.encode(form, parse_special=False)
+        return plain[0] if len(plain) == 1 and plain == tok.encode(form, parse_special=True) else None
+
+    for term in pins:
+        bare, spaced = single(term), single(" " + term)
+        for form in (term, " " + term):
+            if form in added or form in already:
+                continue
+            # subtle: once the bare form is cut out of text, " term" would become " " + term, so
+            # the spaced form is added too even when the base already has it as one token.
+            if bare is not None and (form == term or spaced is not None):
+                already[form] = bare if form == term else spaced
+                continue
+            data = form.encode("utf-8")
+            existing = ids.get(data)
+            if existing is not None:
+                if token_types[existing] == TokenType.CONTROL:
+                    raise BpetokError(f"{base}: cannot pin {form!r}: it is control token {existing}")
+                # A byte-level token with the same text (printable ASCII): make it user-defined; its
+                # bytes are the same either way, and the merges that build it are untouched.
+                token_types[existing] = TokenType.USER_DEFINED
+                added[form] = existing
+                continue
+            ids[data] = len(tokens)
+            added[form] = len(tokens)
+            tokens.append(data)
+            token_types.append(TokenType.USER_DEFINED)
+    n_new = len(tokens) - n_base
+    arch = meta.get("general.architecture", b"").decode("utf-8", "replace")
+    items = []
+    for key in gguf.keys:
+        vtype, elem = types[key]
+        value = meta[key]
+        if key == "tokenizer.ggml.tokens":
+            value = tokens
+        elif key == "tokenizer.ggml.token_type":
+            value = token_types
+        elif key == "tokenizer.ggml.scores" and n_new:
+            value = list(value) + [0.0] * n_new
+        elif key == f"{arch}.vocab_size" and vtype != GGUFValueType.ARRAY:
+            value = len(tokens)
+        elif key.startswith("tokenizer.ggml.") and vtype == GGUFValueType.ARRAY and len(value) == n_base and n_new and key != "tokenizer.ggml.merges":
+            raise BpetokError(f"{base}: per-token key {key!r} is not one bpetok knows how to extend")
+        items.append((key, vtype, value, elem))
+    if "tokenizer.ggml.token_type" not in types:
+        items.append(("tokenizer.ggml.token_type", GGUFValueType.ARRAY, token_types, GGUFValueType.INT32))
+    result = ExtendResult(base=base, n_tokens=len(tokens), added=added, already=already, items=items)
+    if output is not None:
+        result.write(output)
+    return result
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def _pins_from_args(args) -> list[str]:
+    pins = list(args.pin or [])
+    for path in args.pin_file or []:
+        pins += read_pin_file(path)
+    return pins
+
+
+def _cmd_train(args) -> int:
+    result = train(
+        args.corpus, vocab_size=args.vocab_size, pre=args.pre, special_tokens=args.special or [],
+        pins=_pins_from_args(args), min_frequency=args.min_frequency, output=args.output,
+        progress=False if args.quiet else None,
+    )
+    print(
+        f"wrote {args.output}: {len(result.tokens):,} tokens, {len(result.merges):,} merges, "
+        f"{len(result.pinned)} pinned terms, from {result.n_pieces:,} pieces ({result.n_unique:,} unique) "
+        f"in {result.seconds:.1f} s"
+    )
+    if len(result.tokens) < args.vocab_size:
+        print(f"note: stopped at {len(result.tokens):,} tokens: no pair occurs {args.min_frequency} times", file=sys.stderr)
+    return 0
+
+
+def _cmd_extend(args) -> int:
+    result = extend(args.base, pins=_pins_from_args(args), output=args.output)
+    print(
+        f"wrote {args.output}: {result.n_tokens:,} tokens, {len(result.added)} pinned forms added as user-defined "
+        f"tokens, {len(result.already)} already single tokens"
+    )
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def add_command(subparsers) -> None:
+    """Add ``bpetok train`` and ``bpetok extend``."""
+    p = subparsers.add_parser("train", help="learn a byte-level BPE vocabulary from text files, write a GGUF")
+    p.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files (.xz/.gz/.bz2 decompressed)")
+    p.add_argument("--vocab-size", type=_positive, required=True, metavar="N", help="tokens in the vocabulary, specials included")
+    p.add_argument("--pre", default="qwen2", metavar="NAME", help="pre-tokenizer (bpetok list-pretokenizers); default qwen2")
+    p.add_argument("--special", action="append", metavar="TOKEN", help="a special (CONTROL) token; the first is BOS/EOS")
+    p.add_argument("--pin", action="append", metavar="TERM", help="make TERM and ' TERM' single tokens")
+    p.add_argument("--pin-file", action="append", metavar="FILE", help="pin every line of FILE")
+    p.add_argument("--min-frequency", type=_positive, default=2, metavar="K", help="merge only pairs seen K times (default 2)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.gguf")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_train)
+
+    p = subparsers.add_parser("extend", help="add pinned terms to a GGUF vocabulary without changing other ids")
+    p.add_argument("base", metavar="BASE.gguf")
+    p.add_argument("--pin", action="append", metavar="TERM", help="make TERM and ' TERM' single tokens")
+    p.add_argument("--pin-file", action="append", metavar="FILE", help="pin every line of FILE")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.gguf")
+    p.set_defaults(func=_cmd_extend)
