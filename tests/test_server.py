@@ -1,0 +1,455 @@
+"""``bpetok serve``: the real server in a subprocess on a free 127.0.0.1 port, spoken to over HTTP.
+
+Every test talks to 127.0.0.1 only. Each server process is terminated (then killed if it lingers)
+by its fixture's finalizer, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import QWEN3, load_cases
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+HOST = "127.0.0.1"
+LIMIT = 65536  # --max-body-bytes of the shared test server, small so that 413 bodies are cheap
+STARTUP_TIMEOUT = 90  # seconds; the machine may be busy
+
+
+# -- running a server ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A ``bpetok serve`` subprocess; :meth:`stop` ends it and its workers."""
+
+    def __init__(self, log_path, *args: str):
+        self.port = free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        cmd = [sys.executable, "-m", "bpetok.cli", "serve", str(QWEN3), "--host", HOST, "--port", str(self.port), *args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"bpetok serve exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                status, _, body = request(self.port, "GET", "/health", timeout=2)
+                if status == 200 and body == {"status": "ok"}:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"bpetok serve did not answer /health within {STARTUP_TIMEOUT}s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("serve") / "server.log", "--max-body-bytes", str(LIMIT))
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def port(server) -> int:
+    yield server.port
+    # whatever a test sent, the process must still be up and healthy afterwards
+    assert server.proc.poll() is None, server.output()
+    assert request(server.port, "GET", "/health")[0] == 200
+
+
+def request(port: int, method: str, path: str, body=None, headers=None, timeout: float = 30, conn=None):
+    """One request: (status, headers, parsed JSON body). ``body`` may be a dict (sent as JSON) or bytes."""
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, dict(response.getheaders()), json.loads(data) if data else None
+    finally:
+        if own:
+            conn.close()
+
+
+def assert_error(answer, status: int, *words: str) -> dict:
+    """llama-server's error shape, the right code, and a message containing each of ``words``."""
+    got_status, headers, body = answer
+    assert got_status == status, body
+    assert headers["content-type"].startswith("application/json")
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "type"}, body
+    assert body["error"]["code"] == status
+    for word in words:
+        assert word in body["error"]["message"], body
+    return body["error"]
+
+
+# -- answers ------------------------------------------------------------------------------------------------
+
+
+def test_health_and_props(port, qwen3):
+    assert request(port, "GET", "/health")[::2] == (200, {"status": "ok"})
+    assert request(port, "GET", "/v1/health")[::2] == (200, {"status": "ok"})
+    status, _, props = request(port, "GET", "/props")
+    assert status == 200
+    assert props["model"] == "gpt2" and props["pre"] == "qwen2"
+    assert props["n_tokens"] == qwen3.n_tokens == 151936
+    assert props["eog_ids"] == sorted(qwen3.eog_ids)
+    assert props["bos_token"] == "<|endoftext|>" and props["eos_token"] == "<|im_end|>"
+    assert props["model_path"].endswith("ggml-vocab-qwen3.gguf.gz")
+
+
+def test_tokenize_matches_llama_cpp_on_reference_cases(port, qwen3):
+    cases = load_cases("qwen3")[::10]  # 580 of the 5,800, every kind of case
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        for case in cases:
+            body = {"content": case["text"], "parse_special": case["special"]}
+            status, _, answer = request(port, "POST", "/tokenize", body, conn=conn)
+            assert status == 200, (case, answer)
+            assert answer["tokens"] == case["ids"] == qwen3.encode(case["text"], parse_special=case["special"]), case
+    finally:
+        conn.close()
+
+
+def test_tokenize_options(port, qwen3):
+    text = "Hi <|im_end|> <think>"
+    assert request(port, "POST", "/tokenize", {"content": text})[2]["tokens"] == qwen3.encode(text)
+    off = request(port, "POST", "/tokenize", {"content": text, "parse_special": False})[2]["tokens"]
+    assert off == qwen3.encode(text, parse_special=False) and 151645 not in off
+    on = request(port, "POST", "/tokenize", {"content": text, "add_special": True})[2]["tokens"]
+    assert on == qwen3.encode(text, add_special=True)
+    # null means "the default", as in llama-server
+    nulls = {"content": text, "add_special": None, "parse_special": None, "with_pieces": None}
+    assert request(port, "POST", "/tokenize", nulls)[2]["tokens"] == qwen3.encode(text)
+    assert request(port, "POST", "/tokenize", {"content": ""})[::2] == (200, {"tokens": []})
+
+
+def test_tokenize_with_pieces(port, qwen3):
+    # A rare CJK character and an emoji are split into byte tokens that are not UTF-8 on their own.
+    text = "Hello 𰻞 🫠 <|im_end|>"
+    status, _, answer = request(port, "POST", "/tokenize", {"content": text, "with_pieces": True})
+    assert status == 200
+    ids = qwen3.encode(text)
+    assert [t["id"] for t in answer["tokens"]] == ids
+    for t in answer["tokens"]:
+        piece = qwen3.piece(t["id"])
+        try:
+            assert t["piece"] == piece.decode("utf-8")
+        except UnicodeDecodeError:
+            assert t["piece"] == list(piece)
+    assert any(isinstance(t["piece"], list) for t in answer["tokens"])  # the byte-list form is exercised
+    assert {"id": 151645, "piece": "<|im_end|>"} in answer["tokens"]
+
+
+def test_tokenize_mixed_content_array(port, qwen3):
+    # llama-server's tokenize_mixed: strings are tokenized, numbers are ids taken as they are.
+    status, _, answer = request(port, "POST", "/tokenize", {"content": ["Hello", 151645, " world", 0]})
+    assert status == 200
+    assert answer["tokens"] == qwen3.encode("Hello") + [151645] + qwen3.encode(" world") + [0]
+
+
+def test_detokenize(port, qwen3):
+    text = "Hello, world! <|im_end|> ¿Qué tal? 日本語 🫠"
+    ids = qwen3.encode(text)
+    assert request(port, "POST", "/detokenize", {"tokens": ids})[::2] == (200, {"content": qwen3.decode(ids)})
+    assert request(port, "POST", "/detokenize", {"tokens": []})[::2] == (200, {"content": ""})
+    # half a character: the detokenizer's bytes, decoded with U+FFFD
+    half = [t for t in ids if not isinstance(_piece(qwen3, t), str)][:1]
+    assert half and request(port, "POST", "/detokenize", {"tokens": half})[2]["content"] == qwen3.decode(half)
+
+
+def _piece(tok, token_id):
+    try:
+        return tok.piece(token_id).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _piece_json(tok, token_id):
+    piece = _piece(tok, token_id)
+    return piece if piece is not None else list(tok.piece(token_id))
+
+
+# -- errors ------------------------------------------------------------------------------------------------
+
+BAD_REQUESTS = [
+    # (path, body, words the message must contain)
+    ("/tokenize", b"{", ["not valid JSON"]),
+    ("/tokenize", b"", ["not valid JSON"]),
+    ("/tokenize", b"[1, 2]", ["JSON object", "array"]),
+    ("/tokenize", b'"text"', ["JSON object", "string"]),
+    ("/tokenize", b'{"content": "\xff\xfe"}', ["not valid UTF-8"]),
+    ("/tokenize", "{}".encode("utf-16"), ["not valid UTF-8"]),
+    ("/tokenize", b"[" * 20_000 + b"]" * 20_000, ["nested too deeply"]),
+    ("/tokenize", b'{"content": ' + b"[" * 5000 + b"]" * 5000 + b"}", ["nested too deeply"]),
+    ("/tokenize", b'{"content": NaN}', ["NaN"]),
+    ("/tokenize", b'{"content": "a", "add_special": Infinity}', ["Infinity"]),
+    ("/tokenize", b"{}", ['"content" is required']),
+    ("/tokenize", b'{"text": "hello"}', ['"content" is required']),
+    ("/tokenize", b'{"content": 5}', ['"content" must be a string', "number"]),
+    ("/tokenize", b'{"content": null}', ['"content" must be a string', "null"]),
+    ("/tokenize", b'{"content": {"a": 1}}', ['"content" must be a string', "object"]),
+    ("/tokenize", b'{"content": true}', ['"content" must be a string', "boolean"]),
+    ("/tokenize", b'{"content": ["a", true]}', ['"content[1]"', "boolean"]),
+    ("/tokenize", b'{"content": ["a", 1.5]}', ['"content[1]"', "number"]),
+    ("/tokenize", b'{"content": ["a", [1]]}', ['"content[1]"', "array"]),
+    ("/tokenize", b'{"content": [151936]}', ['"content[0]"', "out of range", "0..151935"]),
+    ("/tokenize", b'{"content": ["a", -1]}', ['"content[1]"', "out of range"]),
+    ("/tokenize", b'{"content": "a", "add_special": "yes"}', ['"add_special" must be a boolean', "string"]),
+    ("/tokenize", b'{"content": "a", "parse_special": 1}', ['"parse_special" must be a boolean', "number"]),
+    ("/tokenize", b'{"content": "a", "with_pieces": "true"}', ['"with_pieces" must be a boolean']),
+    ("/tokenize", b'{"content": "a\\ud800b"}', ['"content"', "lone surrogate", "U+D800"]),
+    ("/tokenize", b'{"content": ["ok", "\\udfff"]}', ['"content[1]"', "lone surrogate"]),
+    ("/detokenize", b"{}", ['"tokens" is required']),
+    ("/detokenize", b'{"tokens": "1 2 3"}', ['"tokens" must be an array', "string"]),
+    ("/detokenize", b'{"tokens": 7}', ['"tokens" must be an array', "number"]),
+    ("/detokenize", b'{"tokens": [1, 2.0]}', ['"tokens[1]"', "integer", "number"]),
+    ("/detokenize", b'{"tokens": [1.5]}', ['"tokens[0]"', "integer"]),
+    ("/detokenize", b'{"tokens": [true]}', ['"tokens[0]"', "boolean"]),
+    ("/detokenize", b'{"tokens": [null]}', ['"tokens[0]"', "null"]),
+    ("/detokenize", b'{"tokens": ["9707"]}', ['"tokens[0]"', "string"]),
+    ("/detokenize", b'{"tokens": [9707, -1]}', ['"tokens[1]"', "-1", "out of range"]),
+    ("/detokenize", b'{"tokens": [151936]}', ['"tokens[0]"', "151936", "out of range", "0..151935"]),
+    ("/detokenize", b'{"tokens": [100000000000000000000000000000000]}', ['"tokens[0]"', "out of range"]),
+    ("/detokenize", b'{"tokens": [' + b"9" * 5000 + b"]}", ["number is too long"]),
+    ("/detokenize", b'{"tokens": [1e400]}', ['"tokens[0]"', "inf"]),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "words"), BAD_REQUESTS, ids=range(len(BAD_REQUESTS)))
+def test_bad_request_is_400(port, path, body, words):
+    error = assert_error(request(port, "POST", path, body), 400, *words)
+    assert error["type"] == "invalid_request_error"
+
+
+def test_unknown_path_is_404(port):
+    for method, path in [("GET", "/nope"), ("POST", "/v1/tokenize"), ("GET", "/tokenize/x")]:
+        error = assert_error(request(port, method, path, b"{}" if method == "POST" else None), 404)
+        assert error == {"code": 404, "message": "File Not Found", "type": "not_found_error"}  # llama-server's
+
+
+def test_wrong_method_is_405(port):
+    for method, path in [("GET", "/tokenize"), ("PUT", "/detokenize"), ("POST", "/health"), ("DELETE", "/props")]:
+        answer = request(port, method, path, b"{}" if method != "GET" else None)
+        assert_error(answer, 405, method, path)
+        assert answer[1]["allow"]
+
+
+def test_body_limit_is_413_and_the_connection_stays_usable(port, qwen3):
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        # with a Content-Length over the limit: refused before the body is read
+        too_big = json.dumps({"content": "x" * LIMIT}).encode()
+        assert_error(request(port, "POST", "/tokenize", too_big, conn=conn), 413, f"{LIMIT:,} bytes", "--max-body-bytes")
+        assert request(port, "GET", "/health", conn=conn)[0] == 200
+
+        # chunked, no Content-Length: cut off while reading
+        def chunks():
+            for _ in range(64):
+                yield b" " * 4096
+
+        headers = {"Transfer-Encoding": "chunked"}
+        conn.request("POST", "/detokenize", body=chunks(), headers=headers, encode_chunked=True)
+        response = conn.getresponse()
+        body = json.loads(response.read())
+        assert response.status == 413 and body["error"]["code"] == 413
+        assert request(port, "GET", "/health", conn=conn)[0] == 200
+
+        # a far larger declared body: answered at once, not after receiving it
+        started = time.monotonic()
+        big = 50 * 1024 * 1024
+        with socket.create_connection((HOST, port), timeout=30) as s:
+            s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % big)
+            head = s.recv(65536)
+        assert head.startswith(b"HTTP/1.1 413"), head
+        assert time.monotonic() - started < 20
+
+        # exactly at the limit: accepted
+        at_limit = b'{"content": "hello"}'
+        at_limit += b" " * (LIMIT - len(at_limit))
+        assert request(port, "POST", "/tokenize", at_limit, conn=conn)[::2] == (200, {"tokens": qwen3.encode("hello")})
+    finally:
+        conn.close()
+
+
+# -- load ------------------------------------------------------------------------------------------------
+
+
+def _load_mix(qwen3) -> list[tuple[str, str, bytes, int, object]]:
+    """(method, path, body, expected status, expected JSON or None for "any error body") requests."""
+    rng = random.Random(7)
+    texts = [c["text"] for c in rng.sample(load_cases("qwen3"), 60) if len(c["text"]) < 2000]
+    mix = []
+    for text in texts:
+        ids = qwen3.encode(text)
+        mix.append(("POST", "/tokenize", json.dumps({"content": text}).encode(), 200, {"tokens": ids}))
+        mix.append(("POST", "/detokenize", json.dumps({"tokens": ids}).encode(), 200, {"content": qwen3.decode(ids)}))
+    pieces = {"tokens": [{"id": i, "piece": _piece_json(qwen3, i)} for i in qwen3.encode("Hé 𰻞!")]}
+    mix.append(("POST", "/tokenize", b'{"content": "H\\u00e9 \\ud883\\udede!", "with_pieces": true}', 200, pieces))
+    mix.append(("GET", "/health", b"", 200, {"status": "ok"}))
+    for path, body, _ in BAD_REQUESTS[::3]:
+        mix.append(("POST", path, body, 400, None))
+    mix.append(("POST", "/tokenize", b"{" + b" " * LIMIT + b"}", 413, None))
+    mix.append(("GET", "/missing", b"", 404, None))
+    mix.append(("GET", "/tokenize", b"", 405, None))
+    return mix
+
+
+def test_concurrent_load_mixing_valid_and_invalid_requests(port, qwen3):
+    clients, per_client = 32, 200
+    mix = _load_mix(qwen3)
+    wrong: list[str] = []
+    dropped: list[str] = []
+    done = [0] * clients
+
+    def client(n: int) -> None:
+        rng = random.Random(n)
+        conn = http.client.HTTPConnection(HOST, port, timeout=60)
+        try:
+            for _ in range(per_client):
+                method, path, body, status, expected = rng.choice(mix)
+                try:
+                    got_status, _, got = request(port, method, path, body or None, conn=conn)
+                except (OSError, http.client.HTTPException, ValueError) as e:
+                    dropped.append(f"client {n}: {method} {path}: {e!r}")
+                    conn.close()
+                    conn = http.client.HTTPConnection(HOST, port, timeout=60)
+                    continue
+                if got_status != status or (expected is not None and got != expected):
+                    wrong.append(f"client {n}: {method} {path} {body[:60]!r}: {got_status} {str(got)[:200]}")
+                elif expected is None and (got or {}).get("error", {}).get("code") != status:
+                    wrong.append(f"client {n}: {method} {path}: error body {got!r}")
+                done[n] += 1
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 600
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "the load did not finish within 600 s"
+    assert wrong == []
+    assert dropped == []
+    assert sum(done) == clients * per_client
+    assert request(port, "GET", "/health")[::2] == (200, {"status": "ok"})
+
+
+# -- processes, workers, the command line ------------------------------------------------------------------
+
+
+def test_workers(tmp_path, qwen3):
+    srv = Server(tmp_path / "workers.log", "--workers", "2")
+    try:
+        srv.wait_healthy()
+        for text in ["Hello world", "<|im_start|>user\nhi<|im_end|>", "日本語のテキスト"]:
+            assert request(srv.port, "POST", "/tokenize", {"content": text})[::2] == (200, {"tokens": qwen3.encode(text)})
+        assert_error(request(srv.port, "POST", "/detokenize", {"tokens": [-5]}), 400, '"tokens[0]"')
+    finally:
+        srv.stop()
+    assert srv.proc.returncode is not None
+
+
+def _run_cli(*args: str, blocked: tuple[str, ...] = (), report_modules: bool = False) -> subprocess.CompletedProcess:
+    """``bpetok ARGS`` in a fresh interpreter, with the modules in ``blocked`` made unimportable.
+
+    ``report_modules``: end stderr with the line "server modules loaded: [...]".
+    """
+    code = (
+        "import sys\n"
+        f"BLOCKED = {blocked!r}\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from bpetok.cli import main\n"
+        f"code = main({list(args)!r})\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn'})\n"
+        f"if {report_modules!r}:\n"
+        "    print('server modules loaded:', loaded, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_serve_without_the_server_extra_says_how_to_install_it():
+    done = _run_cli("serve", str(QWEN3), "--port", "0", blocked=("starlette", "uvicorn"))
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("bpetok: error: ") and "pip install 'bpetok[server]'" in lines[0]
+
+
+def test_core_cli_works_without_the_server_extra():
+    done = _run_cli("info", str(QWEN3), "--json", blocked=("starlette", "uvicorn"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n_tokens"] == 151936
+    done = _run_cli("serve", "--help", blocked=("starlette", "uvicorn"))
+    assert "--max-body-bytes" in done.stdout and "127.0.0.1" in done.stdout
+
+
+def test_server_stack_is_imported_only_to_serve():
+    done = _run_cli("info", str(QWEN3), report_modules=True)  # nothing blocked: the extra is installed but not needed
+    assert done.returncode == 0
+    assert "server modules loaded: []" in done.stderr
+
+
+def test_serve_argument_errors(tmp_path):
+    done = _run_cli("serve", str(QWEN3), "--workers", "0")
+    assert done.returncode == 2 and "--workers" in done.stderr and "at least 1" in done.stderr
+    done = _run_cli("serve", str(QWEN3), "--port", "70000")
+    assert done.returncode == 2 and "--port" in done.stderr
+    missing = tmp_path / "absent.gguf"
+    done = _run_cli("serve", str(missing), "--port", str(free_port()))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [f"bpetok: error: {missing}: no such file; pass the path of a GGUF model or vocabulary file"]
+
+
+def test_default_body_limit_is_documented():
+    from bpetok import server
+
+    assert server.DEFAULT_MAX_BODY_BYTES == 4 * 1024 * 1024
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "server.md"), encoding="utf-8") as f:
+        assert "4,194,304" in f.read()
