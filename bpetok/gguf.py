@@ -202,7 +202,7 @@ class _Cursor:
                 (n,) = unpack(buf, pos)
                 append(n)
                 pos += 8 + n
-        except struct.error:
+        except (struct.error, OverflowError):  # a prefix past the end, or a position past 2**63
             pos = self.end + 1
         if pos > self.end:
             self.string_array_plain(count)  # finds the bad string and raises its precise error
@@ -255,11 +255,8 @@ def read_gguf(path: str | os.PathLike, *, want: Callable[[str], bool] | None = N
     if path.endswith(".gz"):
         return _read(path, memoryview(_gunzip(path)), want)
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < 24:
-            raise GGUFError(
-                f"{path}: {size} bytes is too short for a GGUF header (24 bytes); the file is truncated or not GGUF"
-            )
+        if os.fstat(f.fileno()).st_size < 24:  # too short for a header (and an empty file cannot be mapped)
+            return _read(path, memoryview(f.read()), want)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:
@@ -286,15 +283,14 @@ def _gunzip(path: str) -> bytes:
                 chunks.append(chunk)
     except (OSError, EOFError, zlib.error) as e:
         raise GGUFError(f"{path}: not a readable gzip file ({e}); decompress it yourself or re-download it") from e
-    data = b"".join(chunks)
-    if len(data) < 24:
-        raise GGUFError(f"{path}: {len(data)} bytes is too short for a GGUF header (24 bytes)")
-    return data
+    return b"".join(chunks)
 
 
 def _read(path: str, view: memoryview, want: Callable[[str], bool] | None) -> GGUFFile:
     cur = _Cursor(path, view)
     magic = bytes(view[:4])
+    if magic != MAGIC and len(magic) < 4 and MAGIC.startswith(magic):
+        raise cur.fail(f"the file ends after {len(magic)} bytes, inside the {MAGIC!r} magic", len(magic))
     if magic != MAGIC:
         raise cur.fail(f"not a GGUF file: it starts with {magic!r}, not {MAGIC!r}", 0)
     cur.pos = 4
@@ -302,7 +298,7 @@ def _read(path: str, view: memoryview, want: Callable[[str], bool] | None) -> GG
     if version not in SUPPORTED_VERSIONS:
         if version == 1:
             hint = "GGUF v1 is obsolete: re-convert the model with a current llama.cpp"
-        elif version & 0xFFFF == 0:
+        elif version and version & 0xFFFF == 0:
             hint = "it looks big-endian; only little-endian GGUF is supported"
         else:
             hint = f"supported versions are {SUPPORTED_VERSIONS}"
@@ -330,9 +326,13 @@ def _read(path: str, view: memoryview, want: Callable[[str], bool] | None) -> GG
             cur.skip_value(vtype)
         result.types[key] = (vtype, elem)
         result.keys.append(key)
-    cur.key = "<tensor infos>"
+    cur.key = "<header>"
     if tensor_count > (cur.end - cur.pos) // _MIN_TENSOR_INFO:
-        raise cur.fail(f"{tensor_count} tensor infos cannot fit in the {cur.end - cur.pos} bytes that remain")
+        raise cur.fail(
+            f"tensor count {tensor_count} cannot fit: only {cur.end - cur.pos} bytes follow the "
+            f"key/values (which end at byte {cur.pos}) for the tensor infos",
+            8,
+        )
     return result
 
 
