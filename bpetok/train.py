@@ -374,6 +374,7 @@ class TrainResult:
     n_pieces: int  # pieces the corpus was pre-tokenized into
     n_unique: int  # unique pieces
     seconds: float
+    n_pin_tokens: int = 0  # tokens the pinned terms' merge chains added
 
     def gguf_items(self) -> list:
         T = GGUFValueType
@@ -518,9 +519,11 @@ def train(
     upper = sum(len(f.encode("utf-8")) - 1 for f in forms)  # a chain never needs more than this
     bar.start("merging", target - 256)
     _learn(vocab, pairs, max(256, target - upper) if forms else target, min_frequency, bar)
+    before_pins = len(vocab.tokens)
     for form in forms:
         for left, right in _add_chain(vocab, form):
             pairs.merge(left * STRIDE + right, vocab.ids[vocab.tokens[left] + vocab.tokens[right]])
+    n_pin_tokens = len(vocab.tokens) - before_pins
     if len(vocab.tokens) > target:  # cannot happen: upper bounds every chain
         raise BpetokError(f"internal error: pinned chains need {len(vocab.tokens) - target} more tokens than reserved")
     _learn(vocab, pairs, target, min_frequency, bar)
@@ -543,7 +546,7 @@ def train(
     result = TrainResult(
         pre=pre, tokens=vocab.tokens, token_types=[int(t) for t in vocab.types], merges=vocab.merges,
         special_tokens=special_tokens, pinned=pins, n_pieces=n_pieces, n_unique=len(words),
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - started, n_pin_tokens=n_pin_tokens,
     )
     if output is not None:
         result.write(output)
