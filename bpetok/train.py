@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import io
 import lzma
 import os
 import re
@@ -67,8 +68,6 @@ def _open_text(raw):
         import bz2
 
         return bz2.open(raw, "rt", encoding="utf-8", errors="replace")
-    import io
-
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
 
@@ -87,24 +86,31 @@ def _piece_boundary(text: str) -> int:
     return pos + 1
 
 
+def _chunks(f, on_block=lambda: None) -> Iterator[str]:
+    """Read text from ``f`` in blocks, cut so that no pre-tokenizer piece spans two chunks."""
+    carry = ""
+    while True:
+        block = f.read(CHUNK_CHARS)
+        if not block:
+            break
+        on_block()
+        text = carry + block
+        cut = _piece_boundary(text)
+        if cut == 0:
+            carry = text
+            continue
+        yield text[:cut]
+        carry = text[cut:]
+    if carry:
+        yield carry
+
+
 def _read_chunks(path: str, progress: _Progress) -> Iterator[str]:
     try:
         with open(path, "rb") as raw, _open_text(raw) as f:
-            carry, start = "", progress.done
-            while True:
-                block = f.read(CHUNK_CHARS)
-                if not block:
-                    break
-                progress.advance(start + raw.tell() - progress.done)  # compressed bytes read so far
-                text = carry + block
-                cut = _piece_boundary(text)
-                if cut == 0:
-                    carry = text
-                    continue
-                yield text[:cut]
-                carry = text[cut:]
-            if carry:
-                yield carry
+            start = progress.done
+            # Progress counts compressed bytes read, so the total is known from the file sizes.
+            yield from _chunks(f, lambda: progress.advance(start + raw.tell() - progress.done))
     except OSError as e:  # also gzip.BadGzipFile
         reason = e.strerror or str(e)
         raise BpetokError(f"{path}: cannot read the corpus file ({reason})") from e
@@ -492,8 +498,8 @@ def train(
     total = sum(os.path.getsize(p) for p in paths) + sum(len(t) for t in texts)
     bar.start("pre-tokenizing", total)
     for text in texts:
-        for start in range(0, len(text), CHUNK_CHARS):  # subtle: may cut one piece in two; fine for counts
-            count(text[start : start + CHUNK_CHARS])
+        for chunk in _chunks(io.StringIO(text)):
+            count(chunk)
         bar.advance(len(text))
     for path in paths:
         for chunk in _read_chunks(path, bar):

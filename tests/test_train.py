@@ -245,3 +245,14 @@ def test_llama_cpp_agrees_on_extended_file(extended):
     cases = [c["text"] for c in load_cases("qwen3")[::40]]
     pins = EXTEND_PINS + [" " + p for p in EXTEND_PINS] + ["from asyncio import run; isinstance(dataclass)", " xasyncio"]
     _llama_agrees(extended[0], TEXTS + pins + cases)
+
+
+def test_chunked_reading_changes_no_piece(corpus_file, monkeypatch):
+    import sys
+
+    whole = train([corpus_file], vocab_size=380, min_frequency=1)
+    monkeypatch.setattr(sys.modules["bpetok.train"], "CHUNK_CHARS", 50)
+    chunked = train([corpus_file], vocab_size=380, min_frequency=1)
+    assert (chunked.n_pieces, chunked.merges) == (whole.n_pieces, whole.merges)
+    from_text = train(texts=[corpus_text()], vocab_size=380, min_frequency=1)
+    assert (from_text.n_pieces, from_text.merges) == (whole.n_pieces, whole.merges)
