@@ -8,8 +8,11 @@ Nothing here knows about a particular model.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+from array import array
+from itertools import chain
 
 import pluggy
 
@@ -23,6 +26,16 @@ __all__ = ["Tokenizer", "load_vocabulary", "from_gguf"]
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 _HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
 _ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
+# Cache sizes: pieces (text -> ids) and space chunks (" word," -> ids); past the limit a cache
+# stops growing (a few tens of MB each at most).
+_PIECE_CACHE_LIMIT = 200_000
+_CHUNK_CACHE_LIMIT = 250_000
+# Parts looked up in C at a time before falling back to the Python loop on a miss.
+_CHUNK_BLOCK = 256
+# The spaces a ``space_chunks`` pre-tokenizer lets us cut at: those after a non-whitespace character.
+_SAFE_SPACE = re.compile(r"(?<=\S) ")
+# encode_batch stays in-process below this many characters: forking costs more than it saves.
+_BATCH_MIN_CHARS = 200_000
 
 
 def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Vocabulary:
@@ -78,14 +91,25 @@ class Tokenizer:
         self.vocabulary = vocabulary
         self.spec = spec
         self.pretokenizer = spec.factory()
-        self.bpe = BytePairModel(
-            vocabulary.tokens, vocabulary.merges, ignore_merges=spec.ignore_merges, path=vocabulary.path
-        )
+        # The tables are a few hundred thousand small objects that all live on: collecting
+        # while building them is wasted time (a third of the construction cost).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self.bpe = BytePairModel(
+                vocabulary.tokens, vocabulary.merges, ignore_merges=spec.ignore_merges, path=vocabulary.path
+            )
+        finally:
+            if enabled:
+                gc.enable()
         self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
         self.add_eos = vocabulary.flags.get("add_eos", False)
         self._build_special_table()
         self._pieces: dict[int, bytes] = {}
         self._cache: dict[str, list[int]] = {}
+        # The optional fast protocol of a pre-tokenizer (see bpetok.pretok.PreTokenizer).
+        self._space_chunks = bool(getattr(self.pretokenizer, "space_chunks", False))
+        self._chunks: dict[str, list[int]] = {}
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -125,13 +149,16 @@ class Tokenizer:
         # std::sort is unstable; (-length, id) is the order it gives in practice.
         attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
         specials = []
-        for token_id, attr in enumerate(attrs):
-            if attr & _SPECIAL:
-                try:
-                    text = tokens[token_id].decode("utf-8", "surrogatepass")
-                except UnicodeDecodeError:
-                    continue  # cannot occur in a str
-                specials.append((-len(tokens[token_id]), token_id, text))
+        # int.__and__ directly: on 151k TokenAttr members, ``attr & flag`` goes through
+        # enum.Flag.__and__ and costs ~0.1 s.
+        special_mask = int(_SPECIAL)
+        flagged = [i for i, bits in enumerate(map(int.__and__, attrs, [special_mask] * len(attrs))) if bits]
+        for token_id in flagged:
+            try:
+                text = tokens[token_id].decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                continue  # cannot occur in a str
+            specials.append((-len(tokens[token_id]), token_id, text))
         specials.sort()
         self._specials = [(token_id, text) for _, token_id, text in specials]
         self._special_finder = {}
@@ -203,21 +230,123 @@ class Tokenizer:
                 if isinstance(fragment, int):
                     ids.append(fragment)
                 else:
-                    ids.extend(self._encode_ordinary(fragment))
+                    ids += self._encode_ordinary(fragment)
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
         return ids
 
+    def count(self, text: str, *, parse_special: bool = True) -> int:
+        """``len(self.encode(text, parse_special=parse_special))``, without building the list when
+        the text's space chunks are all cached (the second time a text or its words are seen).
+
+        >>> tok.count("Hello world") == len(tok.encode("Hello world"))  # doctest: +SKIP
+        True
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"count() takes a str, not {type(text).__name__}")
+        total = 0
+        for fragment in self._partition(text, parse_special) if text else ():
+            if isinstance(fragment, int):
+                total += 1
+                continue
+            if self._space_chunks:
+                parts = _SAFE_SPACE.split(fragment)
+                try:
+                    tail = sum(map(len, map(self._chunks.__getitem__, parts[1:])))
+                except KeyError:
+                    pass
+                else:
+                    total += tail + (len(self._encode_pieces(parts[0])) if parts[0] else 0)
+                    continue
+            total += len(self._encode_ordinary(fragment))
+        return total
+
+    def encode_batch(self, texts, *, parse_special: bool = True, workers: int | None = None) -> list[list[int]]:
+        """``[self.encode(t, parse_special=parse_special) for t in texts]``, in order, on several cores.
+
+        ``workers``: processes to use (default: the CPUs this process may run on). Small batches
+        (under ~200k characters), one worker, or a platform without ``fork`` run in-process.
+        The worker processes are forked, so they start with this tokenizer and its caches.
+
+        >>> tok.encode_batch(["Hello", "world"]) == [tok.encode("Hello"), tok.encode("world")]  # doctest: +SKIP
+        True
+        """
+        texts = list(texts)
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"encode_batch() takes str texts, not {type(t).__name__}")
+        if workers is None:
+            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if workers < 1:
+            raise ValueError(f"encode_batch(workers={workers}): workers must be at least 1 (or None for all CPUs)")
+        total = sum(map(len, texts))
+        import multiprocessing
+
+        if workers == 1 or len(texts) < 2 or total < _BATCH_MIN_CHARS or "fork" not in multiprocessing.get_all_start_methods():
+            return [self.encode(t, parse_special=parse_special) for t in texts]
+        return _encode_batch_forked(self, texts, parse_special, workers)
+
     def _encode_ordinary(self, text: str) -> list[int]:
+        """Ids of text without special tokens: space chunks when the pre-tokenizer allows them."""
+        if self._space_chunks:
+            return self._encode_chunked(text)
+        return self._encode_pieces(text)
+
+    def _encode_chunked(self, text: str) -> list[int]:
+        """Encode ``text`` one space chunk at a time, each chunk's ids cached by its text.
+
+        A pre-tokenizer with ``space_chunks`` promises that a space preceded by a character that
+        is not whitespace always starts a new piece, and that pieces after it do not depend on
+        text before it. Cut at those spaces, the text is a head and chunks such as ``" word,"``
+        or ``" x\n    return"`` whose ids never depend on their neighbours: most of a text is
+        then dictionary lookups, done in C a block at a time.
+
+        >>> _SAFE_SPACE.split("Hi there,  you\n  all")
+        ['Hi', 'there,', ' you\n  all']
+        """
+        parts = _SAFE_SPACE.split(text)
+        head = parts[0]
+        out = self._encode_pieces(head) if head else []
+        chunks = self._chunks
+        lookup = chunks.__getitem__
+        for start in range(1, len(parts), _CHUNK_BLOCK):
+            block = parts[start : start + _CHUNK_BLOCK]
+            try:  # every chunk of the block cached: the lookups run in C
+                out += list(chain.from_iterable(map(lookup, block)))
+                continue
+            except KeyError:
+                pass
+            for part in block:
+                found = chunks.get(part)
+                if found is None:
+                    found = self._encode_pieces(" " + part)
+                    if len(chunks) < _CHUNK_CACHE_LIMIT:
+                        chunks[part] = found
+                out += found
+        return out
+
+    def _encode_pieces(self, text: str) -> list[int]:
+        """Pre-tokenize ``text`` and BPE each piece, with a cache keyed by piece text."""
         ids: list[int] = []
         cache, encode_piece = self._cache, self.bpe.encode_piece
         for piece in self.pretokenizer.split(text):
             found = cache.get(piece)
             if found is None:
                 found = encode_piece(piece.encode("utf-8", "surrogatepass"))
-                if len(cache) < 200_000:
+                if len(cache) < _PIECE_CACHE_LIMIT:
                     cache[piece] = found
-            ids.extend(found)
+            ids += found
+        return ids
+
+    def encode_reference(self, text: str, *, parse_special: bool = True) -> list[int]:
+        """:meth:`encode` the plain way: no caches, no chunks, the reference BPE (for tests)."""
+        ids: list[int] = []
+        for fragment in self._partition(text, parse_special) if text else ():
+            if isinstance(fragment, int):
+                ids.append(fragment)
+            else:
+                for piece in self.pretokenizer.split(fragment):
+                    ids += self.bpe.encode_piece_reference(piece.encode("utf-8", "surrogatepass"))
         return ids
 
     def _required_special(self, role: str) -> int:
@@ -320,3 +449,49 @@ def _clean_spaces(data: bytes) -> bytes:
     data = _CLEAN_1.sub(rb"\1", data)
     data = _CLEAN_2.sub(b"'", data)
     return _CLEAN_3.sub(b"'", data)
+
+
+# -- encode_batch's worker processes -------------------------------------------------------------
+# Forked children inherit the tokenizer and the texts through these globals, so nothing but
+# (start, end) goes to a child and one array of ids per group comes back.
+
+_batch_job: tuple[Tokenizer, list[str], bool] | None = None
+
+
+def _encode_group(start: int, end: int) -> tuple[bytes, list[int]]:
+    tok, texts, parse_special = _batch_job
+    encoded = [tok.encode(t, parse_special=parse_special) for t in texts[start:end]]
+    return array("l", chain.from_iterable(encoded)).tobytes(), [len(ids) for ids in encoded]
+
+
+def _encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, workers: int) -> list[list[int]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _batch_job
+    # Contiguous groups of about equal size, several per worker so a slow group is not the tail.
+    target = sum(map(len, texts)) / (workers * 4) + 1
+    groups, start, size = [], 0, 0
+    for i, t in enumerate(texts):
+        size += len(t)
+        if size >= target:
+            groups.append((start, i + 1))
+            start, size = i + 1, 0
+    if start < len(texts):
+        groups.append((start, len(texts)))
+    _batch_job = (tok, texts, parse_special)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_encode_group, a, b) for a, b in groups]
+            out: list[list[int]] = []
+            for future in futures:
+                data, lengths = future.result()
+                flat = array("l")
+                flat.frombytes(data)
+                ids, at = flat.tolist(), 0
+                for length in lengths:
+                    out.append(ids[at : at + length])
+                    at += length
+            return out
+    finally:
+        _batch_job = None

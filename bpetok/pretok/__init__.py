@@ -26,6 +26,16 @@ __all__ = [
 
 
 class PreTokenizer(Protocol):
+    """What the engine calls: ``split``. Optional, for speed, a pre-tokenizer may also offer:
+
+    - ``space_chunks = True``: a promise that a space whose preceding character is not
+      whitespace (``not c.isspace()``) always starts a piece, and that the pieces from there on do not depend on the
+      text before it (no look-behind). The engine then cuts text at such spaces and caches each
+      chunk's ids (``" word,"``), which makes most of a text dictionary lookups. Patterns in
+      which a space can only start a piece or sit inside a whitespace run keep it (GPT-2's,
+      qwen2's, smollm's); tests/test_fast.py checks the promise for every registered spec.
+    """
+
     def split(self, text: str) -> list[str]:
         """Return the pieces of ``text``, in order; they concatenate to ``text``."""
 
@@ -139,12 +149,14 @@ class CollapsedRegexPreTokenizer:
 
     The pattern is written with ``\\p{..}``/``\\s`` classes (see :func:`expand_classes`); every
     match becomes a piece. The pattern must match every position (end with a catch-all), so the
-    pieces cover the text.
+    pieces cover the text. ``space_chunks=True`` declares the :class:`PreTokenizer` promise of
+    that name for the pattern (the engine then caches whole space-separated chunks).
     """
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, *, space_chunks: bool = False):
         self.pattern = pattern
         self.regex = re.compile(expand_classes(pattern))
+        self.space_chunks = space_chunks
 
     def split(self, text: str) -> list[str]:
         if text.isascii():

@@ -21,7 +21,8 @@ PATTERN = (
 
 
 def make_pretokenizer() -> CollapsedRegexPreTokenizer:
-    return CollapsedRegexPreTokenizer(PATTERN)
+    # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
+    return CollapsedRegexPreTokenizer(PATTERN, space_chunks=True)
 
 
 @hookimpl
