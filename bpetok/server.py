@@ -323,6 +323,8 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
                 return Response(status_code=400)  # nobody is listening any more
             except BpetokError as e:  # the vocabulary cannot do what was asked (e.g. no BOS token)
                 return respond(RequestError(str(e)).payload(), 400)
+            except Exception as e:  # a bug: answer, log it once, keep serving
+                return server_error(request, e)
 
         return run
 
@@ -330,7 +332,7 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
         content = data.get("content")
         if isinstance(content, str):
             return len(content)
-        return sum(len(c) for c in content if isinstance(c, str)) if isinstance(content, list) else 0
+        return len(content) + sum(len(c) for c in content if isinstance(c, str)) if isinstance(content, list) else 0
 
     def tokens_size(data: dict) -> int:
         tokens = data.get("tokens")
@@ -351,8 +353,8 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
             payload = RequestError(message, exc.status_code).payload()
         return respond(payload, exc.status_code, exc.headers)
 
-    async def server_error(request: Request, exc: Exception) -> Response:
-        log.exception("internal error on %s %s", request.method, request.url.path)
+    def server_error(request: Request, exc: Exception) -> Response:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         payload = {"error": {"code": 500, "message": f"internal error: {type(exc).__name__}", "type": "server_error"}}
         return respond(payload, 500)
 
@@ -363,7 +365,10 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
         Route("/tokenize", endpoint(tokenize_request, content_size), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize_request, tokens_size), methods=["POST"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    async def unhandled(request: Request, exc: Exception) -> Response:  # Starlette's backstop
+        return server_error(request, exc)
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unhandled})
 
 
 def app_from_env():

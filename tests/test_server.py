@@ -6,6 +6,7 @@ by its fixture's finalizer, whatever the test did.
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import os
@@ -453,3 +454,60 @@ def test_default_body_limit_is_documented():
     assert server.DEFAULT_MAX_BODY_BYTES == 4 * 1024 * 1024
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "server.md"), encoding="utf-8") as f:
         assert "4,194,304" in f.read()
+
+
+def test_malformed_http_and_dropped_clients_do_not_hurt(port, qwen3):
+    raw = [
+        b"GARBAGE\r\n\r\n",
+        b"\x00\xff\xfe\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"content\": ",  # then hang up
+        b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Long: " + b"a" * 200_000 + b"\r\n\r\n",
+    ]
+    for data in raw:
+        with socket.create_connection((HOST, port), timeout=30) as s:
+            try:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                while s.recv(65536):
+                    pass
+            except OSError:
+                pass  # the server may reset a connection it refuses; what matters is that it lives on
+    assert request(port, "POST", "/tokenize", {"content": "still here"})[::2] == (200, {"tokens": qwen3.encode("still here")})
+
+
+def test_a_bug_is_a_500_in_the_error_shape_and_the_app_goes_on(qwen3):
+    # In-process (no subprocess can be made to fail on purpose): a tokenizer whose encode raises.
+    import asyncio
+
+    from bpetok.server import create_app
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    broken = copy.copy(qwen3)
+    broken.encode = boom
+    app = create_app(broken)
+
+    async def call(path: str, body: bytes):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"content-length", str(len(body)).encode())], "client": (HOST, 1), "server": (HOST, 2),
+        }
+        await app(scope, receive, send)
+        return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+    status, body = asyncio.run(call("/tokenize", b'{"content": "x"}'))
+    assert status == 500
+    assert body == {"error": {"code": 500, "message": "internal error: RuntimeError", "type": "server_error"}}
+    assert asyncio.run(call("/detokenize", b'{"tokens": [9707]}')) == (200, {"content": "Hello"})
