@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import json
 
 import pytest
 
@@ -23,6 +25,21 @@ def test_llama_cpp_test_vectors(llama_bpe, llama_cpp_vectors):
     assert len(llama_cpp_vectors) == 46
     for text, expected in llama_cpp_vectors:
         assert llama_bpe.encode(text, parse_special=False) == expected, text
+
+
+def test_every_piece_matches_token_to_piece(llama_bpe, data_dir):
+    # Recorded by scripts/record_pieces.py: [id, token_to_piece(special=True), (special=False)].
+    with gzip.open(data_dir / "llama-bpe.dump.json.gz", "rt") as f:
+        dump = json.load(f)
+    assert len(dump) == llama_bpe.n_tokens == 128256
+    wrong = [i for i, special, plain in dump
+             if llama_bpe.piece(i) != bytes.fromhex(special) or llama_bpe.token_bytes(i) != bytes.fromhex(plain)]
+    assert not wrong, f"{len(wrong)} pieces differ, first id {wrong[0]}"
+
+
+def test_eog_set_is_llama_cpp_s(llama_bpe):
+    # scripts/record_pieces.py prints llama_vocab_is_eog's ids: <|end_of_text|>, <|eot_id|>.
+    assert llama_bpe.eog_ids == {128001, 128009}
 
 
 def test_add_special_adds_bos_and_decode_cleans_spaces(llama_bpe, add_special_cases):
