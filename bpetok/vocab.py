@@ -173,7 +173,10 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
     if types is None:
         token_types = [TokenType.NORMAL] * n  # llama.cpp: no type array means every token is NORMAL
     elif len(types) < n:
-        raise GGUFError(f"{path}: key 'tokenizer.ggml.token_type' has {len(types)} entries for {n} tokens")
+        raise GGUFError(
+            f"{path}: key 'tokenizer.ggml.token_type' has {len(types)} entries for {n} tokens; "
+            "the file is corrupt: re-convert the model"
+        )
     else:
         token_types = types[:n].tolist()
     merges = _expect(gguf, "tokenizer.ggml.merges", GGUFValueType.ARRAY, GGUFValueType.STRING)
