@@ -173,3 +173,55 @@ def nested(depth: int) -> tuple[int, Any]:
     for _ in range(depth - 1):
         value = (T.ARRAY, [value])
     return value
+
+
+@dataclass
+class Layout:
+    """Where the fields of a (well-formed) GGUF file lie, as :func:`build` records them."""
+
+    fields: list[Field]
+    spans: list[tuple[str, int, int, int]]
+    strings: dict[str, list[tuple[int, int]]]  # key -> (offset, length) of each string element's bytes
+
+
+def layout(data: bytes) -> Layout:
+    """Walk a well-formed GGUF file independently of bpetok, recording every field's offset."""
+    fields: list[Field] = []
+    strings: dict[str, list[tuple[int, int]]] = {}
+    spans = []
+
+    def u(fmt: str, pos: int) -> int:
+        return struct.unpack_from(fmt, data, pos)[0]
+
+    def value(key: str, vtype: int, pos: int) -> int:
+        if vtype == T.STRING:
+            fields.append(Field("string length", pos, key, 8))
+            n = u("<Q", pos)
+            strings.setdefault(key, []).append((pos + 8, n))
+            return pos + 8 + n
+        if vtype == T.ARRAY:
+            fields.append(Field("array type", pos, key, 4))
+            fields.append(Field("array count", pos + 4, key, 8))
+            elem, count = u("<I", pos), u("<Q", pos + 4)
+            pos += 12
+            if elem in SCALAR_FORMATS:
+                return pos + count * struct.calcsize(SCALAR_FORMATS[elem])
+            for _ in range(count):
+                pos = value(key, elem, pos)
+            return pos
+        return pos + struct.calcsize(SCALAR_FORMATS[T(vtype)])
+
+    fields.append(Field("tensor count", 8, "<header>", 8))
+    fields.append(Field("key/value count", 16, "<header>", 8))
+    pos = HEADER_SIZE
+    for index in range(u("<Q", 16)):
+        start = pos
+        fields.append(Field("key length", pos, f"<key #{index}>", 8))
+        n = u("<Q", pos)
+        key = data[pos + 8 : pos + 8 + n].decode("utf-8", "surrogateescape")
+        pos += 8 + n
+        fields.append(Field("value type", pos, key, 4))
+        vtype = u("<I", pos)
+        pos = value(key, vtype, pos + 4)
+        spans.append((key, start, start + 8 + n + 4, pos))
+    return Layout(fields, spans, strings)

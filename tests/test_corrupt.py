@@ -1,0 +1,145 @@
+"""Hundreds of corrupted SmolLM2 vocabularies through the whole loader: each loads or is refused.
+
+Issue 2's promise: a truncated, corrupt or hostile file gives a ValueError subclass (a
+:class:`bpetok.BpetokError`) naming what is wrong, never an IndexError, KeyError,
+UnicodeDecodeError, RecursionError, MemoryError or a hang, wherever in bpetok the damage is
+noticed (the GGUF reader, the vocabulary loader, the overrides, the BPE tables). The variants are
+deterministic (a seeded generator), so a failure names a variant that can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import signal
+import struct
+import time
+from collections import Counter
+
+import pytest
+
+import bpetok
+from bpetok.gguf import GGUFValueType
+from ggufbuild import HEADER_SIZE, layout
+from helpers import SMOLLM2
+
+T = GGUFValueType
+HANG_SECONDS = 30  # per variant: far above a full load (about 0.5 s), only there to catch hangs
+LIES = [0, 1, 2**31, 2**32 - 1, 2**62, 2**63, 2**64 - 1]
+
+
+@pytest.fixture(scope="module")
+def smollm2_bytes() -> bytes:
+    with gzip.open(SMOLLM2, "rb") as f:
+        return f.read()
+
+
+def overwrite(data: bytes, offset: int, raw: bytes) -> bytes:
+    return data[:offset] + raw + data[offset + len(raw) :]
+
+
+def flip(data: bytes, offset: int, bit: int) -> bytes:
+    return overwrite(data, offset, bytes([data[offset] ^ (1 << bit)]))
+
+
+def variants(data: bytes):
+    """(name, bytes) of each corrupted variant, always the same ones."""
+    rng = random.Random(20261129)
+    lay = layout(data)
+    spans = {key: (start, value_start, end) for key, start, value_start, end in lay.spans}
+    tokens_start = spans["tokenizer.ggml.tokens"][0]
+    token_strings = lay.strings["tokenizer.ggml.tokens"]
+    merge_strings = lay.strings["tokenizer.ggml.merges"]
+    type_values = spans["tokenizer.ggml.token_type"][1] + 12  # after the array's type and count
+
+    # Truncations: the header, the small keys, then spread over the token and merge arrays.
+    for cut in sorted({*range(0, HEADER_SIZE + 1, 4), *rng.sample(range(HEADER_SIZE, tokens_start), 20)}):
+        yield f"truncated at {cut}", data[:cut]
+    for cut in sorted(rng.sample(range(tokens_start, len(data)), 30)):
+        yield f"truncated at {cut}", data[:cut]
+    yield "last byte missing", data[:-1]
+
+    # Bit flips in the header and the small key/values before the token strings.
+    for offset in sorted(rng.sample(range(tokens_start + 16), 50)):
+        bit = rng.randrange(8)
+        yield f"bit {bit} of byte {offset} flipped", flip(data, offset, bit)
+
+    # Bit flips inside token strings and merge strings (including the bytes that make a token special).
+    for key, strings, n in (("token", token_strings, 15), ("merge", merge_strings, 15)):
+        for index in sorted(rng.sample(range(len(strings)), n)):
+            offset, length = strings[index]
+            if length:
+                at, bit = offset + rng.randrange(length), rng.randrange(8)
+                yield f"bit {bit} flipped in {key} {index} (byte {at})", flip(data, at, bit)
+
+    # Lengths, counts and types overwritten: every field of the small keys, sampled string lengths.
+    small = [f for f in lay.fields if f.offset < tokens_start or f.what != "string length"]
+    for field in small:
+        lies = LIES if field.size == 8 else [0, 8, 9, 13, 2**32 - 1]
+        for lie in rng.sample(lies, 2):
+            yield f"{field.what} of {field.key!r} at {field.offset} set to {lie}", overwrite(
+                data, field.offset, lie.to_bytes(field.size, "little")
+            )
+    for key, strings in (("tokenizer.ggml.tokens", token_strings), ("tokenizer.ggml.merges", merge_strings)):
+        for index in sorted(rng.sample(range(len(strings)), 6)):
+            prefix = strings[index][0] - 8
+            lie = rng.choice(LIES + [strings[index][1] + 1])
+            yield f"string {index} of {key!r} has length {lie}", overwrite(data, prefix, lie.to_bytes(8, "little"))
+
+    # The tokenizer keys' types swapped for other types (scalars, arrays of other element types).
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token"):
+        type_offset = spans[key][1] - 4
+        for vtype in (T.UINT32, T.STRING, T.BOOL, T.INT32, T.UINT64):
+            yield f"type of {key!r} set to {vtype.name}", overwrite(data, type_offset, struct.pack("<I", vtype))
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"):
+        elem_offset = spans[key][1]
+        for vtype in (T.UINT8, T.INT32, T.UINT32, T.STRING, T.ARRAY, T.FLOAT64):
+            yield f"element type of {key!r} set to {vtype.name}", overwrite(data, elem_offset, struct.pack("<I", vtype))
+
+    # Token types and special ids set to values the file should never hold.
+    for token_id in rng.sample(range(len(token_strings)), 4):
+        for value in (-1, 3, 2**31 - 1):
+            yield f"token_type[{token_id}] set to {value}", overwrite(
+                data, type_values + 4 * token_id, struct.pack("<i", value)
+            )
+    for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"):
+        for value in (len(token_strings), 2**32 - 1, 0):
+            yield f"{key} set to {value}", overwrite(data, spans[key][1], struct.pack("<I", value))
+
+
+def test_corrupted_smollm2_variants_load_or_raise_value_errors(tmp_path, smollm2_bytes):
+    path = tmp_path / "corrupt.gguf"
+    outcomes: Counter[str] = Counter()
+    problems, slowest = [], (0.0, "")
+
+    def hang(signum, frame):
+        raise TimeoutError(f"still running after {HANG_SECONDS} s")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    try:
+        for name, data in variants(smollm2_bytes):
+            if data == smollm2_bytes:
+                continue  # an overwrite with the value already there (the tokens' type is ARRAY)
+            path.write_bytes(data)
+            start = time.perf_counter()
+            signal.alarm(HANG_SECONDS)
+            try:
+                bpetok.from_gguf(path)
+                outcomes["loaded"] += 1
+            except ValueError as e:
+                outcomes[type(e).__name__] += 1
+                if not isinstance(e, bpetok.BpetokError):
+                    problems.append(f"{name}: a bare {type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - the point of the test
+                problems.append(f"{name}: {type(e).__name__}: {e}")
+            finally:
+                signal.alarm(0)
+            slowest = max(slowest, (time.perf_counter() - start, name))
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    total = sum(outcomes.values()) + len(problems)
+    print(f"{total} variants: {dict(outcomes)}; slowest {slowest[0]:.2f} s ({slowest[1]})")
+    assert not problems, "\n".join(problems)
+    assert total >= 300, total
+    # Both kinds occur: damage the loader cannot notice (a flipped bit in a rare token) loads.
+    assert outcomes["loaded"] > 10 and outcomes["GGUFError"] > 100, outcomes
