@@ -13,8 +13,12 @@ import pathlib
 import pytest
 
 import bpetok
-import bpetok_llama3
 from bpetok.plugins import make_plugin_manager
+
+try:
+    import bpetok_llama3
+except ImportError as e:  # run from bpetok's root without installing the plugin
+    raise ImportError("bpetok-llama3 is not installed: python -m pip install -e plugins/bpetok-llama3") from e
 
 DATA = pathlib.Path(__file__).parent / "data"
 
