@@ -13,10 +13,10 @@ ids are numbered in the order they were created). No dict or set order enters th
 the same input gives a byte-identical file.
 
 *Pinning* makes chosen terms single tokens, bare and with a leading space ("QLoRA",
-" QLoRA"), whatever their frequency. For each form, BPE with the merges learned so far is run
-to its fixed point ``S1 .. Sk``; then merges ``S1+S2``, ``S1S2+S3``... are appended. Later
-merges never fire before earlier ones are exhausted, so BPE on the form reaches that fixed
-point and then the new chain, which joins it into one token; merges learned afterwards cannot
+" QLoRA"), whatever their frequency. For each form, BPE with the merges so far is run to its
+fixed point ``S1 .. Sk`` and a merge of one adjacent pair is appended, until the form is one
+token (:func:`_add_chain`). A later merge never fires before the earlier ones are exhausted, so
+BPE on the form reaches each fixed point and then the new merge; merges learned afterwards cannot
 undo it (checked by encoding every pinned form with :class:`bpetok.models.gpt2.BytePairModel`).
 
 :func:`extend` adds pinned terms to an existing GGUF vocabulary (e.g. Qwen3) as USER_DEFINED
@@ -527,7 +527,7 @@ def train(
     _learn(vocab, pairs, max(256, target - upper) if forms else target, min_frequency, bar)
     before_pins = len(vocab.tokens)
     for form in forms:
-        for left, right in _add_chain(vocab, form):
+        for left, right in _add_chain(vocab, form, pairs.counts):
             pairs.merge(left * STRIDE + right, vocab.ids[vocab.tokens[left] + vocab.tokens[right]])
     n_pin_tokens = len(vocab.tokens) - before_pins
     if len(vocab.tokens) > target:  # cannot happen: upper bounds every chain
@@ -571,14 +571,28 @@ def _learn(vocab: _Vocab, pairs: _PairCounts, target: int, min_frequency: int, b
         bar.advance(len(vocab.tokens) - before)
 
 
-def _add_chain(vocab: _Vocab, form: str) -> list[tuple[int, int]]:
-    """Append the merges that join ``form``'s BPE fixed point left to right; returns them."""
-    symbols = vocab.bpe(list(form.encode("utf-8")))
+def _add_chain(vocab: _Vocab, form: str, counts: dict[int, int] | None = None) -> list[tuple[int, int]]:
+    """Append merges until BPE gives ``form`` as one token; returns them.
+
+    Each step runs BPE with every merge so far to its fixed point and appends a merge for one
+    adjacent pair of it: the one most frequent in the corpus (``counts``), leftmost on ties, so
+    that the chain's intermediate tokens are as useful as they can be. The new merge has the
+    highest rank, so it fires only at that fixed point, and each step makes the fixed point shorter.
+
+    >>> v = _Vocab(); [(v.tokens[a], v.tokens[b]) for a, b in _add_chain(v, "abc")]
+    [(b'a', b'b'), (b'ab', b'c')]
+    """
     chain = []
+    symbols = vocab.bpe(list(form.encode("utf-8")))
     while len(symbols) > 1:
-        left, right = symbols[0], symbols[1]
+        pairs = [(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]
+        if counts is not None:
+            left, right = max(pairs, key=lambda p: counts.get(p[0] * STRIDE + p[1], 0))  # first max: leftmost
+        else:
+            left, right = pairs[0]
+        vocab.add_merge(left, right)
         chain.append((left, right))
-        symbols[0:2] = [vocab.add_merge(left, right)]
+        symbols = vocab.bpe(symbols)
     return chain
 
 
