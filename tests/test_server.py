@@ -7,11 +7,14 @@ by its fixture's finalizer, whatever the test did.
 from __future__ import annotations
 
 import copy
+import gzip
 import http.client
 import json
 import os
 import random
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -19,10 +22,8 @@ import time
 
 import pytest
 
+import bpetok
 from helpers import QWEN3, load_cases
-
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
 
 HOST = "127.0.0.1"
 LIMIT = 65536  # --max-body-bytes of the shared test server, small so that 413 bodies are cheap
@@ -41,12 +42,15 @@ def free_port() -> int:
 class Server:
     """A ``bpetok serve`` subprocess; :meth:`stop` ends it and its workers."""
 
-    def __init__(self, log_path, *args: str):
+    def __init__(self, log_path, *args: str, model=QWEN3):
         self.port = free_port()
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        cmd = [sys.executable, "-m", "bpetok.cli", "serve", str(QWEN3), "--host", HOST, "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        cmd = [sys.executable, "-m", "bpetok.cli", "serve", str(model), "--host", HOST, "--port", str(self.port), *args]
+        # its own process group, so that a server that ignores SIGTERM is killed with its workers
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -63,7 +67,8 @@ class Server:
         raise AssertionError(f"bpetok serve did not answer /health within {STARTUP_TIMEOUT}s:\n{self.output()}")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
@@ -73,9 +78,10 @@ class Server:
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=20)
-        self.log.close()
+        if not self.log.closed:
+            self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +92,24 @@ def server(tmp_path_factory):
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """Start more servers in a test: ``start_server(*serve_args, model=...)``; all stopped at the end."""
+    started: list[Server] = []
+
+    def start(*args: str, model=QWEN3) -> Server:
+        srv = Server(tmp_path / f"server-{len(started)}.log", *args, model=model)
+        started.append(srv)
+        srv.wait_healthy()
+        return srv
+
+    try:
+        yield start
+    finally:
+        for srv in started:
+            srv.stop()
 
 
 @pytest.fixture
@@ -380,16 +404,49 @@ def test_concurrent_load_mixing_valid_and_invalid_requests(port, qwen3):
 # -- processes, workers, the command line ------------------------------------------------------------------
 
 
-def test_workers(tmp_path, qwen3):
-    srv = Server(tmp_path / "workers.log", "--workers", "2")
-    try:
-        srv.wait_healthy()
-        for text in ["Hello world", "<|im_start|>user\nhi<|im_end|>", "日本語のテキスト"]:
-            assert request(srv.port, "POST", "/tokenize", {"content": text})[::2] == (200, {"tokens": qwen3.encode(text)})
-        assert_error(request(srv.port, "POST", "/detokenize", {"tokens": [-5]}), 400, '"tokens[0]"')
-    finally:
-        srv.stop()
-    assert srv.proc.returncode is not None
+def test_workers(start_server, qwen3):
+    srv = start_server("--workers", "2")
+    for text in ["Hello world", "<|im_start|>user\nhi<|im_end|>", "日本語のテキスト"]:
+        assert request(srv.port, "POST", "/tokenize", {"content": text})[::2] == (200, {"tokens": qwen3.encode(text)})
+    assert_error(request(srv.port, "POST", "/detokenize", {"tokens": [-5]}), 400, '"tokens[0]"')
+    srv.stop()  # SIGTERM reaches the workers through uvicorn's supervisor
+    assert srv.proc.returncode == 0, srv.output()
+
+
+def with_bos_and_eos(path, out):
+    """Qwen3's vocabulary with tokenizer.ggml.add_bos_token and add_eos_token set to true.
+
+    The shipped files have neither key; a vocab-only GGUF has no tensors, so two key/value pairs
+    can be put right after the 24-byte header (magic, version, tensor count, key/value count).
+    """
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", data)
+    assert magic == b"GGUF" and n_tensors == 0
+    extra = b""
+    for key in (b"tokenizer.ggml.add_bos_token", b"tokenizer.ggml.add_eos_token"):
+        extra += struct.pack("<Q", len(key)) + key + struct.pack("<IB", 7, 1)  # 7: BOOL
+    out.write_bytes(struct.pack("<4sIQQ", magic, version, n_tensors, n_kv + 2) + extra + data[24:])
+    return out
+
+
+def test_add_special_follows_the_vocabulary(start_server, tmp_path):
+    model = with_bos_and_eos(QWEN3, tmp_path / "qwen3-bos-eos.gguf")
+    tok = bpetok.from_gguf(model)
+    bos, eos = 151643, 151645
+    assert (tok.add_bos, tok.add_eos) == (True, True)
+    port = start_server(model=model).port
+    props = request(port, "GET", "/props")[2]
+    assert (props["add_bos"], props["add_eos"]) == (True, True)
+    hello = tok.encode("Hello")
+    assert request(port, "POST", "/tokenize", {"content": "Hello"})[2]["tokens"] == hello
+    with_special = request(port, "POST", "/tokenize", {"content": "Hello", "add_special": True})[2]["tokens"]
+    assert with_special == [bos] + hello + [eos] == tok.encode("Hello", add_special=True)
+    # llama-server's tokenize_mixed: only the first element, and only if it is a string
+    mixed = {"content": ["Hello", 9, "Hello"], "add_special": True}
+    assert request(port, "POST", "/tokenize", mixed)[2]["tokens"] == [bos] + hello + [eos, 9] + hello
+    mixed = {"content": [9, "Hello"], "add_special": True}
+    assert request(port, "POST", "/tokenize", mixed)[2]["tokens"] == [9] + hello
 
 
 def _run_cli(*args: str, blocked: tuple[str, ...] = (), report_modules: bool = False) -> subprocess.CompletedProcess:
