@@ -256,3 +256,28 @@ def test_chunked_reading_changes_no_piece(corpus_file, monkeypatch):
     assert (chunked.n_pieces, chunked.merges) == (whole.n_pieces, whole.merges)
     from_text = train(texts=[corpus_text()], vocab_size=380, min_frequency=1)
     assert (from_text.n_pieces, from_text.merges) == (whole.n_pieces, whole.merges)
+
+
+def test_special_tokens_are_cut_out_before_counting(capsys):
+    result = train(texts=["a<|endoftext|>b<|endoftext|>\n"] * 50, vocab_size=300, special_tokens=["<|endoftext|>"],
+                   min_frequency=1, progress=True)
+    assert not [t for t in result.tokens[256:-1] if b"<" in t or b"|" in t]
+    assert result.tokens[-1] == b"<|endoftext|>"
+    assert "merging" in capsys.readouterr().err  # progress=True draws even when stderr is not a terminal
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(
+    text=st.text(alphabet="abcdeé xy\n.", max_size=300),
+    pins=st.lists(st.text(alphabet="abcdeéxyQ", min_size=1, max_size=8), max_size=4),
+)
+def test_random_pins_are_always_single_tokens(text, pins):
+    result = train(texts=[text + " x"], vocab_size=256 + 200, pins=pins, min_frequency=1)
+    tok = result.tokenizer()
+    for term in pins:
+        assert len(tok.encode(term)) == 1 and len(tok.encode(" " + term)) == 1
+    assert tok.decode(tok.encode(text)) == text
