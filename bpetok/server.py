@@ -416,21 +416,30 @@ def _cmd_serve(args) -> int:
     uvicorn = _require_server_extra()
     path = os.path.abspath(args.model)
     tok = bpetok.from_gguf(path)  # fail here, with bpetok's message, before any worker starts
+    url = f"http://{args.host}:{args.port}"
     print(
-        f"bpetok: serving {args.model} ({tok.vocabulary.model}/{tok.vocabulary.pre}, {tok.n_tokens:,} tokens) "
-        f"on http://{args.host}:{args.port} with {args.workers} worker(s)",
+        f"bpetok: loaded {args.model} ({tok.vocabulary.model}/{tok.vocabulary.pre}, {tok.n_tokens:,} tokens); "
+        f"starting {args.workers} worker(s) on {url}",
         file=sys.stderr,
         flush=True,
     )
     options = dict(host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
-    if args.workers == 1:
-        app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path)
-        uvicorn.run(app, **options)
-    else:
-        # Workers are separate processes started from an import string; each loads the model itself.
-        os.environ[ENV_MODEL] = path
-        os.environ[ENV_MAX_BODY_BYTES] = str(args.max_body_bytes)
-        _run_workers(uvicorn, args.workers, options)
+    try:
+        if args.workers == 1:
+            app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path)
+            uvicorn.run(app, **options)
+        else:
+            # Workers are separate processes started from an import string; each loads the model itself.
+            os.environ[ENV_MODEL] = path
+            os.environ[ENV_MAX_BODY_BYTES] = str(args.max_body_bytes)
+            _run_workers(uvicorn, args.workers, options)
+    except SystemExit as e:  # uvicorn logs why it could not start (e.g. the port is taken), then exits
+        if e.code not in (0, None):
+            raise BpetokError(
+                f"the server could not start on {url} (uvicorn's message is above); if the port is in use, "
+                "pass another --port"
+            ) from None
+        raise
     return 0
 
 

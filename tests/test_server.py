@@ -505,6 +505,18 @@ def test_serve_argument_errors(tmp_path):
     assert done.stderr.strip().splitlines() == [f"bpetok: error: {missing}: no such file; pass the path of a GGUF model or vocabulary file"]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_port_in_use_is_a_one_line_error(workers):
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        done = _run_cli("serve", str(QWEN3), "--port", str(busy), "--workers", workers)
+    assert done.returncode == 1, done.stderr
+    assert "address already in use" in done.stderr.lower()
+    assert done.stderr.strip().splitlines()[-1].startswith(f"bpetok: error: the server could not start on http://{HOST}:{busy}")
+
+
 def test_default_body_limit_is_documented():
     from bpetok import server
 
