@@ -286,18 +286,18 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise _too_large(int(declared))
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
+            raise too_large(int(declared))
         # Count while reading: a chunked body (no Content-Length) is cut off at the limit too.
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > max_body_bytes:
-                raise _too_large(None)
+                raise too_large(None)
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _too_large(declared: int | None) -> RequestError:
+    def too_large(declared: int | None) -> RequestError:
         got = f"{declared:,} bytes" if declared is not None else f"more than {max_body_bytes:,} bytes"
         return RequestError(
             f"the request body is too large ({got}); this server accepts at most {max_body_bytes:,} bytes "
