@@ -320,14 +320,12 @@ def test_body_limit_is_413_and_the_connection_stays_usable(port, qwen3):
         assert response.status == 413 and body["error"]["code"] == 413
         assert request(port, "GET", "/health", conn=conn)[0] == 200
 
-        # a far larger declared body: answered at once, not after receiving it
-        started = time.monotonic()
+        # a far larger declared body, of which only one byte is ever sent: answered without waiting for it
         big = 50 * 1024 * 1024
         with socket.create_connection((HOST, port), timeout=30) as s:
             s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % big)
             head = s.recv(65536)
         assert head.startswith(b"HTTP/1.1 413"), head
-        assert time.monotonic() - started < 20
 
         # exactly at the limit: accepted
         at_limit = b'{"content": "hello"}'
