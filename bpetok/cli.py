@@ -146,16 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
-    except BrokenPipeError:
-        raise
+    except BrokenPipeError:  # `bpetok ... | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
     except (BpetokError, OSError) as e:
         print(f"bpetok: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `bpetok ... | head`
-        sys.stderr.close()
-        return 0
 
 
 if __name__ == "__main__":
