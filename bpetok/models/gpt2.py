@@ -211,13 +211,15 @@ class BytePairModel:
         original = list(ids)
         nxt = list(range(1, count + 1))
         prv = list(range(-1, count - 1))
-        buckets: dict[int, list[int]] = {}
-        for i, (a, b) in enumerate(zip(ids, ids[1:])):
-            packed = get(a * stride + b)
+        buckets: dict[int, list[int]] = {}  # packed rank -> left positions
+        pairs: dict[int, int] = {}  # packed rank -> its pair key
+        for i, key in enumerate(map(int.__add__, map(stride.__mul__, ids), ids[1:])):
+            packed = get(key)
             if packed is not None:
                 bucket = buckets.get(packed)
                 if bucket is None:
                     buckets[packed] = [i]
+                    pairs[packed] = key
                 else:
                     bucket.append(i)
         order = list(buckets)
@@ -227,34 +229,41 @@ class BytePairModel:
             positions = buckets.pop(packed)
             positions.sort()
             merged = packed & mask
+            first, second = divmod(pairs[packed], stride)
             for left in positions:
+                if ids[left] != first:
+                    continue  # stale: the left symbol was merged since this position was queued
                 right = nxt[left]
-                if right >= count or get(ids[left] * stride + ids[right]) != packed:
-                    continue  # stale: a side was merged since this position was queued
+                if right >= count or ids[right] != second:
+                    continue
                 ids[left] = merged
                 ids[right] = -1
                 nxt[left] = after = nxt[right]
                 if after < count:
                     prv[after] = left
-                    found = get(merged * stride + ids[after])
+                    key = merged * stride + ids[after]
+                    found = get(key)
                     if found is not None:
                         if found <= packed:
                             return self.merge_symbols(original)  # out of rank order: let the heap decide
                         bucket = buckets.get(found)
                         if bucket is None:
                             buckets[found] = [left]
+                            pairs[found] = key
                             heapq.heappush(order, found)
                         else:
                             bucket.append(left)
                 before = prv[left]
                 if before >= 0:
-                    found = get(ids[before] * stride + merged)
+                    key = ids[before] * stride + merged
+                    found = get(key)
                     if found is not None:
                         if found <= packed:
                             return self.merge_symbols(original)
                         bucket = buckets.get(found)
                         if bucket is None:
                             buckets[found] = [before]
+                            pairs[found] = key
                             heapq.heappush(order, found)
                         else:
                             bucket.append(before)
