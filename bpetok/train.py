@@ -40,7 +40,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from bpetok.errors import BpetokError, GGUFError
+from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from bpetok.vocab import TokenType
@@ -516,7 +516,8 @@ def train(
     items = sorted(counter.items())
     words = [list(piece.encode("utf-8", "surrogatepass")) for piece, _ in items]
     freqs = [f for _, f in items]
-    del counter, items
+    counter.clear()  # free the pieces early; the words hold what is needed
+    del items
     pairs = _PairCounts(words, freqs)
     vocab = _Vocab()
 
@@ -636,10 +637,7 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
     if not pins:
         raise BpetokError("nothing to pin: give at least one term (--pin TERM or --pin-file FILE)")
     tok = bpetok.from_gguf(base)
-    try:
-        gguf = read_gguf(base)
-    except GGUFError:
-        raise
+    gguf = read_gguf(base)
     meta, types = gguf.metadata, gguf.types
     tokens = list(meta["tokenizer.ggml.tokens"])
     n_base = len(tokens)
