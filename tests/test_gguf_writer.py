@@ -81,3 +81,20 @@ def test_errors(tmp_path):
     with pytest.raises(bpetok.BpetokError, match="skipped when reading"):
         items_of(read_gguf(QWEN3, want=lambda k: k.startswith("general.")))
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_gguf_package_reads_a_trained_vocabulary(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "trained.gguf"
+    result = bpetok.train(texts=["low lower lowest newest widest\n"] * 20, vocab_size=270, special_tokens=["<s>"],
+                          min_frequency=1, output=path)
+    reader = gguf.GGUFReader(str(path))
+    field = reader.fields["tokenizer.ggml.tokens"]
+    assert [bytes(field.parts[i]) for i in field.data] == result.tokens
+    field = reader.fields["tokenizer.ggml.merges"]
+    assert [bytes(field.parts[i]) for i in field.data] == result.merges
+    field = reader.fields["tokenizer.ggml.token_type"]
+    assert [int(field.parts[i][0]) for i in field.data] == [1] * 269 + [3]
+    assert bytes(reader.fields["tokenizer.ggml.pre"].parts[-1]) == b"qwen2"
+    ours = read_gguf(path)
+    assert ours.metadata["tokenizer.ggml.eos_token_id"] == 269
