@@ -176,29 +176,48 @@ class _Cursor:
     def string_array(self, count: int) -> list[bytes]:
         """``count`` length-prefixed strings: the hot path of loading a vocabulary (2 x 150k strings).
 
-        Two C-speed passes instead of one Python loop doing everything: :meth:`string_lengths`
-        walks the length prefixes, then one ``struct`` layout (``8x<n>s`` per string: skip the
+        Two passes instead of one Python loop doing everything: :meth:`string_lengths` finds the
+        lengths (mostly with numpy), then one ``struct`` layout (``8x<n>s`` per string: skip the
         prefix, take ``n`` bytes) cuts every string out in a single call. Same result and errors
-        as :meth:`string_array_plain`, the readable reference, about three times faster.
+        as :meth:`string_array_plain`, the readable reference, about four times faster.
         """
         start = self.pos
         lengths = self.string_lengths(count)
+        longest = max(lengths, default=0)
+        if longest < 4096:  # the usual case: format each distinct length once
+            table = ["8x%ds" % n for n in range(longest + 1)]
+            layout = "".join(map(table.__getitem__, lengths))
+        else:
+            layout = ("8x%ds" * count) % tuple(lengths)
         # subtle: a Struct of our own, not struct.unpack_from(fmt), which would keep this
         # megabyte-long format in struct's cache.
-        layout = struct.Struct("<" + ("8x%ds" * count) % tuple(lengths))
-        return list(layout.unpack_from(self.buf, start))
+        return list(struct.Struct("<" + layout).unpack_from(self.buf, start))
 
     def string_lengths(self, count: int) -> list[int]:
-        """Walk ``count`` length-prefixed strings, checking they fit; return their lengths."""
+        """Walk ``count`` length-prefixed strings, checking they fit; return their lengths.
+
+        Chunks are scanned with numpy (:func:`_scan_prefixes`) while that works, the rest is
+        walked one prefix at a time.
+        """
         start, buf = self.pos, self.buf
-        unpack = struct.Struct("<Q").unpack_from
         lengths: list[int] = []
+        pos, remaining = start, count
+        while remaining >= _SCAN_MIN_STRINGS:
+            chunk_end = min(self.end, pos + _SCAN_CHUNK)
+            found = _scan_prefixes(buf, pos, chunk_end, remaining)
+            if found is None:
+                break
+            lengths += found[0]
+            remaining -= len(found[0])
+            pos, before = found[1], pos
+            if 2 * (pos - before) < chunk_end - before:
+                break  # most of the chunk was not strings we could prove: walk the rest instead
+        unpack = struct.Struct("<Q").unpack_from
         append = lengths.append
-        pos = start
         try:
             # No bounds check per string: positions only grow (lengths are unsigned), so the walk
             # stays in bounds if its end does; a prefix past the end makes unpack raise.
-            for _ in repeat(None, count):
+            for _ in repeat(None, remaining):
                 (n,) = unpack(buf, pos)
                 append(n)
                 pos += 8 + n
@@ -242,6 +261,45 @@ class _Cursor:
             else:
                 for _ in range(count):
                     self.skip_value(elem, depth + 1)
+
+
+_SCAN_CHUNK = 1 << 17  # bytes per numpy scan: small enough to read little past an array's end
+_SCAN_MIN_STRINGS = 64  # fewer strings are walked in Python
+
+
+def _scan_prefixes(buf: memoryview, pos: int, end: int, limit: int) -> tuple[list[int], int] | None:
+    """The lengths of up to ``limit`` consecutive strings from ``pos``, proven with numpy in ``buf[pos:end]``.
+
+    Returns the lengths and the offset after the last string, or None when not even one string
+    can be proven. A guess, then a proof. The guess: the u64 length prefix of a string shorter
+    than 2**40 ends in three zero bytes, and a string starts with a non-zero byte (true of every
+    token of a byte-level vocabulary), so prefixes are among the offsets ``i`` where
+    ``buf[i+5:i+8]`` is zero and ``buf[i+8]`` is not. The proof: the first candidate is ``pos``,
+    and each string, inside the chunk, ends exactly where the next candidate starts; so every
+    accepted candidate is a real prefix, whatever the guess. Data that defeats the guess (zero
+    bytes in strings, empty strings in a row, lengths of 2**40 or more) only ends the run early.
+
+    >>> data = memoryview(b"".join(len(s).to_bytes(8, "little") + s for s in [b"ab", b"", b"cde", b"f"]))
+    >>> _scan_prefixes(data, 0, len(data), 4)  # b"f" is not followed by a prefix: not proven
+    ([2, 0, 3], 29)
+    """
+    n = end - pos
+    if n < 16:
+        return None
+    zero = np.frombuffer(buf, np.uint8, count=n, offset=pos) == 0
+    starts = np.flatnonzero(zero[5:-3] & zero[6:-2] & zero[7:-1] & ~zero[8:])
+    if len(starts) < 2 or starts[0] != 0:
+        return None
+    words = np.ndarray((n - 7,), "<u8", buffer=buf, offset=pos, strides=(1,))  # the u64 at every offset
+    lengths = words[starts]
+    room = (n - 8 - starts).astype(np.uint64)  # the bytes after each prefix, inside the chunk
+    ends = starts + 8 + np.minimum(lengths, room).astype(np.int64)
+    chained = (lengths[:-1] <= room[:-1]) & (ends[:-1] == starts[1:])
+    broken = np.flatnonzero(~chained)
+    proven = min(int(broken[0]) if len(broken) else len(starts) - 1, limit)
+    if proven == 0:
+        return None
+    return lengths[:proven].tolist(), pos + int(ends[proven - 1])
 
 
 def read_gguf(path: str | os.PathLike, *, want: Callable[[str], bool] | None = None) -> GGUFFile:

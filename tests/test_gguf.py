@@ -278,3 +278,48 @@ def test_not_gzip(tmp_path):
     path = write(tmp_path, b"GGUF not really gzip", "model.gguf.gz")
     with pytest.raises(bpetok.GGUFError, match="not a readable gzip file"):
         read_gguf(path)
+
+
+# -- the fast string path ----------------------------------------------------------------------------
+
+
+def string_array_both_ways(tmp_path, strings: list[bytes]):
+    built = build([("s", T.ARRAY, (T.STRING, strings)), ("after", T.UINT32, 7)])
+    path = write(tmp_path, built.data)
+    fast = read_gguf(path).metadata["s"]
+    view = memoryview(built.data)
+    cursor = _Cursor(str(path), view)
+    cursor.pos = built.spans[0][2] + 12
+    assert fast == cursor.string_array_plain(len(strings)) == strings
+    return built
+
+
+@pytest.mark.parametrize(
+    "strings",
+    [
+        [b"tok%d" % i for i in range(5000)],
+        [b"x" * (i % 700) for i in range(3000)],  # lengths with a zero low byte (256, 512)
+        [b""] * 3000,  # every prefix all zeros: the numpy guess finds nothing, the walk does it
+        [b"\x00a\x00" * (i % 5) for i in range(3000)],  # zero bytes inside strings defeat the guess
+        [b"a", b"", b"", b"b"] * 1000 + [b"\x00" * 9] * 100 + [b"end%d" % i for i in range(2000)],
+        [bytes([i % 256]) * (i % 300) for i in range(4000)],
+    ],
+    ids=["plain", "long", "empty", "zeros", "mixed", "bytes"],
+)
+def test_fast_string_array_on_awkward_data(tmp_path, strings):
+    string_array_both_ways(tmp_path, strings)
+
+
+def test_the_numpy_scan_proves_most_of_a_real_vocabulary():
+    # Not a timing: checks the fast path is really taken on a real token array.
+    from bpetok.gguf import _scan_prefixes
+    from ggufbuild import layout
+
+    with gzip.open(SMOLLM2, "rb") as f:
+        data = f.read()
+    lay = layout(data)
+    first = lay.strings["tokenizer.ggml.tokens"][0][0] - 8
+    lengths, after = _scan_prefixes(memoryview(data), first, first + (1 << 17), 10**6)
+    assert len(lengths) > 5000
+    assert lengths == [n for _, n in lay.strings["tokenizer.ggml.tokens"][: len(lengths)]]
+    assert after == lay.strings["tokenizer.ggml.tokens"][len(lengths)][0] - 8

@@ -67,7 +67,7 @@ def test_truncation_of_a_real_vocabulary_header(tmp_path, smollm2_bytes):
     # Every offset of the first 4 kB (header and small keys), then a spread over the token arrays.
     path = tmp_path / "cut.gguf"
     rng = random.Random(2)
-    cuts = list(range(0, 4096, 3)) + rng.sample(range(4096, len(smollm2_bytes)), 150)
+    cuts = list(range(0, 4096, 5)) + rng.sample(range(4096, len(smollm2_bytes)), 50)
     for cut in cuts:
         path.write_bytes(smollm2_bytes[:cut])
         with pytest.raises(bpetok.GGUFError, match="byte offset"):
@@ -131,7 +131,7 @@ def test_bit_flips_in_every_byte(tmp_path):
     path = tmp_path / "flip.gguf"
     outcomes = {"read": 0, "refused": 0}
     for offset in range(len(SAMPLE.data)):
-        for bit in (0, 3, 7):
+        for bit in (0, 7):
             data = bytearray(SAMPLE.data)
             data[offset] ^= 1 << bit
             path.write_bytes(bytes(data))
@@ -154,7 +154,7 @@ def test_nesting_far_too_deep(tmp_path):
 
 def test_many_empty_arrays_finish(tmp_path):
     # The most elements a file can describe per byte (12 bytes each): read, not hung.
-    count = 200_000
+    count = 50_000
     data = build([("many", T.ARRAY, (T.ARRAY, [(T.UINT8, [])] * count))]).data
     path = tmp_path / "many.gguf"
     path.write_bytes(data)
@@ -240,3 +240,24 @@ def test_hypothesis_counts(tmp_path, tensor_count, kv_count, body):
     path = tmp_path / "counts.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, tensor_count, kv_count) + body)
     read_or_refuse(path)
+
+
+@settings(FUZZ, max_examples=60)
+@given(
+    strings=st.lists(
+        st.one_of(st.binary(max_size=12), st.text(max_size=8).map(str.encode), st.binary(min_size=250, max_size=260)),
+        min_size=60,
+        max_size=400,
+    ),
+    cut=st.integers(0, 64),
+)
+def test_hypothesis_string_arrays(tmp_path, strings, cut):
+    # The numpy scan against the plain walk: same strings, and the same error for a cut file.
+    built = build([("s", T.ARRAY, (T.STRING, strings))])
+    path = tmp_path / "strings.gguf"
+    path.write_bytes(built.data)
+    assert read_gguf(path).metadata["s"] == strings
+    if cut:
+        path.write_bytes(built.data[:-cut])
+        with pytest.raises(bpetok.GGUFError, match="reading key 's'"):
+            read_gguf(path)
