@@ -60,7 +60,10 @@ PRE_NAMES = (
 
 def make_pretokenizer() -> CollapsedRegexPreTokenizer:
     """A fresh llama3 pre-tokenizer (bpetok calls this once per loaded vocabulary)."""
-    return CollapsedRegexPreTokenizer(PATTERN)
+    # space_chunks: a space after a non-space can only start a piece (the optional prefix of a
+    # letter or punctuation run, or a whitespace run), and nothing looks behind, so bpetok may cut
+    # text there and cache the ids of whole chunks such as " word,".
+    return CollapsedRegexPreTokenizer(PATTERN, space_chunks=True)
 
 
 @hookimpl

@@ -10,10 +10,9 @@ import gzip
 import shutil
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 llama_cpp = pytest.importorskip("llama_cpp")
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 # Text llama3's rules care about: letters, digits of several scripts, apostrophes, whitespace of
 # every kind, punctuation, marks, and the special tokens' own characters.
