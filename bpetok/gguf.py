@@ -8,7 +8,9 @@ a huge allocation or an over-read. Keys the caller does not want are skipped wit
 their values.
 
 Strings are returned as ``bytes`` (token texts need not be valid UTF-8); numeric arrays as
-read-only numpy arrays; nested arrays as lists.
+numpy arrays (copies: nothing refers to the map once the file is closed); nested arrays as lists.
+String arrays, 300k strings in a vocabulary, take a fast path (:meth:`_Cursor.string_array`)
+checked against a plain one-string-at-a-time reference.
 """
 
 from __future__ import annotations
