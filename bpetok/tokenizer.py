@@ -266,7 +266,8 @@ class Tokenizer:
 
         ``workers``: processes to use (default: the CPUs this process may run on). Small batches
         (under ~200k characters), one worker, or a platform without ``fork`` run in-process.
-        The worker processes are forked, so they start with this tokenizer and its caches.
+        ``workers - 1`` processes are forked (so they start with this tokenizer and its caches)
+        and this process works too.
 
         >>> tok.encode_batch(["Hello", "world"]) == [tok.encode("Hello"), tok.encode("world")]  # doctest: +SKIP
         True
@@ -480,18 +481,27 @@ def _encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, 
     if start < len(texts):
         groups.append((start, len(texts)))
     _batch_job = (tok, texts, parse_special)
+    results: list[tuple[bytes, list[int]] | None] = [None] * len(groups)
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        # workers - 1 children; this process is the last worker. Groups are queued in order and
+        # this process takes them from the end for as long as no child has started them.
+        with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
             futures = [pool.submit(_encode_group, a, b) for a, b in groups]
-            out: list[list[int]] = []
-            for future in futures:
-                data, lengths = future.result()
-                flat = array("l")
-                flat.frombytes(data)
-                ids, at = flat.tolist(), 0
-                for length in lengths:
-                    out.append(ids[at : at + length])
-                    at += length
-            return out
+            for k in range(len(groups) - 1, -1, -1):
+                if not futures[k].cancel():
+                    break
+                results[k] = _encode_group(*groups[k])
+            for k, future in enumerate(futures):
+                if results[k] is None:
+                    results[k] = future.result()
     finally:
         _batch_job = None
+    out: list[list[int]] = []
+    for data, lengths in results:
+        flat = array("l")
+        flat.frombytes(data)
+        ids, at = flat.tolist(), 0
+        for length in lengths:
+            out.append(ids[at : at + length])
+            at += length
+    return out

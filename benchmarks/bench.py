@@ -1,0 +1,434 @@
+"""Side-by-side encode speed of bpetok, tiktoken, HF tokenizers and llama.cpp on one GGUF vocabulary.
+
+    python3 benchmarks/bench.py VOCAB.gguf CORPUS.txt[.xz] ... [--repeat 3] [--json OUT] [--plot OUT.png]
+
+Every engine is built in this process from the same GGUF file (read with bpetok's reader):
+
+- ``tiktoken``: ``tiktoken.Encoding`` with mergeable ranks from the NORMAL tokens' raw bytes
+  (GPT-2 characters decoded back to bytes; rank = token id, which for Qwen's vocabulary is merge
+  order), the qwen2 pattern, CONTROL/USER_DEFINED tokens as special tokens; ``encode_ordinary``.
+- ``hf``: HF ``tokenizers`` with a BPE model (the GGUF's vocabulary and merges),
+  ``Split(qwen2 pattern, isolated)`` + ``ByteLevel(use_regex=False)``, a ByteLevel decoder.
+- ``llama.cpp``: llama-cpp-python's ``Llama(path, vocab_only=True).tokenize(..., special=False)``
+  (skipped when not installed).
+- ``bpetok``: ``bpetok.from_gguf(path).encode(text, parse_special=False)``.
+
+For each engine and corpus: MB/s (UTF-8 bytes) and tokens/s, *cold* (a fresh tokenizer, first
+pass over the corpus), *warm* (the same tokenizer, second pass) and *steady* (a fresh tokenizer
+that has encoded the first half of the corpus, timed on the second half: text it has not seen).
+Each figure is the median of ``--repeat`` runs. Then whether every engine gave bpetok's ids;
+bpetok's ``encode_batch`` on the corpora's paragraphs against one process; the whole-process time
+and peak RSS of loading the vocabulary plus one encode, for bpetok and for llama-cpp-python's
+vocab-only load; and the time of each 1 MB pathological input per engine (a subprocess each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+import bpetok
+from bpetok.models.gpt2 import CHAR_TO_BYTE
+from bpetok.vocab import TokenType
+
+# The qwen2 pre-tokenizer's pattern as Qwen's tokenizer.json writes it (tiktoken and HF run it
+# with \p{..} classes; bpetok's qwen2 plugin runs the same pattern over collapsed text).
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+MB = 1_000_000
+
+
+# -- engines -------------------------------------------------------------------------------------
+# Each maker returns encode(text) -> list[int]; calling the maker again gives a fresh tokenizer.
+
+
+def make_bpetok(path):
+    vocab = bpetok.load_vocabulary(path)
+    spec = bpetok.from_gguf(path).spec
+
+    def fresh():
+        tok = bpetok.Tokenizer(vocab, spec)
+        return lambda text: tok.encode(text, parse_special=False)
+
+    return fresh
+
+
+def make_tiktoken(path):
+    import tiktoken
+
+    vocab = bpetok.load_vocabulary(path)
+    ranks, specials = {}, {}
+    for i, (text, kind) in enumerate(zip(vocab.tokens, vocab.token_types)):
+        if kind == TokenType.NORMAL:
+            ranks[bytes(CHAR_TO_BYTE[c] for c in text.decode("utf-8"))] = i
+        elif kind in (TokenType.CONTROL, TokenType.USER_DEFINED):
+            specials[text.decode("utf-8")] = i
+
+    def fresh():
+        enc = tiktoken.Encoding("gguf", pat_str=QWEN2_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
+        return enc.encode_ordinary
+
+    return fresh
+
+
+def make_hf(path):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = bpetok.load_vocabulary(path)
+    table = {t.decode("utf-8"): i for i, (t, kind) in enumerate(zip(vocab.tokens, vocab.token_types)) if kind == TokenType.NORMAL}
+    merges = [tuple(m.decode("utf-8").split(" ", 1)) for m in vocab.merges]
+
+    def fresh():
+        tok = Tokenizer(models.BPE(table, merges))
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+        tok.decoder = decoders.ByteLevel()
+        return lambda text: tok.encode(text, add_special_tokens=False).ids
+
+    return fresh
+
+
+def make_llama(path):
+    from llama_cpp import Llama
+
+    def fresh():
+        llm = Llama(path, vocab_only=True, verbose=False)
+        return lambda text: llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    return fresh
+
+
+ENGINES = {"bpetok": make_bpetok, "tiktoken": make_tiktoken, "hf": make_hf, "llama.cpp": make_llama}
+
+
+# -- measurements --------------------------------------------------------------------------------
+
+
+def read_corpus(path: str) -> str:
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rb") as f:
+        return f.read().decode("utf-8")
+
+
+def timed(fn, *args):
+    start = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - start, result
+
+
+def bench_corpus(fresh, text: str, repeat: int) -> dict:
+    size = len(text.encode("utf-8"))
+    half = len(text) // 2
+    cold, warm, steady, ids = [], [], [], None
+    for _ in range(repeat):
+        encode = fresh()
+        seconds, ids = timed(encode, text)
+        cold.append(seconds)
+        warm.append(timed(encode, text)[0])
+        encode = fresh()
+        encode(text[:half])
+        steady.append(timed(encode, text[half:])[0])
+    n_ids = len(ids)
+    second_half = len(text[half:].encode("utf-8"))
+    out = {"bytes": size, "tokens": n_ids}
+    for name, seconds, nbytes in (("cold", cold, size), ("warm", warm, size), ("steady", steady, second_half)):
+        median = statistics.median(seconds)
+        out[name] = {"seconds": median, "MB/s": nbytes / median / MB, "tokens/s": n_ids * nbytes / size / median}
+    return out, ids
+
+
+def count_differences(reference, encode, text: str) -> int:
+    """How many paragraphs (text split at blank lines) an engine encodes differently."""
+    paragraphs = text.split("\n\n")
+    return sum(reference(p) != encode(p) for p in paragraphs)
+
+
+# Each child prints its own peak RSS: ru_maxrss from wait4 would include the forked parent's
+# pages before exec, so the figure is the kernel's VmHWM of the child's own address space.
+PEAK = "; print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))"
+CHILD = {
+    "bpetok": "import bpetok, sys; tok = bpetok.from_gguf(sys.argv[1]); tok.encode('Hello world')" + PEAK,
+    "llama.cpp": (
+        "import sys; from llama_cpp import Llama; "
+        "Llama(sys.argv[1], vocab_only=True, verbose=False).tokenize(b'Hello world', add_bos=False, special=False)"
+    ) + PEAK,
+    "python": "pass" + PEAK,
+}
+
+
+def load_process(path: str, repeat: int) -> dict:
+    """Whole-process wall time and peak RSS of loading + one encode, median of ``repeat`` runs."""
+    out = {}
+    for name, code in CHILD.items():
+        if name == "llama.cpp" and not _installed("llama_cpp"):
+            continue
+        walls, rss = [], []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True)
+            walls.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                raise SystemExit(f"bench: the {name} load subprocess failed (exit {done.returncode}): {done.stderr[-500:]}")
+            rss.append(int(done.stdout.split()[-1]) / 1024)  # VmHWM is in kB
+        out[name] = {"seconds": statistics.median(walls), "peak_MiB": statistics.median(rss)}
+    return out
+
+
+def batch(fresh_tok, texts: list[str], repeat: int) -> dict:
+    """bpetok's encode_batch (all CPUs) against one process, same texts, fresh tokenizers, MB/s."""
+    size = sum(len(t.encode("utf-8")) for t in texts)
+    single, multi = [], []
+    for _ in range(repeat):
+        tok = fresh_tok()
+        single.append(timed(lambda: [tok.encode(t, parse_special=False) for t in texts])[0])
+        tok = fresh_tok()
+        seconds, ids = timed(lambda: tok.encode_batch(texts, parse_special=False))
+        multi.append(seconds)
+    one, many = statistics.median(single), statistics.median(multi)
+    return {"texts": len(texts), "bytes": size, "single_MB/s": size / one / MB, "batch_MB/s": size / many / MB, "speedup": one / many}
+
+
+def pathological_inputs() -> dict[str, str]:
+    rng = random.Random(0)
+    return {
+        "one letter": "a" * MB,
+        "spaces": " " * MB,
+        "digits": "7" * MB,
+        "CJK, no spaces": "".join(chr(rng.randrange(0x4E00, 0x9FA6)) for _ in range(MB // 3)),
+        "one emoji": "\U0001f600" * (MB // 4),
+    }
+
+
+PATHOLOGICAL_CHILD = """
+import sys, time, json
+sys.path.insert(0, {here!r})
+import bench
+fresh = bench.ENGINES[{engine!r}]({path!r})
+text = bench.pathological_inputs()[{name!r}]
+encode = fresh()
+start = time.perf_counter()
+encode(text)
+print(json.dumps(time.perf_counter() - start))
+"""
+
+
+def pathological(path: str, engines: list[str], timeout: float) -> dict:
+    """Seconds per 1 MB pathological input and engine, each in a subprocess.
+
+    None: timed out; a string: the engine failed (its last line of error output).
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = {}
+    for name in pathological_inputs():
+        out[name] = {}
+        for engine in engines:
+            code = PATHOLOGICAL_CHILD.format(here=here, engine=engine, path=path, name=name)
+            try:
+                done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                out[name][engine] = None
+                continue
+            if done.returncode != 0:  # e.g. tiktoken's regex overflows its stack on 1 MB of spaces
+                last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+                out[name][engine] = f"failed: {last[:120]}"
+                continue
+            out[name][engine] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    versions = {"python": platform.python_version(), "bpetok": bpetok.__version__}
+    for module, dist in (("tiktoken", "tiktoken"), ("tokenizers", "tokenizers"), ("llama_cpp", "llama_cpp_python"), ("regex", "regex")):
+        try:
+            from importlib.metadata import version
+
+            versions[module] = version(dist.replace("_", "-"))
+        except Exception:
+            versions[module] = None
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "load_average_start": os.getloadavg(),
+        "platform": platform.platform(),
+        "versions": versions,
+    }
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def report(results: dict) -> str:
+    lines = []
+    engines = results["engines"]
+    corpora = list(results["corpora"])
+    for phase in ("cold", "warm", "steady"):
+        lines += [f"\n{phase} — MB/s (tokens/s); ratio = bpetok / engine\n"]
+        lines += ["| engine | " + " | ".join(corpora) + " |", "|---|" + "---|" * len(corpora)]
+        for engine in engines:
+            cells = []
+            for corpus in corpora:
+                r = results["corpora"][corpus]["engines"].get(engine)
+                cells.append("—" if r is None else f"{r[phase]['MB/s']:.2f} ({r[phase]['tokens/s'] / 1e3:.0f}k)")
+            lines.append(f"| {engine} | " + " | ".join(cells) + " |")
+        for engine in engines:
+            if engine == "bpetok":
+                continue
+            ratios = []
+            for corpus in corpora:
+                rs = results["corpora"][corpus]["engines"]
+                ratios.append(rs["bpetok"][phase]["MB/s"] / rs[engine][phase]["MB/s"] if engine in rs else None)
+            shown = [f"**{r:.2f}×**" if r is not None else "—" for r in ratios]
+            present = [r for r in ratios if r is not None]
+            least = f" (min {min(present):.2f}×)" if present else ""
+            lines.append(f"| bpetok / {engine}{least} | " + " | ".join(shown) + " |")
+    lines += ["\nSame ids as bpetok (paragraphs that differ when not):\n"]
+    for corpus, data in results["corpora"].items():
+        same = ", ".join(f"{e}: {'yes' if d == 0 else f'NO ({d} paragraphs differ)'}" for e, d in data["differences"].items())
+        lines.append(f"- {corpus} ({data['tokens']} tokens): {same}")
+    if "batch" in results:
+        b = results["batch"]
+        lines += [
+            f"\nencode_batch: {b['texts']} paragraphs of the corpora ({b['bytes'] / MB:.1f} MB), fresh tokenizers, "
+            f"{results['machine']['nproc']} CPUs: one process {b['single_MB/s']:.2f} MB/s, encode_batch "
+            f"{b['batch_MB/s']:.2f} MB/s, **{b['speedup']:.2f}×**"
+        ]
+    if "load" in results:
+        lines += ["\nWhole process: load the vocabulary + encode 'Hello world' (median)\n", "| | seconds | peak RSS MiB |", "|---|---|---|"]
+        for name, r in results["load"].items():
+            lines.append(f"| {name} | {r['seconds']:.3f} | {r['peak_MiB']:.0f} |")
+    if "pathological" in results:
+        names = list(next(iter(results["pathological"].values())))
+        lines += ["\nPathological inputs, 1 MB each: seconds (fresh tokenizer)\n", "| input | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for case, row in results["pathological"].items():
+            cells = [
+                f"> {results['pathological_timeout']:.0f}" if row[n] is None else row[n] if isinstance(row[n], str) else f"{row[n]:.2f}"
+                for n in names
+            ]
+            lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    corpora = list(results["corpora"])
+    engines = results["engines"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=True)
+    for ax, phase in zip(axes, ("cold", "warm", "steady")):
+        width = 0.8 / len(engines)
+        for k, engine in enumerate(engines):
+            values = [results["corpora"][c]["engines"].get(engine, {}).get(phase, {}).get("MB/s", 0) for c in corpora]
+            ax.bar([i + k * width for i in range(len(corpora))], values, width, label=engine)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(corpora))], corpora)
+        ax.set_title(phase)
+    axes[0].set_ylabel("MB/s")
+    axes[0].legend()
+    fig.suptitle(f"encode throughput, {os.path.basename(results['vocab'])}, {results['machine']['nproc']} CPUs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("vocab", help="the GGUF vocabulary (e.g. ggml-vocab-qwen3.gguf)")
+    parser.add_argument("corpora", nargs="+", help="UTF-8 text files, optionally .xz-compressed")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of %(default)s")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is reported")
+    parser.add_argument("--no-load", action="store_true", help="skip the whole-process load measurement")
+    parser.add_argument("--no-batch", action="store_true", help="skip the encode_batch measurement")
+    parser.add_argument("--no-pathological", action="store_true", help="skip the pathological inputs")
+    parser.add_argument("--pathological-engines", default="bpetok,tiktoken,hf,llama.cpp")
+    parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a pathological run is given up")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--plot", help="also draw a PNG here (needs matplotlib)")
+    args = parser.parse_args(argv)
+    for path in [args.vocab, *args.corpora]:
+        if not os.path.isfile(path):
+            parser.error(f"{path}: no such file")
+    engines = [e for e in args.engines.split(",") if e]
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        parser.error(f"unknown engine(s) {unknown}; choose from {list(ENGINES)}")
+    if "llama.cpp" in engines and not _installed("llama_cpp"):
+        print("bench: llama_cpp is not installed; skipping llama.cpp", file=sys.stderr)
+        engines.remove("llama.cpp")
+    if "bpetok" not in engines:
+        parser.error("--engines must include bpetok (ratios and id checks are against it)")
+    engines.sort(key=list(ENGINES).index)
+
+    results = {"vocab": os.path.abspath(args.vocab), "machine": machine(), "engines": engines, "repeat": args.repeat, "corpora": {}}
+    makers = {e: ENGINES[e](args.vocab) for e in engines}
+    for corpus_path in args.corpora:
+        name = os.path.basename(corpus_path).split(".")[0]
+        text = read_corpus(corpus_path)
+        entry = {"path": os.path.abspath(corpus_path), "engines": {}, "differences": {}}
+        reference = None
+        for engine in engines:
+            print(f"bench: {name} / {engine} ...", file=sys.stderr, flush=True)
+            figures, ids = bench_corpus(makers[engine], text, args.repeat)
+            entry["engines"][engine] = figures
+            if engine == "bpetok":
+                reference, entry["tokens"] = ids, len(ids)
+            else:
+                entry["differences"][engine] = 0 if ids == reference else count_differences(makers["bpetok"](), makers[engine](), text)
+        results["corpora"][name] = entry
+    if not args.no_batch:
+        print("bench: encode_batch ...", file=sys.stderr, flush=True)
+        vocab = bpetok.load_vocabulary(args.vocab)
+        spec = bpetok.from_gguf(args.vocab).spec
+        # The corpora as documents: paragraphs, so the batch is many texts of ordinary length.
+        docs = [p for path in args.corpora for p in read_corpus(path).split("\n\n") if p]
+        results["batch"] = batch(lambda: bpetok.Tokenizer(vocab, spec), docs, args.repeat)
+    if not args.no_load:
+        print("bench: whole-process load ...", file=sys.stderr, flush=True)
+        results["load"] = load_process(args.vocab, max(args.repeat, 5))
+    if not args.no_pathological:
+        print("bench: pathological inputs ...", file=sys.stderr, flush=True)
+        chosen = [e for e in args.pathological_engines.split(",") if e in engines]
+        results["pathological"] = pathological(args.vocab, chosen, args.timeout)
+        results["pathological_timeout"] = args.timeout
+    results["machine"]["load_average_end"] = os.getloadavg()
+    print(f"machine: {results['machine']}")
+    print(report(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.plot:
+        try:
+            plot(results, args.plot)
+        except ImportError:
+            print("bench: matplotlib is not installed; no plot", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
