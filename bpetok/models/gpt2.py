@@ -53,14 +53,17 @@ class BytePairModel:
     Two implementations share the tables: :meth:`merge_symbols` is the plain reference (a heap
     over a linked list, as llama.cpp does it) and :meth:`merge_symbols_fast` the one the
     tokenizer uses, which on short pieces keeps one rank per adjacent pair in a list and lets
-    ``min``/``list.index`` find the next merge in C. tests/test_fast.py checks one against the other.
+    ``min``/``list.index`` find the next merge in C, and on very long ones (1 MB of one letter)
+    applies merges rank by rank (:meth:`_merge_long`). tests/test_fast.py checks them against it.
 
     ``ranks`` maps ``left_id * stride + right_id`` to ``rank << shift | merged_id``: one int that
     orders by rank (so heaps and ``min`` need no tuple) and carries the merged symbol in its low bits.
     """
 
-    # Above this many symbols the list scan (quadratic) gives way to the heap (n log n).
-    SCAN_LIMIT = 48
+    # Up to SCAN_LIMIT symbols the list scan is fastest, then the heap (measured on the multi
+    # corpus's pieces); above LONG_LIMIT the rank buckets, whose set-up pays off on long pieces.
+    SCAN_LIMIT = 16
+    LONG_LIMIT = 1024
 
     def __init__(self, tokens: list[bytes], merges: list[bytes], *, ignore_merges: bool = False, path: str = ""):
         self.n_tokens = n = len(tokens)
@@ -176,8 +179,8 @@ class BytePairModel:
         count = len(ids)
         if count < 2:
             return ids
-        if count > self.SCAN_LIMIT:
-            return self._merge_long(ids)  # long pieces: no quadratic scan
+        if count > self.SCAN_LIMIT:  # no quadratic scan on long pieces
+            return self._merge_long(ids) if count > self.LONG_LIMIT else self.merge_symbols(ids)
         get, stride, mask = self.ranks.get, self.stride, self.mask
         never = 1 << 62  # above every packed rank
         pair = [get(a * stride + b, never) for a, b in zip(ids, ids[1:])]
