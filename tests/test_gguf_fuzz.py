@@ -1,7 +1,8 @@
 """Fuzzing the GGUF reader: every damaged file reads or raises GGUFError naming the offset and key.
 
 Never another exception, a hang, a MemoryError or a read past the end: a lying count or length is
-refused before anything is allocated for it.
+refused before anything is allocated for it. The memory map is exactly the file, so an attempt to
+read past its end would surface as a foreign exception (struct.error, IndexError) and fail.
 """
 
 from __future__ import annotations
