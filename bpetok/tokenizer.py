@@ -395,7 +395,13 @@ class Tokenizer:
                     out += b"[UNK_BYTE_0x" + char.encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
             return bytes(out)
         if attr & TokenAttr.BYTE:
-            return bytes((int(text[3:5], 16),))
+            byte = _token_to_byte(text)
+            if byte is None:
+                raise BpetokError(
+                    f"{self.vocabulary.path}: token {token_id} {text!r} has type BYTE but is too short to name a "
+                    "byte (<0xXX>); llama.cpp fails on it too: fix its type in 'tokenizer.ggml.token_type'"
+                )
+            return bytes((byte,))
         return b""
 
     def decode_bytes(self, ids) -> bytes:
@@ -411,6 +417,22 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
+
+
+_STRTOL16 = re.compile(rb"[ \t\n\v\f\r]*([+-]?)([0-9A-Fa-f]*)")
+
+
+def _token_to_byte(text: bytes) -> int | None:
+    """llama.cpp's token_to_byte: ``(char) strtol(text.substr(3, 2), NULL, 16)``; None where substr throws.
+
+    >>> _token_to_byte(b"<0x41>"), _token_to_byte(b"<mask>"), _token_to_byte(b"<0x"), _token_to_byte(b"ab")
+    (65, 0, 0, None)
+    """
+    if len(text) < 3:
+        return None
+    sign, digits = _STRTOL16.match(text[3:5]).groups()
+    value = int(digits or b"0", 16)
+    return (-value if sign == b"-" else value) & 0xFF
 
 
 def _llama_utf8_chars(data: bytes):
