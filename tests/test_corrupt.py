@@ -1,5 +1,7 @@
 """Hundreds of corrupted SmolLM2 vocabularies through the whole loader: each loads or is refused.
 
+Then small well-formed files whose tokenizer makes no sense (hypothesis): refused clearly or usable.
+
 Issue 2's promise: a truncated, corrupt or hostile file gives a ValueError subclass (a
 :class:`bpetok.BpetokError`) naming what is wrong, never an IndexError, KeyError,
 UnicodeDecodeError, RecursionError, MemoryError or a hang, wherever in bpetok the damage is
@@ -17,10 +19,12 @@ import time
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.gguf import GGUFValueType
-from ggufbuild import HEADER_SIZE, layout
+from ggufbuild import HEADER_SIZE, build, layout
 from helpers import SMOLLM2
 
 T = GGUFValueType
@@ -143,3 +147,54 @@ def test_corrupted_smollm2_variants_load_or_raise_value_errors(tmp_path, smollm2
     assert total >= 300, total
     # Both kinds occur: damage the loader cannot notice (a flipped bit in a rare token) loads.
     assert outcomes["loaded"] > 10 and outcomes["GGUFError"] > 100, outcomes
+
+
+# -- small hostile vocabularies: well-formed GGUF, nonsense tokenizer ------------------------------
+
+TEXTS = [b"<|im_end|>", b"<|endoftext|>", b"</s>", b"<|end|>", b"<|return|>", b"<|call|>", b"<|fim_pad|>",
+         b"<mask>", b"<unk>", b"<s>", b"<|tool_response>", b"<think>", b"\xc4\xa0", b"a", b"b", b"ab", b"\xff", b""]
+SPECIAL_ID_KEYS = ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                   "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.prefix_token_id"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tokens=st.lists(st.one_of(st.sampled_from(TEXTS), st.binary(max_size=6), st.text(max_size=4).map(str.encode)), max_size=30),
+    merges=st.lists(st.one_of(st.binary(max_size=6), st.sampled_from([b"a b", b"\xc4\xa0 a", b" a", b"a  b"])), max_size=10),
+    types=st.one_of(st.none(), st.lists(st.integers(-2, 8), max_size=35)),
+    pre=st.sampled_from([b"qwen2", b"smollm"]),
+    ids=st.lists(st.tuples(st.sampled_from(SPECIAL_ID_KEYS), st.integers(0, 40)), max_size=3, unique_by=lambda kv: kv[0]),
+    add_bos=st.one_of(st.none(), st.booleans()),
+    name=st.sampled_from([b"x", b"phi-3", b"modern-bert"]),
+    text=st.text(max_size=20),
+)
+def test_hypothesis_vocabularies_load_or_raise_value_errors(tmp_path, tokens, merges, types, pre, ids, add_bos, name, text):
+    """Tokens, merges, types and special ids that make no sense: refused clearly, or usable."""
+    kvs = [
+        ("general.name", T.STRING, name),
+        ("tokenizer.ggml.model", T.STRING, b"gpt2"),
+        ("tokenizer.ggml.pre", T.STRING, pre),
+        ("tokenizer.ggml.tokens", T.ARRAY, (T.STRING, tokens)),
+        ("tokenizer.ggml.merges", T.ARRAY, (T.STRING, merges)),
+        *[(key, T.UINT32, value) for key, value in ids],
+    ]
+    if types is not None:
+        kvs.append(("tokenizer.ggml.token_type", T.ARRAY, (T.INT32, types)))
+    if add_bos is not None:
+        kvs.append(("tokenizer.ggml.add_bos_token", T.BOOL, add_bos))
+    path = tmp_path / "vocab.gguf"
+    path.write_bytes(build(kvs).data)
+    try:
+        tok = bpetok.from_gguf(path)
+    except bpetok.BpetokError:
+        return
+    for parse_special in (True, False):
+        for add_special in (True, False):
+            try:
+                encoded = tok.encode(text + "<|im_end|></s>", parse_special=parse_special, add_special=add_special)
+            except bpetok.BpetokError:  # add_special without a BOS/EOS token
+                continue
+            assert all(0 <= i < tok.n_tokens for i in encoded)
+            tok.decode(encoded)
+    for token_id in range(tok.n_tokens):
+        tok.piece(token_id), tok.token_bytes(token_id), tok.token_type(token_id), tok.token_attributes(token_id)
