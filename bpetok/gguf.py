@@ -154,7 +154,8 @@ class _Cursor:
         # Refuse a count the rest of the file cannot hold before allocating anything for it.
         if count > (self.end - self.pos) // _MIN_SIZE[elem]:
             raise self.fail(
-                f"array of {count} {elem.name.lower()} values cannot fit in the {self.end - self.pos} bytes that remain",
+                f"array of {count} {elem.name.lower()} values cannot fit in the {self.end - self.pos} bytes "
+                "that remain",
                 start,
             )
         return elem, count
@@ -237,7 +238,8 @@ class _Cursor:
         for index in range(count):
             start = self.pos
             if self.end - self.pos < 8:
-                raise self.fail(f"string {index} of {count}: length needs 8 bytes but only {self.end - self.pos} remain")
+                remain = self.end - self.pos
+                raise self.fail(f"string {index} of {count}: length needs 8 bytes but only {remain} remain")
             (n,) = struct.unpack_from("<Q", self.buf, self.pos)
             self.pos += 8
             if n > self.end - self.pos:

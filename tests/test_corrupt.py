@@ -91,7 +91,12 @@ def variants(data: bytes):
             yield f"string {index} of {key!r} has length {lie}", overwrite(data, prefix, lie.to_bytes(8, "little"))
 
     # The tokenizer keys' types swapped for other types (scalars, arrays of other element types).
-    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token"):
+    for key in (
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.pre",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.add_bos_token",
+    ):
         type_offset = spans[key][1] - 4
         for vtype in (T.UINT32, T.STRING, T.BOOL, T.INT32, T.UINT64):
             yield f"type of {key!r} set to {vtype.name}", overwrite(data, type_offset, struct.pack("<I", vtype))
@@ -159,16 +164,21 @@ SPECIAL_ID_KEYS = ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    tokens=st.lists(st.one_of(st.sampled_from(TEXTS), st.binary(max_size=6), st.text(max_size=4).map(str.encode)), max_size=30),
-    merges=st.lists(st.one_of(st.binary(max_size=6), st.sampled_from([b"a b", b"\xc4\xa0 a", b" a", b"a  b"])), max_size=10),
+    tokens=st.lists(st.one_of(st.sampled_from(TEXTS), st.binary(max_size=6), st.text(max_size=4).map(str.encode)),
+                    max_size=30),
+    merges=st.lists(st.one_of(st.binary(max_size=6), st.sampled_from([b"a b", b"\xc4\xa0 a", b" a", b"a  b"])),
+                    max_size=10),
     types=st.one_of(st.none(), st.lists(st.integers(-2, 8), max_size=35)),
     pre=st.sampled_from([b"qwen2", b"smollm"]),
-    ids=st.lists(st.tuples(st.sampled_from(SPECIAL_ID_KEYS), st.integers(0, 40)), max_size=3, unique_by=lambda kv: kv[0]),
+    ids=st.lists(st.tuples(st.sampled_from(SPECIAL_ID_KEYS), st.integers(0, 40)), max_size=3,
+                 unique_by=lambda kv: kv[0]),
     add_bos=st.one_of(st.none(), st.booleans()),
     name=st.sampled_from([b"x", b"phi-3", b"modern-bert"]),
     text=st.text(max_size=20),
 )
-def test_hypothesis_vocabularies_load_or_raise_value_errors(tmp_path, tokens, merges, types, pre, ids, add_bos, name, text):
+def test_hypothesis_vocabularies_load_or_raise_value_errors(
+    tmp_path, tokens, merges, types, pre, ids, add_bos, name, text
+):
     """Tokens, merges, types and special ids that make no sense: refused clearly, or usable."""
     kvs = [
         ("general.name", T.STRING, name),
