@@ -184,10 +184,14 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         if model == "gpt2":
             raise GGUFError(f"{path}: key 'tokenizer.ggml.merges' is missing; a gpt2 (BPE) vocabulary needs merges")
         merges = []
-    # llama.cpp reads strings as C strings (truncated at a NUL) and renames empty tokens.
-    tokens = [t.split(b"\0", 1)[0] if b"\0" in t else t for t in tokens]
-    tokens = [t if t else f"[EMPTY_{i}]".encode() for i, t in enumerate(tokens)]
-    merges = [m.split(b"\0", 1)[0] if b"\0" in m else m for m in merges]
+    # llama.cpp reads strings as C strings (truncated at a NUL) and renames empty tokens. Each
+    # list is rebuilt only when needed: one C-speed check instead of a loop over 150k strings.
+    if b"\0" in b"".join(tokens):
+        tokens = [t.split(b"\0", 1)[0] for t in tokens]
+    if not all(tokens):
+        tokens = [t if t else f"[EMPTY_{i}]".encode() for i, t in enumerate(tokens)]
+    if b"\0" in b"".join(merges):
+        merges = [m.split(b"\0", 1)[0] for m in merges]
     if len(set(tokens)) != n:
         seen, dup = set(), None
         for i, t in enumerate(tokens):
