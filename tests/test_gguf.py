@@ -323,3 +323,25 @@ def test_the_numpy_scan_proves_most_of_a_real_vocabulary():
     assert len(lengths) > 5000
     assert lengths == [n for _, n in lay.strings["tokenizer.ggml.tokens"][: len(lengths)]]
     assert after == lay.strings["tokenizer.ggml.tokens"][len(lengths)][0] - 8
+
+
+# -- the built-in vocabulary loader --------------------------------------------------------------------
+
+
+def test_loader_reads_strings_as_c_strings(tmp_path):
+    # llama.cpp truncates token and merge texts at a NUL and renames an empty token [EMPTY_<id>].
+    from bpetok.vocab import load_gguf_vocabulary
+
+    kvs = [
+        ("tokenizer.ggml.model", T.STRING, b"gpt2"),
+        ("tokenizer.ggml.tokens", T.ARRAY, (T.STRING, [b"a\x00junk", b"", b"b", b"ab"])),
+        ("tokenizer.ggml.merges", T.ARRAY, (T.STRING, [b"a b\x00junk"])),
+    ]
+    vocab = load_gguf_vocabulary(str(write(tmp_path, build(kvs).data)))
+    assert vocab.tokens == [b"a", b"[EMPTY_1]", b"b", b"ab"] and vocab.merges == [b"a b"]
+    clean = [(k, t, v) for k, t, v in kvs[:1]] + [
+        ("tokenizer.ggml.tokens", T.ARRAY, (T.STRING, [b"a", b"b"])),
+        ("tokenizer.ggml.merges", T.ARRAY, (T.STRING, [b"a b"])),
+    ]
+    vocab = load_gguf_vocabulary(str(write(tmp_path, build(clean).data, "clean.gguf")))
+    assert vocab.tokens == [b"a", b"b"] and vocab.merges == [b"a b"]
