@@ -26,10 +26,13 @@ __all__ = ["Tokenizer", "load_vocabulary", "from_gguf"]
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 _HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
 _ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
-# Cache sizes: pieces (text -> ids) and space chunks (" word," -> ids); past the limit a cache
-# stops growing (a few tens of MB each at most).
+# Cache sizes: pieces (text -> ids) and space chunks (" word," -> ids); past a limit a cache
+# stops growing. Chunks can be long (a CJK paragraph has no space), so they also have a budget
+# of characters; a piece longer than _PIECE_CACHE_LONGEST is never cached.
 _PIECE_CACHE_LIMIT = 200_000
+_PIECE_CACHE_LONGEST = 1024
 _CHUNK_CACHE_LIMIT = 250_000
+_CHUNK_CACHE_CHARS = 32_000_000
 # Parts looked up in C at a time before falling back to the Python loop on a miss.
 _CHUNK_BLOCK = 256
 # The spaces a ``space_chunks`` pre-tokenizer lets us cut at: those after a non-whitespace
@@ -111,6 +114,8 @@ class Tokenizer:
         # The optional fast protocol of a pre-tokenizer (see bpetok.pretok.PreTokenizer).
         self._space_chunks = bool(getattr(self.pretokenizer, "space_chunks", False))
         self._chunks: dict[str, list[int]] = {}
+        self._heads: dict[str, list[int]] = {}
+        self._chunk_chars = 0  # characters held as keys of _chunks and _heads
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -257,7 +262,7 @@ class Tokenizer:
                 except KeyError:
                     pass
                 else:
-                    total += tail + (len(self._encode_pieces(parts[0])) if parts[0] else 0)
+                    total += tail + (len(self._encode_head(parts[0])) if parts[0] else 0)
                     continue
             total += len(self._encode_ordinary(fragment))
         return total
@@ -308,7 +313,7 @@ class Tokenizer:
         """
         parts = _SAFE_SPACE.split(text)
         head = parts[0]
-        out = self._encode_pieces(head) if head else []
+        out = self._encode_head(head) if head else []
         chunks = self._chunks
         lookup = chunks.__getitem__
         for start in range(1, len(parts), _CHUNK_BLOCK):
@@ -322,10 +327,21 @@ class Tokenizer:
                 found = chunks.get(part)
                 if found is None:
                     found = self._encode_pieces(" " + part)
-                    if len(chunks) < _CHUNK_CACHE_LIMIT:
+                    if len(chunks) < _CHUNK_CACHE_LIMIT and self._chunk_chars < _CHUNK_CACHE_CHARS:
                         chunks[part] = found
+                        self._chunk_chars += len(part)
                 out += found
         return out
+
+    def _encode_head(self, head: str) -> list[int]:
+        """The ids of a text's first chunk (no leading space), cached like the others."""
+        found = self._heads.get(head)
+        if found is None:
+            found = self._encode_pieces(head)
+            if len(self._heads) < _CHUNK_CACHE_LIMIT and self._chunk_chars < _CHUNK_CACHE_CHARS:
+                self._heads[head] = found
+                self._chunk_chars += len(head)
+        return list(found)
 
     def _encode_pieces(self, text: str) -> list[int]:
         """Pre-tokenize ``text`` and BPE each piece, with a cache keyed by piece text."""
@@ -335,7 +351,7 @@ class Tokenizer:
             found = cache.get(piece)
             if found is None:
                 found = encode_piece(piece.encode("utf-8", "surrogatepass"))
-                if len(cache) < _PIECE_CACHE_LIMIT:
+                if len(cache) < _PIECE_CACHE_LIMIT and len(piece) <= _PIECE_CACHE_LONGEST:
                     cache[piece] = found
             ids += found
         return ids
@@ -476,25 +492,17 @@ def _clean_spaces(data: bytes) -> bytes:
 
 
 # -- encode_batch's worker processes -------------------------------------------------------------
-# Forked children inherit the tokenizer and the texts through these globals, so nothing but
-# (start, end) goes to a child and one array of ids per group comes back.
-
-_batch_job: tuple[Tokenizer, list[str], bool] | None = None
-
-
-def _encode_group(start: int, end: int) -> tuple[bytes, list[int]]:
-    tok, texts, parse_special = _batch_job
-    encoded = [tok.encode(t, parse_special=parse_special) for t in texts[start:end]]
-    return array("l", chain.from_iterable(encoded)).tobytes(), [len(ids) for ids in encoded]
+# Forked children inherit the tokenizer and the texts; every process (this one too) takes the
+# next group of texts from a shared counter, so no thread has to feed a queue (it would wait for
+# the GIL while this process encodes). Each child sends its groups' ids back in one message.
 
 
 def _encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, workers: int) -> list[list[int]]:
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    import pickle
 
-    global _batch_job
     # Contiguous groups of about equal size, many per worker: the work per character varies
-    # fourfold between English and CJK text, and the groups are handed out as workers free up.
+    # fourfold between English and CJK text, and a process that finishes early takes more.
     target = sum(map(len, texts)) / (workers * 16) + 1
     groups, start, size = [], 0, 0
     for i, t in enumerate(texts):
@@ -504,36 +512,66 @@ def _encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, 
             start, size = i + 1, 0
     if start < len(texts):
         groups.append((start, len(texts)))
-    _batch_job = (tok, texts, parse_special)
-    results: list[list[list[int]] | tuple[bytes, list[int]] | None] = [None] * len(groups)
-    # Frozen objects are never scanned by the collector, so the children do not touch (and so
-    # copy) every page of this process's heap when they collect.
+    counter = multiprocessing.get_context("fork").Value("i", 0)
+
+    def next_group() -> int:
+        with counter.get_lock():
+            k = counter.value
+            counter.value = k + 1
+        return k
+
+    # Frozen objects are never scanned by the collector, so a child does not touch (and so
+    # copy) every page of this process's heap when it collects.
     gc.freeze()
+    children = []
     try:
-        # workers - 1 children; this process is the last worker. Groups are queued in order and
-        # this process takes them from the end for as long as no child has started them.
-        with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = [pool.submit(_encode_group, a, b) for a, b in groups]
-            for k in range(len(groups) - 1, -1, -1):
-                if not futures[k].cancel():
-                    break
-                results[k] = [tok.encode(t, parse_special=parse_special) for t in texts[slice(*groups[k])]]
-            for k, future in enumerate(futures):
-                if results[k] is None:
-                    results[k] = future.result()
+        for _ in range(workers - 1):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: encode groups until none is left, send them, exit
+                os.close(read_end)
+                status = 0
+                try:
+                    done = []
+                    while (k := next_group()) < len(groups):
+                        encoded = [tok.encode(t, parse_special=parse_special) for t in texts[slice(*groups[k])]]
+                        done.append((k, array("l", chain.from_iterable(encoded)).tobytes(), [len(x) for x in encoded]))
+                    message = pickle.dumps(("ok", done), protocol=pickle.HIGHEST_PROTOCOL)
+                except BaseException as e:  # reported by the parent
+                    message = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
+                    status = 1
+                try:
+                    with os.fdopen(write_end, "wb") as pipe:
+                        pipe.write(message)
+                finally:
+                    os._exit(status)
+            os.close(write_end)
+            children.append((pid, read_end))
+        results: dict[int, list[list[int]]] = {}
+        while (k := next_group()) < len(groups):
+            results[k] = [tok.encode(t, parse_special=parse_special) for t in texts[slice(*groups[k])]]
+        errors = []
+        for pid, read_end in children:
+            with os.fdopen(read_end, "rb") as pipe:
+                kind, payload = pickle.loads(pipe.read())
+            os.waitpid(pid, 0)
+            if kind != "ok":
+                errors.append(payload)
+                continue
+            for k, data, lengths in payload:
+                flat = array("l")
+                flat.frombytes(data)
+                ids, at, group = flat.tolist(), 0, []
+                for length in lengths:
+                    group.append(ids[at : at + length])
+                    at += length
+                results[k] = group
+        children = []
     finally:
-        _batch_job = None
         gc.unfreeze()
-    out: list[list[int]] = []
-    for result in results:
-        if isinstance(result, list):  # encoded here
-            out += result
-            continue
-        data, lengths = result
-        flat = array("l")
-        flat.frombytes(data)
-        ids, at = flat.tolist(), 0
-        for length in lengths:
-            out.append(ids[at : at + length])
-            at += length
-    return out
+        for pid, read_end in children:  # only after an error in this process
+            os.close(read_end)
+            os.waitpid(pid, 0)
+    if errors:
+        raise BpetokError(f"encode_batch: a worker process failed: {errors[0]}")
+    return [ids for k in range(len(groups)) for ids in results[k]]
