@@ -8,6 +8,7 @@ Nothing here knows about a particular model.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
@@ -42,6 +43,17 @@ _SAFE_SPACE = re.compile(r" (?<=\S )")
 _BATCH_MIN_CHARS = 200_000
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Vocabulary:
     """Load a vocabulary file through the loader plugins and apply the attribute overrides."""
     from bpetok.plugins import get_plugin_manager
@@ -69,7 +81,8 @@ def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager |
     """
     from bpetok.plugins import PreTokenizerRegistry, get_registry
 
-    vocab = load_vocabulary(path, plugin_manager=plugin_manager)
+    with _gc_paused():  # hundreds of thousands of objects that all live on: nothing to collect
+        vocab = load_vocabulary(path, plugin_manager=plugin_manager)
     registry = PreTokenizerRegistry(plugin_manager) if plugin_manager is not None else get_registry()
     row = registry.get(vocab.model, vocab.pre)
     if row is None:
@@ -96,16 +109,11 @@ class Tokenizer:
         self.spec = spec
         self.pretokenizer = spec.factory()
         # The tables are a few hundred thousand small objects that all live on: collecting
-        # while building them is wasted time (a third of the construction cost).
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        # while building them is wasted time.
+        with _gc_paused():
             self.bpe = BytePairModel(
                 vocabulary.tokens, vocabulary.merges, ignore_merges=spec.ignore_merges, path=vocabulary.path
             )
-        finally:
-            if enabled:
-                gc.enable()
         self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
         self.add_eos = vocabulary.flags.get("add_eos", False)
         self._build_special_table()
