@@ -19,6 +19,17 @@ from bpetok.errors import BpetokError
 COMMAND_MODULES = ("bpetok.train", "bpetok.server")
 
 
+def positive_int(text: str) -> int:
+    """argparse type for a whole number >= 1 (shared by the subcommands of feature modules)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _cmd_list_pretokenizers(args) -> int:
     from bpetok.plugins import get_registry
 

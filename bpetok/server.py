@@ -392,16 +392,6 @@ def app_from_env():
 # -- the command ------------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -472,6 +462,8 @@ def _run_workers(uvicorn, workers: int, options: dict) -> None:
 
 def add_command(subparsers) -> None:
     """Add ``bpetok serve`` to the CLI (called by :func:`bpetok.cli.build_parser`)."""
+    from bpetok.cli import positive_int
+
     p = subparsers.add_parser(
         "serve",
         help="serve llama-server's /tokenize and /detokenize over HTTP",
@@ -481,10 +473,10 @@ def add_command(subparsers) -> None:
     p.add_argument("model", metavar="MODEL.gguf")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}, loopback only)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
-    p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
+    p.add_argument("--workers", type=positive_int, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--max-body-bytes",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_MAX_BODY_BYTES,
         help=f"largest request body accepted; larger ones get 413 (default {DEFAULT_MAX_BODY_BYTES:,})",
     )

@@ -735,26 +735,19 @@ def _cmd_extend(args) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
 
 def add_command(subparsers) -> None:
     """Add ``bpetok train`` and ``bpetok extend``."""
+    from bpetok.cli import positive_int
+
     p = subparsers.add_parser("train", help="learn a byte-level BPE vocabulary from text files, write a GGUF")
     p.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files (.xz/.gz/.bz2 decompressed)")
-    p.add_argument("--vocab-size", type=_positive, required=True, metavar="N", help="tokens in the vocabulary, specials included")
+    p.add_argument("--vocab-size", type=positive_int, required=True, metavar="N", help="tokens in the vocabulary, specials included")
     p.add_argument("--pre", default="qwen2", metavar="NAME", help="pre-tokenizer (bpetok list-pretokenizers); default qwen2")
     p.add_argument("--special", action="append", metavar="TOKEN", help="a special (CONTROL) token; the first is BOS/EOS")
     p.add_argument("--pin", action="append", metavar="TERM", help="make TERM and ' TERM' single tokens")
     p.add_argument("--pin-file", action="append", metavar="FILE", help="pin every line of FILE")
-    p.add_argument("--min-frequency", type=_positive, default=2, metavar="K", help="merge only pairs seen K times (default 2)")
+    p.add_argument("--min-frequency", type=positive_int, default=2, metavar="K", help="merge only pairs seen K times (default 2)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.gguf")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)
