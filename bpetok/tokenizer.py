@@ -326,11 +326,12 @@ class Tokenizer:
         lookup = chunks.__getitem__
         for start in range(1, len(parts), _CHUNK_BLOCK):
             block = parts[start : start + _CHUNK_BLOCK]
+            mark = len(out)
             try:  # every chunk of the block cached: the lookups run in C
-                out += list(chain.from_iterable(map(lookup, block)))
+                out.extend(chain.from_iterable(map(lookup, block)))
                 continue
             except KeyError:
-                pass
+                del out[mark:]  # subtle: extend() keeps what it added before the miss
             for part in block:
                 found = chunks.get(part)
                 if found is None:
