@@ -36,6 +36,8 @@ _CHUNK_CACHE_LIMIT = 250_000
 _CHUNK_CACHE_CHARS = 32_000_000
 # Parts looked up in C at a time before falling back to the Python loop on a miss.
 _CHUNK_BLOCK = 256
+# A text of more chunks than this, many of them new, has its new chunks encoded in one batch.
+_BATCH_FILL_PARTS = 2048
 # The spaces a ``space_chunks`` pre-tokenizer lets us cut at: those after a non-whitespace
 # character. The literal space comes first so the engine can scan for it (2x faster than "(?<=\S) ").
 _SAFE_SPACE = re.compile(r" (?<=\S )")
@@ -323,6 +325,11 @@ class Tokenizer:
         head = parts[0]
         out = self._encode_head(head) if head else []
         chunks = self._chunks
+        if len(parts) > _BATCH_FILL_PARTS:
+            missing = set(parts[1:]).difference(chunks)  # found in C
+            if len(missing) > _BATCH_FILL_PARTS // 8:
+                with _gc_paused():  # many new lists that all live on
+                    self._fill_chunks(list(missing))
         lookup = chunks.__getitem__
         for start in range(1, len(parts), _CHUNK_BLOCK):
             block = parts[start : start + _CHUNK_BLOCK]
@@ -341,6 +348,31 @@ class Tokenizer:
                         self._chunk_chars += len(part)
                 out += found
         return out
+
+    def _fill_chunks(self, missing: list[str]) -> None:
+        """Encode many chunks the cache lacks together: their new pieces go through one batched
+        BPE (:meth:`BytePairModel.encode_pieces`), then each chunk's ids are cached.
+
+        The first pass over a large text spends most of its time here, on words seen once.
+        """
+        split, cache, chunks = self.pretokenizer.split, self._cache, self._chunks
+        room = min(_CHUNK_CACHE_LIMIT - len(chunks), (_CHUNK_CACHE_CHARS - self._chunk_chars) // 16)
+        missing = missing[: max(room, 0)]
+        pieces_of = [split(" " + part) for part in missing]
+        new = list(set(chain.from_iterable(pieces_of)).difference(cache))
+        encoded = dict(zip(new, self.bpe.encode_pieces([p.encode("utf-8", "surrogatepass") for p in new])))
+        for part, pieces in zip(missing, pieces_of):
+            ids: list[int] = []
+            for piece in pieces:
+                found = cache.get(piece)
+                ids += found if found is not None else encoded[piece]
+            chunks[part] = ids
+            self._chunk_chars += len(part)
+        for piece, ids in encoded.items():
+            if len(cache) >= _PIECE_CACHE_LIMIT:
+                break
+            if len(piece) <= _PIECE_CACHE_LONGEST:
+                cache[piece] = ids
 
     def _encode_head(self, head: str) -> list[int]:
         """The ids of a text's first chunk (no leading space), cached like the others."""

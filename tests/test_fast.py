@@ -88,6 +88,21 @@ def test_fast_bpe_equals_reference_on_every_reference_piece(name, qwen3, smollm2
         assert bpe._merge_long(_symbols(bpe, piece)) == bpe.merge_symbols(_symbols(bpe, piece)), piece
 
 
+@pytest.mark.parametrize("name", ["qwen3", "smollm2"])
+def test_batched_bpe_equals_reference_on_every_reference_piece(name, qwen3, smollm2):
+    tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
+    pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases(name) for p in tok.pretokenizer.split(case["text"])})
+    assert tok.bpe.encode_pieces(pieces) == [tok.bpe.encode_piece_reference(p) for p in pieces]
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.lists(texts, min_size=64, max_size=120))
+def test_batched_bpe_equals_reference_on_generated_pieces(qwen3, smollm2, batch):
+    for tok in (qwen3, smollm2):
+        pieces = [t.encode("utf-8", "surrogatepass") for t in batch]
+        assert tok.bpe.encode_pieces(pieces) == [tok.bpe.encode_piece_reference(p) for p in pieces]
+
+
 @settings(max_examples=150, deadline=None)
 @given(text=texts)
 def test_fast_bpe_equals_reference_on_generated_pieces(qwen3, text):
@@ -163,6 +178,17 @@ def test_encode_equals_reference_on_generated_text(qwen3, smollm2, text, special
         assert tok.encode(text, parse_special=special) == expected
         assert tok.encode(text, parse_special=special) == expected  # again, from the caches
         assert tok.count(text, parse_special=special) == len(expected)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "smollm2"])
+def test_a_large_first_text_batches_its_new_chunks_exactly(name, qwen3, smollm2):
+    # Thousands of new chunks at once go through the batched BPE (Tokenizer._fill_chunks).
+    tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
+    text = "\n".join(c["text"] for c in load_cases(name) if not c["special"])
+    assert len(bpetok.tokenizer._SAFE_SPACE.split(text)) > 4 * bpetok.tokenizer._BATCH_FILL_PARTS
+    fresh = bpetok.Tokenizer(tok.vocabulary, tok.spec)
+    assert fresh.encode(text, parse_special=False) == tok.encode_reference(text, parse_special=False)
+    assert fresh.encode(text) == tok.encode_reference(text)
 
 
 def test_a_fresh_tokenizer_and_a_warm_one_agree(qwen3):

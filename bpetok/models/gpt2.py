@@ -162,6 +162,117 @@ class BytePairModel:
                 return [whole]
         return self._emit(self.merge_symbols_fast(list(map(self.byte_ids.__getitem__, piece))))
 
+    def encode_pieces(self, pieces: list[bytes]) -> list[list[int]]:
+        """:meth:`encode_piece` of many pieces at once: short ones share one vectorised BPE.
+
+        With numpy, every piece of 2..:attr:`BATCH_LONGEST` bytes merges its own lowest-ranked
+        pair (the leftmost on ties) in the same round, so a round costs a few array operations
+        for all pieces together; that is the same merge order as one piece at a time, since
+        pieces never interact. Other pieces go through :meth:`encode_piece`.
+        """
+        out: list[list[int] | None] = [None] * len(pieces)
+        batch = []
+        for k, piece in enumerate(pieces):
+            if self.ignore_merges:
+                whole = self.token_to_id.get(byte_encode(piece).encode())
+                if whole is not None:
+                    out[k] = [whole]
+                    continue
+            if 2 <= len(piece) <= self.BATCH_LONGEST:
+                batch.append(k)
+            else:
+                out[k] = self.encode_piece(piece)
+        if len(batch) < 64:  # the array set-up costs more than it saves
+            for k in batch:
+                out[k] = self.encode_piece(pieces[k])
+            return out
+        for k, symbols in zip(batch, self._merge_batch([pieces[k] for k in batch])):
+            out[k] = self._emit(symbols)
+        return out
+
+    BATCH_LONGEST = 256
+
+    def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
+        """Vectorised :meth:`merge_symbols` over many pieces of at least two bytes each.
+
+        ``vals[i]`` is the packed rank of the pair at ``i`` (a sentinel across two pieces or
+        with no merge); ``vals << 22 | i`` makes one ``minimum.reduceat`` give each piece's lowest
+        pair and, on ties, its leftmost. After a merge only the two pairs beside it change.
+        """
+        import numpy as np
+
+        tables = self.__dict__.get("_arrays")
+        if tables is None:  # sorted pair keys and their packed ranks, built on first use
+            keys = np.fromiter(self.ranks.keys(), np.int64, len(self.ranks))
+            values = np.fromiter(self.ranks.values(), np.int64, len(self.ranks))
+            order = np.argsort(keys)
+            # Every piece starts as bytes: the ranks of all 65,536 byte pairs, looked up directly.
+            get, byte_ids = self.ranks.get, self.byte_ids
+            never = (1 << 40) - 1
+            byte_pairs = np.array([get(a * self.stride + b, never) for a in byte_ids for b in byte_ids], np.int64)
+            tables = self._arrays = (keys[order], values[order], np.array(byte_ids, np.int64), byte_pairs)
+        sorted_keys, sorted_values, byte_ids, byte_pairs = tables
+        stride, last = self.stride, len(sorted_keys) - 1
+        never = np.int64((1 << 40) - 1)  # above every packed rank; << 22 still fits in int64
+        low = (1 << 22) - 1
+
+        def rank(left, right):
+            keys = left * stride + right
+            at = np.minimum(np.searchsorted(sorted_keys, keys), last)
+            return np.where(sorted_keys[at] == keys, sorted_values[at], never)
+
+        results: list[list[int] | None] = [None] * len(pieces)
+        raw = np.frombuffer(b"".join(pieces), np.uint8).astype(np.int64)
+        if len(raw) > low:  # pair indices must fit in 22 bits
+            return [self.merge_symbols_fast(list(map(self.byte_ids.__getitem__, p))) for p in pieces]
+        sym = byte_ids[raw]
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        owner = np.arange(len(pieces))  # the piece each active sequence is
+        starts = np.cumsum(lengths) - lengths
+        vals = byte_pairs[(raw[:-1] << 8) | raw[1:]]
+        vals[starts[1:] - 1] = never
+
+        def drop(gone):  # record finished sequences, keep the others
+            nonlocal sym, vals, lengths, owner, starts
+            ends = starts + lengths
+            for k, a, b in zip(owner[gone].tolist(), starts[gone].tolist(), ends[gone].tolist()):
+                results[k] = sym[a:b].tolist()
+            keep = ~gone
+            symbols = np.repeat(keep, lengths)
+            sym = sym[symbols]
+            # Pair i belongs to the sequence of symbol i; if the last sequence went, the new
+            # last one's boundary pair is left over at the end.
+            vals = vals[symbols[:-1]][: len(sym) - 1]
+            lengths, owner = lengths[keep], owner[keep]
+            starts = np.cumsum(lengths) - lengths
+
+        while len(owner):
+            lowest = np.minimum.reduceat((vals << 22) | np.arange(len(vals)), starts)
+            done = (lowest >> 22) == never
+            if done.any():
+                drop(done)
+                if not len(owner):
+                    break
+                lowest = np.minimum.reduceat((vals << 22) | np.arange(len(vals)), starts)
+            where = lowest & low
+            sym[where] = (lowest >> 22) & self.mask
+            # Drop each merged pair's right symbol and the pair itself: every position after
+            # shifts left by one per earlier sequence.
+            sym = np.delete(sym, where + 1)
+            vals = np.delete(vals, where)
+            shift = np.arange(len(where))
+            where = where - shift
+            starts = starts - shift
+            lengths = lengths - 1
+            at = where[where > starts] - 1  # the pair on the merged symbol's left
+            vals[at] = rank(sym[at], sym[at + 1])
+            at = where[where < starts + lengths - 1]  # and on its right
+            vals[at] = rank(sym[at], sym[at + 1])
+            single = lengths == 1
+            if single.any():
+                drop(single)
+        return results
+
     def encode_piece_reference(self, piece: bytes) -> list[int]:
         """:meth:`encode_piece` with the reference merge loop (for tests and benchmarks)."""
         if self.ignore_merges:
