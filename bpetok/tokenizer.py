@@ -350,29 +350,39 @@ class Tokenizer:
         return out
 
     def _fill_chunks(self, missing: list[str]) -> None:
-        """Encode many chunks the cache lacks together: their new pieces go through one batched
-        BPE (:meth:`BytePairModel.encode_pieces`), then each chunk's ids are cached.
+        """Encode many chunks the cache lacks together: one pre-tokenizer call over all of them,
+        their new pieces through one batched BPE (:meth:`BytePairModel.encode_pieces`), then
+        each chunk's ids cached.
 
         The first pass over a large text spends most of its time here, on words seen once.
         """
         split, cache, chunks = self.pretokenizer.split, self._cache, self._chunks
         room = min(_CHUNK_CACHE_LIMIT - len(chunks), (_CHUNK_CACHE_CHARS - self._chunk_chars) // 16)
-        missing = missing[: max(room, 0)]
-        pieces_of = [split(" " + part) for part in missing]
-        new = list(set(chain.from_iterable(pieces_of)).difference(cache))
+        # subtle: chunks are joined back to back, which is safe when each ends in a character
+        # that is not whitespace; only a text's last chunk may not, and it is left out.
+        missing = [part for part in missing[: max(room, 0)] if part and not part[-1].isspace()]
+        if not missing:
+            return
+        pieces = split(" " + " ".join(missing))
+        new = list(set(pieces).difference(cache))
         encoded = dict(zip(new, self.bpe.encode_pieces([p.encode("utf-8", "surrogatepass") for p in new])))
-        for part, pieces in zip(missing, pieces_of):
-            ids: list[int] = []
-            for piece in pieces:
-                found = cache.get(piece)
-                ids += found if found is not None else encoded[piece]
-            chunks[part] = ids
-            self._chunk_chars += len(part)
-        for piece, ids in encoded.items():
+        # Walk the pieces, cutting them back into chunks by length (a piece never crosses a
+        # chunk boundary: that is the space_chunks promise).
+        k, need, ids = 0, len(missing[0]) + 1, []
+        for piece in pieces:
+            found = cache.get(piece)
+            ids += found if found is not None else encoded[piece]
+            need -= len(piece)
+            if not need:
+                chunks[missing[k]] = ids
+                k += 1
+                need, ids = (len(missing[k]) + 1 if k < len(missing) else 0), []
+        self._chunk_chars += sum(map(len, missing))
+        for piece, found in encoded.items():
             if len(cache) >= _PIECE_CACHE_LIMIT:
                 break
             if len(piece) <= _PIECE_CACHE_LONGEST:
-                cache[piece] = ids
+                cache[piece] = found
 
     def _encode_head(self, head: str) -> list[int]:
         """The ids of a text's first chunk (no leading space), cached like the others."""
