@@ -300,8 +300,18 @@ class Tokenizer:
         import multiprocessing
 
         if workers == 1 or len(texts) < 2 or total < _BATCH_MIN_CHARS or "fork" not in multiprocessing.get_all_start_methods():
-            return [self.encode(t, parse_special=parse_special) for t in texts]
+            return self._encode_many(texts, parse_special)
         return _encode_batch_forked(self, texts, parse_special, workers)
+
+    def _encode_many(self, texts: list[str], parse_special: bool) -> list[list[int]]:
+        """Encode texts in order, the new chunks of all of them first in one batch."""
+        if self._space_chunks and len(texts) > 1:
+            split = _SAFE_SPACE.split
+            missing = set(chain.from_iterable(split(t)[1:] for t in texts)).difference(self._chunks)
+            if len(missing) > _BATCH_FILL_PARTS // 8:
+                with _gc_paused():
+                    self._fill_chunks(list(missing))
+        return [self.encode(t, parse_special=parse_special) for t in texts]
 
     def _encode_ordinary(self, text: str) -> list[int]:
         """Ids of text without special tokens: space chunks when the pre-tokenizer allows them."""
@@ -585,7 +595,7 @@ def _encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, 
                 try:
                     done = []
                     while (k := next_group()) < len(groups):
-                        encoded = [tok.encode(t, parse_special=parse_special) for t in texts[slice(*groups[k])]]
+                        encoded = tok._encode_many(texts[slice(*groups[k])], parse_special)
                         done.append((k, array("l", chain.from_iterable(encoded)).tobytes(), [len(x) for x in encoded]))
                     message = pickle.dumps(("ok", done), protocol=pickle.HIGHEST_PROTOCOL)
                 except BaseException as e:  # reported by the parent
@@ -600,7 +610,7 @@ def _encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, 
             children.append((pid, read_end))
         results: dict[int, list[list[int]]] = {}
         while (k := next_group()) < len(groups):
-            results[k] = [tok.encode(t, parse_special=parse_special) for t in texts[slice(*groups[k])]]
+            results[k] = tok._encode_many(texts[slice(*groups[k])], parse_special)
         errors = []
         for pid, read_end in children:
             with os.fdopen(read_end, "rb") as pipe:
