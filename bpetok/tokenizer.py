@@ -307,10 +307,11 @@ class Tokenizer:
         """Encode texts in order, the new chunks of all of them first in one batch."""
         if self._space_chunks and len(texts) > 1:
             split = _SAFE_SPACE.split
-            missing = set(chain.from_iterable(split(t)[1:] for t in texts)).difference(self._chunks)
+            chunks = self._chunks
+            missing = [p for p in dict.fromkeys(chain.from_iterable(split(t)[1:] for t in texts)) if p not in chunks]
             if len(missing) > _BATCH_FILL_PARTS // 8:
                 with _gc_paused():
-                    self._fill_chunks(list(missing))
+                    self._fill_chunks(missing)
         return [self.encode(t, parse_special=parse_special) for t in texts]
 
     def _encode_ordinary(self, text: str) -> list[int]:
@@ -336,10 +337,11 @@ class Tokenizer:
         out = self._encode_head(head) if head else []
         chunks = self._chunks
         if len(parts) > _BATCH_FILL_PARTS:
-            missing = set(parts[1:]).difference(chunks)  # found in C
+            # In order of first appearance: the cache's objects are then laid out in text order.
+            missing = [part for part in dict.fromkeys(parts[1:]) if part not in chunks]
             if len(missing) > _BATCH_FILL_PARTS // 8:
                 with _gc_paused():  # many new lists that all live on
-                    self._fill_chunks(list(missing))
+                    self._fill_chunks(missing)
         lookup = chunks.__getitem__
         for start in range(1, len(parts), _CHUNK_BLOCK):
             block = parts[start : start + _CHUNK_BLOCK]
@@ -374,7 +376,7 @@ class Tokenizer:
         if not missing:
             return
         pieces = split(" " + " ".join(missing))
-        new = list(set(pieces).difference(cache))
+        new = [piece for piece in dict.fromkeys(pieces) if piece not in cache]
         encoded = dict(zip(new, self.bpe.encode_pieces([p.encode("utf-8", "surrogatepass") for p in new])))
         # Walk the pieces, cutting them back into chunks by length (a piece never crosses a
         # chunk boundary: that is the space_chunks promise).

@@ -236,7 +236,7 @@ class BytePairModel:
             nonlocal sym, vals, lengths, owner, starts
             ends = starts + lengths
             for k, a, b in zip(owner[gone].tolist(), starts[gone].tolist(), ends[gone].tolist()):
-                results[k] = sym[a:b].tolist()
+                results[k] = sym[a:b].copy()
             keep = ~gone
             symbols = np.repeat(keep, lengths)
             sym = sym[symbols]
@@ -271,7 +271,15 @@ class BytePairModel:
             single = lengths == 1
             if single.any():
                 drop(single)
-        return results
+        # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
+        # the caches keep them, and a warm pass reads them in text order (a third faster).
+        sizes = [len(r) for r in results]
+        flat = np.concatenate(results).tolist()
+        out, at = [], 0
+        for size in sizes:
+            out.append(flat[at : at + size])
+            at += size
+        return out
 
     def encode_piece_reference(self, piece: bytes) -> list[int]:
         """:meth:`encode_piece` with the reference merge loop (for tests and benchmarks)."""
