@@ -182,7 +182,9 @@ class BytePairModel:
                 batch.append(k)
             else:
                 out[k] = self.encode_piece(piece)
-        if len(batch) < 64:  # the array set-up costs more than it saves
+        # The batch packs a rank and a position into one int64 (see _merge_batch): a vocabulary
+        # too large for that (2**40 packed ranks) stays on the per-piece path.
+        if len(batch) < 64 or (len(self.ranks) << self.shift) >= 1 << 40:
             for k in batch:
                 out[k] = self.encode_piece(pieces[k])
             return out
@@ -272,7 +274,7 @@ class BytePairModel:
             if single.any():
                 drop(single)
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
-        # the caches keep them, and a warm pass reads them in text order (a third faster).
+        # the caches keep them, and a warm pass reads them in text order (measurably faster).
         sizes = [len(r) for r in results]
         flat = np.concatenate(results).tolist()
         out, at = [], 0
