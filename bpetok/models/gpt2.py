@@ -182,8 +182,9 @@ class BytePairModel:
                 batch.append(k)
             else:
                 out[k] = self.encode_piece(piece)
-        # The batch packs a rank and a position into one int64 (see _merge_batch): a vocabulary
-        # too large for that (2**40 packed ranks) stays on the per-piece path.
+        # Below 64 pieces the arrays cost more than they save. The batch packs a rank and a
+        # position into one int64 (see _merge_batch): a vocabulary too large for that (2**40
+        # packed ranks) stays on the per-piece path.
         if len(batch) < 64 or (len(self.ranks) << self.shift) >= 1 << 40:
             for k in batch:
                 out[k] = self.encode_piece(pieces[k])
