@@ -37,7 +37,7 @@ import sys
 import time
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from bpetok.errors import BpetokError
@@ -372,9 +372,10 @@ class TrainResult:
     """What :func:`train` built: the token texts, types and merges, ready to write or load."""
 
     pre: str
-    tokens: list[bytes]
-    token_types: list[int]
-    merges: list[bytes]
+    # The tables hold thousands of entries: keep them out of the repr (a REPL would print them all).
+    tokens: list[bytes] = field(repr=False)
+    token_types: list[int] = field(repr=False)
+    merges: list[bytes] = field(repr=False)
     special_tokens: list[str]
     pinned: list[str]
     n_pieces: int  # pieces the corpus was pre-tokenized into
@@ -608,7 +609,7 @@ class ExtendResult:
     n_tokens: int
     added: dict[str, int]  # form -> id of a new (or retyped) USER_DEFINED token
     already: dict[str, int]  # form -> id of the base token BPE already gives it
-    items: list
+    items: list = field(repr=False)  # the GGUF key/values to write
 
     def write(self, path: str | os.PathLike) -> None:
         from bpetok.gguf_writer import write_gguf
