@@ -114,7 +114,11 @@ class Tokenizer:
         # while building them is wasted time.
         with _gc_paused():
             self.bpe = BytePairModel(
-                vocabulary.tokens, vocabulary.merges, ignore_merges=spec.ignore_merges, path=vocabulary.path
+                vocabulary.tokens,
+                vocabulary.merges,
+                ignore_merges=spec.ignore_merges,
+                path=vocabulary.path,
+                token_to_id=vocabulary.token_index(),
             )
         self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
         self.add_eos = vocabulary.flags.get("add_eos", False)

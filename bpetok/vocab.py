@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
+from itertools import repeat
 from typing import Any
 
 from bpetok.errors import GGUFError, VocabularyError
@@ -116,7 +117,8 @@ class Vocabulary:
 
     def __post_init__(self) -> None:
         if not self.attrs:
-            self.attrs = [ATTR_OF_TYPE.get(t, TokenAttr.UNDEFINED) for t in self.token_types]
+            # map(dict.get) rather than a comprehension: this runs over 150k tokens at load.
+            self.attrs = list(map(ATTR_OF_TYPE.get, self.token_types, repeat(TokenAttr.UNDEFINED)))
 
     @property
     def n_tokens(self) -> int:
@@ -124,10 +126,20 @@ class Vocabulary:
 
     def id_of(self, text: bytes) -> int | None:
         """The id of a token text, or None (builds the index on first use)."""
-        index = self.__dict__.get("_index")
-        if index is None:
-            index = self.__dict__["_index"] = {t: i for i, t in enumerate(self.tokens)}
-        return index.get(text)
+        return self.token_index().get(text)
+
+    def token_index(self) -> dict[bytes, int]:
+        """Token text -> id (the last id of a duplicated text), built once and shared.
+
+        The loader, the overrides and the BPE model all need this 150k-entry dict; building it
+        once saves ~15 ms per copy at load. It is rebuilt if ``tokens`` is replaced or resized
+        (a plugin may swap the list); edit tokens in place only before first use.
+        """
+        cached = self.__dict__.get("_index")
+        tokens = self.tokens
+        if cached is None or cached[0] is not tokens or cached[1] != len(tokens):
+            cached = self.__dict__["_index"] = (tokens, len(tokens), dict(zip(tokens, range(len(tokens)))))
+        return cached[2]
 
 
 # -- the built-in GGUF loader ------------------------------------------------------------------
@@ -192,7 +204,8 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         tokens = [t if t else f"[EMPTY_{i}]".encode() for i, t in enumerate(tokens)]
     if b"\0" in b"".join(merges):
         merges = [m.split(b"\0", 1)[0] for m in merges]
-    if len(set(tokens)) != n:
+    index = dict(zip(tokens, range(n)))  # shared with the overrides and the BPE model
+    if len(index) != n:
         seen, dup = set(), None
         for i, t in enumerate(tokens):
             if t in seen:
@@ -218,7 +231,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         value = _expect(gguf, key, GGUFValueType.STRING)
         if value is not None:
             metadata[key] = value.decode("utf-8", "replace")
-    return Vocabulary(
+    vocabulary = Vocabulary(
         path=path,
         model=model,
         pre=pre,
@@ -229,6 +242,8 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         flags=flags,
         metadata=metadata,
     )
+    vocabulary.__dict__["_index"] = (tokens, n, index)  # what token_index() would build
+    return vocabulary
 
 
 @hookimpl

@@ -65,12 +65,22 @@ class BytePairModel:
     SCAN_LIMIT = 16
     LONG_LIMIT = 1024
 
-    def __init__(self, tokens: list[bytes], merges: list[bytes], *, ignore_merges: bool = False, path: str = ""):
+    def __init__(
+        self,
+        tokens: list[bytes],
+        merges: list[bytes],
+        *,
+        ignore_merges: bool = False,
+        path: str = "",
+        token_to_id: dict[bytes, int] | None = None,
+    ):
+        """``token_to_id``, if given, must be ``tokens``' index (Vocabulary.token_index()): it
+        is shared, not copied, saving a 150k-entry dict at load; it is only ever read."""
         self.n_tokens = n = len(tokens)
         self.ignore_merges = ignore_merges
         self.path = path
         # dict(zip()) keeps the last id of a duplicate text, as {t: i for ...} would.
-        self.token_to_id = dict(zip(tokens, range(n)))
+        self.token_to_id = token_to_id if token_to_id is not None else dict(zip(tokens, range(n)))
         self.token_texts = tokens
         self.virtual_texts: list[bytes] = []  # text of virtual id n + k
         self._virtual_ids: dict[bytes, int] = {}
