@@ -13,7 +13,7 @@ import gc
 import os
 import re
 from array import array
-from itertools import chain
+from itertools import chain, compress
 
 import pluggy
 
@@ -169,10 +169,10 @@ class Tokenizer:
         # std::sort is unstable; (-length, id) is the order it gives in practice.
         attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
         specials = []
-        # int.__and__ directly: on 151k TokenAttr members, ``attr & flag`` goes through
-        # enum.Flag.__and__ and costs ~0.1 s.
-        special_mask = int(_SPECIAL)
-        flagged = [i for i, bits in enumerate(map(int.__and__, attrs, [special_mask] * len(attrs))) if bits]
+        # Test the few distinct attribute values, then pick tokens by set membership in C:
+        # ``attr & flag`` on 151k TokenAttr members goes through enum.Flag.__and__ (~0.1 s).
+        special_values = {a for a in set(attrs) if int(a) & int(_SPECIAL)}
+        flagged = compress(range(len(attrs)), map(special_values.__contains__, attrs))
         for token_id in flagged:
             try:
                 text = tokens[token_id].decode("utf-8", "surrogatepass")
