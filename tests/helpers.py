@@ -1,4 +1,4 @@
-"""Paths and loaders for the vocabularies and reference cases in tests/data (copies of ../shared)."""
+"""Paths and loaders for the vocabularies and llama.cpp reference cases kept in tests/data."""
 
 from __future__ import annotations
 
