@@ -161,15 +161,20 @@ class BytePairModel:
 
     # -- encoding --------------------------------------------------------------------------------
 
+    def _whole_token(self, piece: bytes) -> int | None:
+        """With ``ignore_merges`` (llama3), the id of a piece that is already a token: no BPE then."""
+        if not self.ignore_merges:
+            return None
+        return self.token_to_id.get(byte_encode(piece).encode())
+
     def encode_piece(self, piece: bytes) -> list[int]:
         """BPE one pre-tokenized piece (its UTF-8 bytes) to ids, with the fast merge loop.
 
         >>> # with merges "a a" and "aa a" absent: "aaa" -> ["aa", "a"] (leftmost on ties)
         """
-        if self.ignore_merges:
-            whole = self.token_to_id.get(byte_encode(piece).encode())
-            if whole is not None:
-                return [whole]
+        whole = self._whole_token(piece)
+        if whole is not None:
+            return [whole]
         return self._emit(self.merge_symbols_fast(list(map(self.byte_ids.__getitem__, piece))))
 
     def encode_pieces(self, pieces: list[bytes]) -> list[list[int]]:
@@ -183,11 +188,10 @@ class BytePairModel:
         out: list[list[int] | None] = [None] * len(pieces)
         batch = []
         for k, piece in enumerate(pieces):
-            if self.ignore_merges:
-                whole = self.token_to_id.get(byte_encode(piece).encode())
-                if whole is not None:
-                    out[k] = [whole]
-                    continue
+            whole = self._whole_token(piece)
+            if whole is not None:
+                out[k] = [whole]
+                continue
             if 2 <= len(piece) <= self.BATCH_LONGEST:
                 batch.append(k)
             else:
@@ -296,10 +300,9 @@ class BytePairModel:
 
     def encode_piece_reference(self, piece: bytes) -> list[int]:
         """:meth:`encode_piece` with the reference merge loop (for tests and benchmarks)."""
-        if self.ignore_merges:
-            whole = self.token_to_id.get(byte_encode(piece).encode())
-            if whole is not None:
-                return [whole]
+        whole = self._whole_token(piece)
+        if whole is not None:
+            return [whole]
         return self._emit(self.merge_symbols([self.byte_ids[b] for b in piece]))
 
     def merge_symbols_fast(self, ids: list[int]) -> list[int]:
