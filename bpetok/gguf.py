@@ -139,20 +139,17 @@ class _Cursor:
         return self.scalar(GGUFValueType.UINT64)
 
     def string(self) -> bytes:
-        start = self.pos
-        n = self.u64()
-        if n > self.end - self.pos:
-            raise self.fail(f"string length {n} exceeds the {self.end - self.pos} bytes that remain", start)
-        value = bytes(self.buf[self.pos : self.pos + n])
-        self.pos += n
-        return value
+        begin = self.skip_string()
+        return bytes(self.buf[begin : self.pos])
 
-    def skip_string(self) -> None:
+    def skip_string(self) -> int:
+        """Step over one length-prefixed string, checking that it fits; returns where its bytes begin."""
         start = self.pos
         n = self.u64()
         if n > self.end - self.pos:
             raise self.fail(f"string length {n} exceeds the {self.end - self.pos} bytes that remain", start)
         self.pos += n
+        return self.pos - n
 
     def value_type(self) -> GGUFValueType:
         start = self.pos
