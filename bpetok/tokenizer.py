@@ -22,7 +22,7 @@ from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
-__all__ = ["Tokenizer", "load_vocabulary", "from_gguf"]
+__all__ = ["Tokenizer", "load_vocabulary", "from_gguf", "from_vocabulary"]
 
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 _HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
@@ -81,10 +81,16 @@ def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager |
     >>> tok.encode("Hello world")  # doctest: +SKIP
     [9707, 1879]
     """
-    from bpetok.plugins import PreTokenizerRegistry, get_registry
-
     with _gc_paused():  # hundreds of thousands of objects that all live on: nothing to collect
         vocab = load_vocabulary(path, plugin_manager=plugin_manager)
+    return from_vocabulary(vocab, plugin_manager=plugin_manager)
+
+
+def from_vocabulary(vocab: Vocabulary, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
+    """A tokenizer for a vocabulary whose attributes are adjusted (see :func:`load_vocabulary`),
+    with the pre-tokenizer registered for its (model, pre)."""
+    from bpetok.plugins import PreTokenizerRegistry, get_registry
+
     registry = PreTokenizerRegistry(plugin_manager) if plugin_manager is not None else get_registry()
     row = registry.get(vocab.model, vocab.pre)
     if row is None:
@@ -359,9 +365,7 @@ class Tokenizer:
                 found = chunks.get(part)
                 if found is None:
                     found = self._encode_pieces(" " + part)
-                    if len(chunks) < _CHUNK_CACHE_LIMIT and self._chunk_chars < _CHUNK_CACHE_CHARS:
-                        chunks[part] = found
-                        self._chunk_chars += len(part)
+                    self._remember(chunks, part, found)
                 out += found
         return out
 
@@ -405,10 +409,14 @@ class Tokenizer:
         found = self._heads.get(head)
         if found is None:
             found = self._encode_pieces(head)
-            if len(self._heads) < _CHUNK_CACHE_LIMIT and self._chunk_chars < _CHUNK_CACHE_CHARS:
-                self._heads[head] = found
-                self._chunk_chars += len(head)
+            self._remember(self._heads, head, found)
         return list(found)
+
+    def _remember(self, table: dict[str, list[int]], key: str, ids: list[int]) -> None:
+        """Cache a chunk's (or head's) ids while the chunk caches are under their bounds."""
+        if len(table) < _CHUNK_CACHE_LIMIT and self._chunk_chars < _CHUNK_CACHE_CHARS:
+            table[key] = ids
+            self._chunk_chars += len(key)
 
     def _encode_pieces(self, text: str) -> list[int]:
         """Pre-tokenize ``text`` and BPE each piece, with a cache keyed by piece text."""

@@ -412,8 +412,8 @@ class TrainResult:
 
     def tokenizer(self):
         """A :class:`bpetok.Tokenizer` over this vocabulary (no file needed)."""
-        from bpetok.plugins import get_plugin_manager, get_registry
-        from bpetok.tokenizer import Tokenizer
+        from bpetok.plugins import get_plugin_manager
+        from bpetok.tokenizer import from_vocabulary
         from bpetok.vocab import Vocabulary
 
         vocab = Vocabulary(
@@ -427,7 +427,7 @@ class TrainResult:
                                      ("eos", "tokenizer.ggml.eos_token_id", first)]
         vocab.flags["add_bos"] = False
         get_plugin_manager().hook.bpetok_adjust_token_attributes(vocabulary=vocab)
-        return Tokenizer(vocab, get_registry().get("gpt2", self.pre).spec)
+        return from_vocabulary(vocab)
 
 
 def train(
