@@ -17,7 +17,7 @@ from itertools import chain, compress
 
 import pluggy
 
-from bpetok.errors import BpetokError, UnsupportedVocabularyError
+from bpetok.errors import BpetokError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
@@ -129,6 +129,7 @@ class Tokenizer:
         self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
         self.add_eos = vocabulary.flags.get("add_eos", False)
         self._build_special_table()
+        self._check_byte_tokens()
         self._pieces: dict[int, bytes] = {}
         self._cache: dict[str, list[int]] = {}
         # The optional fast protocol of a pre-tokenizer (see bpetok.pretok.PreTokenizer).
@@ -193,6 +194,23 @@ class Tokenizer:
             self._special_finder[parse_special] = (
                 re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))) if texts else None
             )
+
+    def _check_byte_tokens(self) -> None:
+        """Refuse a BYTE token too short to name its byte, at load time as llama.cpp does.
+
+        llama.cpp renders every token's piece while loading; ``token_to_byte`` on such a token
+        throws there, so the file never loads. Only the few distinct attribute values are tested
+        bit by bit (see :meth:`_build_special_table`).
+        """
+        attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
+        byte_values = {a for a in set(attrs) if int(a) & int(TokenAttr.BYTE) and not int(a) & int(_SPECIAL | TokenAttr.NORMAL)}
+        for token_id in compress(range(len(attrs)), map(byte_values.__contains__, attrs)):
+            if _token_to_byte(tokens[token_id]) is None:
+                raise VocabularyError(
+                    f"{self.vocabulary.path}: token {token_id} {tokens[token_id]!r} has type BYTE but is too short "
+                    "to name a byte (<0xXX>); llama.cpp refuses to load it too: fix its type in "
+                    "'tokenizer.ggml.token_type'"
+                )
 
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:
         """Cut special tokens out of ``text``: str fragments to pre-tokenize, ints already ids.
@@ -487,13 +505,7 @@ class Tokenizer:
                     out += b"[UNK_BYTE_0x" + char.encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
             return bytes(out)
         if attr & TokenAttr.BYTE:
-            byte = _token_to_byte(text)
-            if byte is None:
-                raise BpetokError(
-                    f"{self.vocabulary.path}: token {token_id} {text!r} has type BYTE but is too short to name a "
-                    "byte (<0xXX>); llama.cpp fails on it too: fix its type in 'tokenizer.ggml.token_type'"
-                )
-            return bytes((byte,))
+            return bytes((_token_to_byte(text),))  # length checked at load (_check_byte_tokens)
         return b""
 
     def decode_bytes(self, ids) -> bytes:

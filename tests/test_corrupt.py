@@ -218,3 +218,28 @@ def test_hypothesis_vocabularies_load_or_raise_value_errors(
             tok.decode(encoded)
     for token_id in range(tok.n_tokens):
         tok.piece(token_id), tok.token_bytes(token_id), tok.token_type(token_id), tok.token_attributes(token_id)
+
+
+def _byte_typed_vocabulary(tmp_path, tokens):
+    path = tmp_path / "byte.gguf"
+    path.write_bytes(build([
+        ("tokenizer.ggml.model", T.STRING, b"gpt2"),
+        ("tokenizer.ggml.pre", T.STRING, b"qwen2"),
+        ("tokenizer.ggml.tokens", T.ARRAY, (T.STRING, tokens)),
+        ("tokenizer.ggml.merges", T.ARRAY, (T.STRING, [])),
+        ("tokenizer.ggml.token_type", T.ARRAY, (T.INT32, [6] * len(tokens))),
+    ]).data)
+    return path
+
+
+def test_byte_token_too_short_to_name_its_byte_is_refused_at_load(tmp_path):
+    # llama.cpp renders every piece while loading; token_to_byte's substr(3, 2) throws on a
+    # two-byte text, so the file never loads there either (found by the hypothesis test above).
+    path = _byte_typed_vocabulary(tmp_path, [b"<0x41>", b"\xc4\xa0"])
+    with pytest.raises(bpetok.VocabularyError, match=r"token 1 b'\\xc4\\xa0' has type BYTE.*tokenizer\.ggml\.token_type"):
+        bpetok.from_gguf(path)
+
+
+def test_byte_token_naming_its_byte_renders_that_byte(tmp_path):
+    tok = bpetok.from_gguf(_byte_typed_vocabulary(tmp_path, [b"<0x41>", b"<0x0A>"]))
+    assert [tok.piece(0), tok.piece(1)] == [b"A", b"\n"]
