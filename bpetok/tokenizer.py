@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import operator
 import os
 import re
-from itertools import chain, compress
+from bisect import bisect_right
+from itertools import accumulate, chain, compress, count, repeat
 
 import pluggy
 
@@ -403,19 +405,22 @@ class Tokenizer:
         if not missing:
             return
         pieces = split(" " + " ".join(missing))
-        new = [piece for piece in dict.fromkeys(pieces) if piece not in cache]
+        unique = list(dict.fromkeys(pieces))
+        known = list(map(cache.get, unique))
+        new = list(compress(unique, map(operator.not_, known)))
         encoded = dict(zip(new, self.bpe.encode_pieces([p.encode("utf-8", "surrogatepass") for p in new])))
-        # Walk the pieces, cutting them back into chunks by length (a piece never crosses a
-        # chunk boundary: that is the space_chunks promise).
-        k, need, ids = 0, len(missing[0]) + 1, []
-        for piece in pieces:
-            found = cache.get(piece)
-            ids += found if found is not None else encoded[piece]
-            need -= len(piece)
-            if not need:
-                chunks[missing[k]] = ids
-                k += 1
-                need, ids = (len(missing[k]) + 1 if k < len(missing) else 0), []
+        ids_of = dict(zip(unique, known))
+        ids_of.update(encoded)
+        # Cut the pieces back into chunks (a piece never crosses a chunk boundary: that is the
+        # space_chunks promise): chunk k ends at character offset sum(len(" " + part)) of the
+        # parts up to it, which is the end of a piece; bisect finds which. All of it runs in C.
+        piece_ends = list(accumulate(map(len, pieces)))
+        chunk_ends = map(operator.add, accumulate(map(len, missing)), count(1))
+        stops = list(map(bisect_right, repeat(piece_ends), chunk_ends))
+        starts = [0]
+        starts += stops[:-1]
+        piece_ids = list(map(ids_of.__getitem__, pieces))
+        chunks.update(zip(missing, map(list, map(chain.from_iterable, map(piece_ids.__getitem__, map(slice, starts, stops))))))
         self._chunk_chars += sum(map(len, missing))
         for piece, found in encoded.items():
             if len(cache) >= _PIECE_CACHE_LIMIT:
