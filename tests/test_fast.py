@@ -95,6 +95,34 @@ def test_batched_bpe_equals_reference_on_every_reference_piece(name, qwen3, smol
     assert tok.bpe.encode_pieces(pieces) == [tok.bpe.encode_piece_reference(p) for p in pieces]
 
 
+def test_batch_hash_table_agrees_with_the_merge_dict(tok):
+    np = pytest.importorskip("numpy")
+    bpe = tok.bpe
+    tables = bpe._batch_tables()
+    keys = list(bpe.ranks)
+    rng = random.Random(3)
+    absent = [rng.randrange(bpe.stride * bpe.stride) for _ in range(20_000)]
+    absent = [k for k in absent if k not in bpe.ranks]
+    found = bpe._pair_ranks(tables, np.array(keys + absent, np.int64)).tolist()
+    never = int(tables[4])
+    assert found == [bpe.ranks[k] << 22 for k in keys] + [never] * len(absent)
+
+
+def test_a_batch_too_large_for_one_pass_is_cut_in_parts(qwen3, monkeypatch):
+    pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases("qwen3") for p in qwen3.pretokenizer.split(case["text"])})
+    monkeypatch.setattr(BytePairModel, "_BATCH_BYTES", 1000)
+    assert qwen3.bpe.encode_pieces(pieces) == [qwen3.bpe.encode_piece_reference(p) for p in pieces]
+
+
+def test_batch_falls_back_to_bytes_for_merges_that_are_not_tokens():
+    # "ab x" makes a symbol that is no token, emitted as its bytes; "c" has no token: dropped.
+    tokens = [t for t in _byte_tokens() if t != b"c"] + [b"ab"]
+    bpe = BytePairModel(tokens, [b"a b", b"ab x"])
+    pieces = [b"abx", b"abxc", b"cab", b"xab", b"abxab", b"cc"] * 20
+    assert bpe.encode_pieces(pieces) == [bpe.encode_piece_reference(p) for p in pieces]
+    assert bpe.encode_pieces(pieces)[1] == [tokens.index(b"a"), tokens.index(b"b"), tokens.index(b"x")]
+
+
 @settings(max_examples=60, deadline=None)
 @given(batch=st.lists(texts, min_size=64, max_size=120))
 def test_batched_bpe_equals_reference_on_generated_pieces(qwen3, smollm2, batch):

@@ -187,12 +187,9 @@ class BytePairModel:
         """
         out: list[list[int] | None] = [None] * len(pieces)
         batch = []
+        longest, whole_token = self.BATCH_LONGEST, self._whole_token
         for k, piece in enumerate(pieces):
-            whole = self._whole_token(piece)
-            if whole is not None:
-                out[k] = [whole]
-                continue
-            if 2 <= len(piece) <= self.BATCH_LONGEST:
+            if 2 <= len(piece) <= longest and (not self.ignore_merges or whole_token(piece) is None):
                 batch.append(k)
             else:
                 out[k] = self.encode_piece(piece)
@@ -204,98 +201,172 @@ class BytePairModel:
                 out[k] = self.encode_piece(pieces[k])
             return out
         for k, symbols in zip(batch, self._merge_batch([pieces[k] for k in batch])):
-            out[k] = self._emit(symbols)
+            out[k] = symbols
         return out
 
     BATCH_LONGEST = 256
 
-    def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
-        """Vectorised :meth:`merge_symbols` over many pieces of at least two bytes each.
+    # Positions in a batch take the low 22 bits of a packed pair (see _merge_batch); a batch of
+    # more bytes is cut in parts.
+    _BATCH_BYTES = 1 << 22
 
-        ``vals[i]`` is the packed rank of the pair at ``i`` (a sentinel across two pieces or
-        with no merge); ``vals << 22 | i`` makes one ``minimum.reduceat`` give each piece's lowest
-        pair and, on ties, its leftmost. After a merge only the two pairs beside it change.
+    def _batch_tables(self):
+        """The arrays :meth:`_merge_batch` needs, built on first use (a cold pass pays for it).
+
+        ``ranks`` as an open-addressing hash table (a new pair's rank is then one or two array
+        gathers; a binary search over the 151k sorted keys took 3-6x longer, its accesses all
+        cache misses), and the ranks of all 65,536 byte pairs, which every piece starts as.
         """
         import numpy as np
 
         tables = self.__dict__.get("_arrays")
-        if tables is None:  # sorted pair keys and their packed ranks, built on first use
-            keys = np.fromiter(self.ranks.keys(), np.int64, len(self.ranks))
-            values = np.fromiter(self.ranks.values(), np.int64, len(self.ranks))
-            order = np.argsort(keys)
-            # Every piece starts as bytes: the ranks of all 65,536 byte pairs, looked up directly.
-            get, byte_ids = self.ranks.get, self.byte_ids
-            never = (1 << 40) - 1
-            byte_pairs = np.array([get(a * self.stride + b, never) for a in byte_ids for b in byte_ids], np.int64)
-            tables = self._arrays = (keys[order], values[order], np.array(byte_ids, np.int64), byte_pairs)
-        sorted_keys, sorted_values, byte_ids, byte_pairs = tables
-        stride, last = self.stride, len(sorted_keys) - 1
-        never = np.int64((1 << 40) - 1)  # above every packed rank; << 22 still fits in int64
+        if tables is not None:
+            return tables
+        never = np.int64(((1 << 40) - 1) << 22)  # above every packed rank, see _merge_batch
+        count = len(self.ranks)
+        keys = np.fromiter(self.ranks.keys(), np.int64, count)
+        values = np.fromiter(self.ranks.values(), np.int64, count) << 22
+        bits = max(count * 3, 1024).bit_length()  # a load of at most 1/3: few probes, even for misses
+        size = 1 << bits
+        # Insert with linear probing, all keys at once: each round, of the keys aiming at a free
+        # slot, one (numpy's last write) takes it, and the others move on to the next slot. Any
+        # order of insertion makes a table that lookups probe correctly.
+        slot_of = np.full(size, -1, np.int64)  # the index of the key in each slot, -1 if empty
+        slots = self._hash_slots(keys, bits)
+        pending = np.arange(count)
+        while len(pending):
+            aim = slots[pending]
+            free = slot_of[aim] == -1
+            slot_of[aim[free]] = pending[free]
+            pending = pending[slot_of[aim] != pending]
+            slots[pending] = (slots[pending] + 1) & (size - 1)
+        filled = slot_of >= 0
+        table_keys = np.where(filled, keys[slot_of], -1)  # -1: an empty slot (keys are never negative)
+        table_values = np.where(filled, values[slot_of], never)
+        byte_ids = np.array(self.byte_ids, np.int64)
+        tables = (table_keys, table_values, bits, byte_ids, never)
+        pair_keys = (byte_ids[:, None] * self.stride + byte_ids[None, :]).ravel()
+        byte_pairs = self._pair_ranks(tables, pair_keys)
+        tables = self._arrays = (*tables, byte_pairs)
+        return tables
+
+    @staticmethod
+    def _hash_slots(keys, bits: int):
+        """Fibonacci hashing: the top ``bits`` bits of ``key * 2**64 / golden ratio``."""
+        import numpy as np
+
+        product = keys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # wraps mod 2**64
+        return (product >> np.uint64(64 - bits)).view(np.int64)
+
+    def _pair_ranks(self, tables, keys):
+        """The packed ranks (<< 22) of pair ``keys``, ``never`` for a pair with no merge."""
+        import numpy as np
+
+        table_keys, table_values, bits, _, never = tables[:5]
+        slots = self._hash_slots(keys, bits)
+        found = table_keys[slots]
+        out = table_values[slots]  # right where the slot holds the key, or is empty (never)
+        probe = np.flatnonzero((found != keys) & (found != -1))  # another key: probe on
+        if len(probe):
+            keys, slots, mask = keys[probe], slots[probe], (1 << bits) - 1
+            out[probe] = never
+            while len(probe):
+                slots = (slots + 1) & mask
+                found = table_keys[slots]
+                hit = found == keys
+                out[probe[hit]] = table_values[slots[hit]]
+                more = ~hit & (found != -1)
+                probe, keys, slots = probe[more], keys[more], slots[more]
+        return out
+
+    def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
+        """Vectorised :meth:`merge_symbols` over many pieces of at least two bytes each.
+
+        All pieces' symbols lie back to back in ``sym``; ``vals[i]`` is the packed rank of the
+        pair at ``i``, shifted left by 22 (a sentinel, ``never``, across two pieces or with no
+        merge). ``vals | i`` makes one ``minimum.reduceat`` give each piece's lowest pair and, on
+        ties, its leftmost. After a merge only the two pairs beside it change.
+        """
+        import numpy as np
+
+        if sum(map(len, pieces)) >= self._BATCH_BYTES:  # pair positions must fit in 22 bits
+            if len(pieces) == 1:
+                return [self.encode_piece(pieces[0])]
+            half = len(pieces) // 2
+            return self._merge_batch(pieces[:half]) + self._merge_batch(pieces[half:])
+        tables = self._batch_tables()
+        byte_ids, never, byte_pairs = tables[3], tables[4], tables[5]
+        stride, mask = self.stride, self.mask
         low = (1 << 22) - 1
 
-        def rank(left, right):
-            keys = left * stride + right
-            at = np.minimum(np.searchsorted(sorted_keys, keys), last)
-            return np.where(sorted_keys[at] == keys, sorted_values[at], never)
-
-        results: list[list[int] | None] = [None] * len(pieces)
         raw = np.frombuffer(b"".join(pieces), np.uint8).astype(np.int64)
-        if len(raw) > low:  # pair indices must fit in 22 bits
-            return [self.merge_symbols_fast(list(map(self.byte_ids.__getitem__, p))) for p in pieces]
         sym = byte_ids[raw]
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         owner = np.arange(len(pieces))  # the piece each active sequence is
         starts = np.cumsum(lengths) - lengths
         vals = byte_pairs[(raw[:-1] << 8) | raw[1:]]
         vals[starts[1:] - 1] = never
-
-        def drop(gone):  # record finished sequences, keep the others
-            nonlocal sym, vals, lengths, owner, starts
-            ends = starts + lengths
-            for k, a, b in zip(owner[gone].tolist(), starts[gone].tolist(), ends[gone].tolist()):
-                results[k] = sym[a:b].copy()
-            keep = ~gone
-            symbols = np.repeat(keep, lengths)
-            sym = sym[symbols]
-            # Pair i belongs to the sequence of symbol i; if the last sequence went, the new
-            # last one's boundary pair is left over at the end.
-            vals = vals[symbols[:-1]][: len(sym) - 1]
-            lengths, owner = lengths[keep], owner[keep]
-            starts = np.cumsum(lengths) - lengths
+        positions = np.arange(len(raw))
+        key = np.empty(len(raw), np.int64)  # reused each round: no allocation per round
+        # Finished pieces, in the order they finish: their owners, lengths and symbols.
+        done_owner, done_length, done_sym = [], [], []
 
         while len(owner):
-            lowest = np.minimum.reduceat((vals << 22) | np.arange(len(vals)), starts)
-            done = (lowest >> 22) == never
-            if done.any():
-                drop(done)
-                if not len(owner):
-                    break
-                lowest = np.minimum.reduceat((vals << 22) | np.arange(len(vals)), starts)
+            pairs = len(vals)
+            np.bitwise_or(vals, positions[:pairs], out=key[:pairs])
+            lowest = np.minimum.reduceat(key[:pairs], starts)
+            merging = lowest < never
             where = lowest & low
-            sym[where] = (lowest >> 22) & self.mask
-            # Drop each merged pair's right symbol and the pair itself: every position after
-            # shifts left by one per earlier sequence.
-            sym = np.delete(sym, where + 1)
-            vals = np.delete(vals, where)
-            shift = np.arange(len(where))
-            where = where - shift
-            starts = starts - shift
-            lengths = lengths - 1
-            at = where[where > starts] - 1  # the pair on the merged symbol's left
-            vals[at] = rank(sym[at], sym[at + 1])
-            at = where[where < starts + lengths - 1]  # and on its right
-            vals[at] = rank(sym[at], sym[at + 1])
-            single = lengths == 1
-            if single.any():
-                drop(single)
+            sym[where[merging]] = (lowest[merging] >> 22) & mask
+            old_lengths = lengths
+            lengths = lengths - merging
+            # A piece is finished when it has no merge left or is down to one symbol; its
+            # symbols are then sym[start : start + length] (a merge only drops the right one).
+            alive = merging & (lengths > 1)
+            if not alive.all():
+                gone = ~alive
+                gone_starts, gone_lengths = starts[gone], lengths[gone]
+                done_owner.append(owner[gone])
+                done_length.append(gone_lengths)
+                done_sym.append(sym[_ranges(gone_starts, gone_lengths)])
+                if not alive.any():
+                    break
+                # Keep the symbols of live pieces but each merged pair's right one.
+                keep = np.repeat(alive, old_lengths)
+            else:
+                keep = np.ones(len(sym), bool)
+            offset = (where - starts)[alive]  # the merged symbol within its piece
+            keep[where[alive] + 1] = False
+            sym = sym[keep]
+            # A pair goes with its right symbol: the merged pair with the dropped symbol, a
+            # finished piece's pairs and the sentinel pair before it with its symbols.
+            # subtle: if the first piece finished, the sentinel after it is left at the front.
+            vals = vals[keep[1:]]
+            if not keep[0]:
+                vals = vals[1:]
+            lengths, owner = lengths[alive], owner[alive]
+            starts = np.cumsum(lengths) - lengths
+            where = starts + offset
+            at = where[offset > 0] - 1  # the pair on the merged symbol's left
+            vals[at] = self._pair_ranks(tables, sym[at] * stride + sym[at + 1])
+            at = where[offset < lengths - 1]  # and on its right
+            vals[at] = self._pair_ranks(tables, sym[at] * stride + sym[at + 1])
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
-        sizes = [len(r) for r in results]
-        flat = np.concatenate(results).tolist()
-        out, at = [], 0
-        for size in sizes:
-            out.append(flat[at : at + size])
-            at += size
+        finish_owner = np.concatenate(done_owner)
+        finish_length = np.concatenate(done_length)
+        finish_sym = np.concatenate(done_sym)
+        rank_of = np.empty_like(finish_owner)  # piece -> its place in the finishing order
+        rank_of[finish_owner] = np.arange(len(finish_owner))
+        sizes = finish_length[rank_of]
+        flat = finish_sym[_ranges((np.cumsum(finish_length) - finish_length)[rank_of], sizes)]
+        bounds = np.cumsum(sizes).tolist()
+        values = flat.tolist()
+        out = [values[a:b] for a, b in zip([0, *bounds], bounds)]
+        if len(flat) and flat.max() >= self.n_tokens:  # a virtual symbol: emit its bytes
+            virtual = np.maximum.reduceat(flat, np.cumsum(sizes) - sizes) >= self.n_tokens
+            for k in np.flatnonzero(virtual).tolist():
+                out[k] = self._emit(out[k])
         return out
 
     def encode_piece_reference(self, piece: bytes) -> list[int]:
@@ -468,3 +539,15 @@ class BytePairModel:
                 if token_id is not None:
                     out.append(token_id)
         return out
+
+
+def _ranges(starts, lengths):
+    """The indices of ``starts[k] : starts[k] + lengths[k]`` for each k, in one array.
+
+    >>> _ranges(np.array([5, 0]), np.array([2, 3])).tolist()
+    [5, 6, 0, 1, 2]
+    """
+    import numpy as np
+
+    total = int(lengths.sum())
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
