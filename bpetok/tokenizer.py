@@ -13,8 +13,7 @@ import gc
 import operator
 import os
 import re
-from bisect import bisect_right
-from itertools import accumulate, chain, compress, count, repeat
+from itertools import chain, compress
 
 import pluggy
 
@@ -397,6 +396,8 @@ class Tokenizer:
 
         The first pass over a large text spends most of its time here, on words seen once.
         """
+        import numpy as np  # here, not at import: a short text never needs it (load time counts)
+
         split, cache, chunks = self.pretokenizer.split, self._cache, self._chunks
         room = min(_CHUNK_CACHE_LIMIT - len(chunks), (_CHUNK_CACHE_CHARS - self._chunk_chars) // 16)
         # subtle: chunks are joined back to back, which is safe when each ends in a character
@@ -413,10 +414,10 @@ class Tokenizer:
         ids_of.update(encoded)
         # Cut the pieces back into chunks (a piece never crosses a chunk boundary: that is the
         # space_chunks promise): chunk k ends at character offset sum(len(" " + part)) of the
-        # parts up to it, which is the end of a piece; bisect finds which. All of it runs in C.
-        piece_ends = list(accumulate(map(len, pieces)))
-        chunk_ends = map(operator.add, accumulate(map(len, missing)), count(1))
-        stops = list(map(bisect_right, repeat(piece_ends), chunk_ends))
+        # parts up to it, which is the end of a piece; searchsorted finds which. No Python loop.
+        piece_ends = np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)))
+        chunk_ends = np.cumsum(np.fromiter(map(len, missing), np.int64, len(missing)) + 1)
+        stops = np.searchsorted(piece_ends, chunk_ends, "right").tolist()
         starts = [0]
         starts += stops[:-1]
         piece_ids = list(map(ids_of.__getitem__, pieces))
