@@ -10,6 +10,7 @@ Unicode 15.1 classes whatever Unicode version Python or ``regex`` carry.
 from __future__ import annotations
 
 import bisect
+import functools
 import operator
 import re
 from dataclasses import dataclass, field
@@ -92,6 +93,8 @@ class _ClassTable(dict):
 
 _CLASS_TABLE = _ClassTable()
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+# From this many characters on, collapse through a numpy table of every codepoint's class.
+_ARRAY_COLLAPSE_MIN = 4096
 
 
 def _collapse_run(match: re.Match) -> str:
@@ -101,15 +104,38 @@ def _collapse_run(match: re.Match) -> str:
 def collapse(text: str) -> str:
     """Map each codepoint to llama.cpp's class placeholder; ASCII stays as it is.
 
-    Only the non-ASCII runs go through ``str.translate`` (a dictionary lookup per character);
-    on mostly-ASCII text that is 3-4x faster than translating all of it.
+    Short texts: only the non-ASCII runs go through ``str.translate`` (a dictionary lookup per
+    character, 3-4x faster than translating all of it on mostly-ASCII text). Long texts: one
+    numpy lookup per codepoint, another 4-15x faster (:func:`_collapse_array`).
 
     >>> collapse("é1 ٣\u3000x")
     '\\xd21 \\xd1\\xd6x'
     """
     if text.isascii():
         return text
+    if len(text) >= _ARRAY_COLLAPSE_MIN:
+        return _collapse_array(text)
     return _NON_ASCII_RUN.sub(_collapse_run, text)
+
+
+@functools.cache
+def _codepoint_classes():
+    """Every codepoint's placeholder byte, as a numpy array of 0x110000 bytes (built on first use)."""
+    import numpy as np
+
+    starts = np.array(RANGE_STARTS, np.int64)
+    table = np.repeat(np.frombuffer(RANGE_CLASSES, np.uint8), np.diff(np.append(starts, 0x110000)))
+    table[:128] = np.arange(128)
+    table[[c for c in WHITESPACE if c >= 128]] = ord(NON_ASCII_WHITESPACE)
+    return table
+
+
+def _collapse_array(text: str) -> str:
+    """:func:`collapse` through :func:`_codepoint_classes` (lone surrogates included)."""
+    import numpy as np
+
+    codepoints = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    return _codepoint_classes()[codepoints].tobytes().decode("latin-1")
 
 
 # Character-class bodies over collapsed text, for use inside [...].
