@@ -12,6 +12,7 @@ result is not a token gets a *virtual* id (>= n_tokens) that remembers its text 
 from __future__ import annotations
 
 import heapq
+from typing import Any, NamedTuple
 from itertools import repeat
 
 from bpetok.errors import VocabularyError
@@ -45,6 +46,18 @@ _ENCODE_TABLE = {b: c for b, c in enumerate(BYTE_TO_CHAR)}  # for bytes -> str v
 def byte_encode(data: bytes) -> str:
     """Bytes to GPT-2 characters: ``byte_encode(b" hi") == "Ġhi"``."""
     return data.decode("latin-1").translate(_ENCODE_TABLE)
+
+
+class _BatchTables(NamedTuple):
+    """What :meth:`BytePairModel._merge_batch` looks up, built once per model."""
+
+    # An open-addressing hash table: pair keys (-1 in an empty slot) and their packed ranks << 22.
+    table_keys: Any
+    table_values: Any
+    bits: int  # the table has 1 << bits slots
+    never: Any  # the packed rank (<< 22) of a pair with no merge, above every other
+    byte_ids: Any  # each byte's initial symbol
+    byte_pairs: Any  # the packed ranks of the 65,536 byte pairs, at first_byte << 8 | second
 
 
 class BytePairModel:
@@ -185,23 +198,22 @@ class BytePairModel:
         for all pieces together; that is the same merge order as one piece at a time, since
         pieces never interact. Other pieces go through :meth:`encode_piece`.
         """
-        out: list[list[int] | None] = [None] * len(pieces)
-        batch = []
-        longest, whole_token = self.BATCH_LONGEST, self._whole_token
-        for k, piece in enumerate(pieces):
-            if 2 <= len(piece) <= longest and (not self.ignore_merges or whole_token(piece) is None):
-                batch.append(k)
-            else:
-                out[k] = self.encode_piece(piece)
+        longest = self.BATCH_LONGEST
+        batch = [k for k, size in enumerate(map(len, pieces)) if 2 <= size <= longest]
+        if self.ignore_merges:
+            batch = [k for k in batch if self._whole_token(pieces[k]) is None]
         # Below 64 pieces the arrays cost more than they save. The batch packs a rank and a
         # position into one int64 (see _merge_batch): a vocabulary too large for that (2**40
         # packed ranks) stays on the per-piece path.
         if len(batch) < 64 or (len(self.ranks) << self.shift) >= 1 << 40:
-            for k in batch:
-                out[k] = self.encode_piece(pieces[k])
-            return out
+            return list(map(self.encode_piece, pieces))
+        if len(batch) == len(pieces):
+            return self._merge_batch(pieces)
+        out: list[list[int] | None] = [None] * len(pieces)
         for k, symbols in zip(batch, self._merge_batch([pieces[k] for k in batch])):
             out[k] = symbols
+        for k in set(range(len(pieces))).difference(batch):
+            out[k] = self.encode_piece(pieces[k])
         return out
 
     BATCH_LONGEST = 256
@@ -244,10 +256,9 @@ class BytePairModel:
         table_keys = np.where(filled, keys[slot_of], -1)  # -1: an empty slot (keys are never negative)
         table_values = np.where(filled, values[slot_of], never)
         byte_ids = np.array(self.byte_ids, np.int64)
-        tables = (table_keys, table_values, bits, byte_ids, never)
+        tables = _BatchTables(table_keys, table_values, bits, never, byte_ids, None)
         pair_keys = (byte_ids[:, None] * self.stride + byte_ids[None, :]).ravel()
-        byte_pairs = self._pair_ranks(tables, pair_keys)
-        tables = self._arrays = (*tables, byte_pairs)
+        tables = self._arrays = tables._replace(byte_pairs=self._pair_ranks(tables, pair_keys))
         return tables
 
     @staticmethod
@@ -262,7 +273,7 @@ class BytePairModel:
         """The packed ranks (<< 22) of pair ``keys``, ``never`` for a pair with no merge."""
         import numpy as np
 
-        table_keys, table_values, bits, _, never = tables[:5]
+        table_keys, table_values, bits, never = tables[:4]
         slots = self._hash_slots(keys, bits)
         found = table_keys[slots]
         out = table_values[slots]  # right where the slot holds the key, or is empty (never)
@@ -295,7 +306,7 @@ class BytePairModel:
             half = len(pieces) // 2
             return self._merge_batch(pieces[:half]) + self._merge_batch(pieces[half:])
         tables = self._batch_tables()
-        byte_ids, never, byte_pairs = tables[3], tables[4], tables[5]
+        byte_ids, never, byte_pairs = tables.byte_ids, tables.never, tables.byte_pairs
         stride, mask = self.stride, self.mask
         low = (1 << 22) - 1
 
@@ -323,6 +334,8 @@ class BytePairModel:
             # A piece is finished when it has no merge left or is down to one symbol; its
             # symbols are then sym[start : start + length] (a merge only drops the right one).
             alive = merging & (lengths > 1)
+            # Keep the symbols of live pieces but each merged pair's right one.
+            keep = np.ones(len(sym), bool)
             if not alive.all():
                 gone = ~alive
                 gone_starts, gone_lengths = starts[gone], lengths[gone]
@@ -331,10 +344,7 @@ class BytePairModel:
                 done_sym.append(sym[_ranges(gone_starts, gone_lengths)])
                 if not alive.any():
                     break
-                # Keep the symbols of live pieces but each merged pair's right one.
-                keep = np.repeat(alive, old_lengths)
-            else:
-                keep = np.ones(len(sym), bool)
+                keep[_ranges(gone_starts, old_lengths[gone])] = False
             offset = (where - starts)[alive]  # the merged symbol within its piece
             keep[where[alive] + 1] = False
             sym = sym[keep]
@@ -347,9 +357,8 @@ class BytePairModel:
             lengths, owner = lengths[alive], owner[alive]
             starts = np.cumsum(lengths) - lengths
             where = starts + offset
-            at = where[offset > 0] - 1  # the pair on the merged symbol's left
-            vals[at] = self._pair_ranks(tables, sym[at] * stride + sym[at + 1])
-            at = where[offset < lengths - 1]  # and on its right
+            # The pairs on the merged symbol's left and right, looked up together.
+            at = np.concatenate((where[offset > 0] - 1, where[offset < lengths - 1]))
             vals[at] = self._pair_ranks(tables, sym[at] * stride + sym[at + 1])
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
