@@ -10,11 +10,10 @@ Unicode 15.1 classes whatever Unicode version Python or ``regex`` carry.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
-import operator
 import re
 from dataclasses import dataclass, field
-from itertools import accumulate, compress, count
 from typing import Callable, Protocol
 
 from bpetok.pretok.unicode_data import RANGE_CLASSES, RANGE_STARTS, WHITESPACE
@@ -200,9 +199,16 @@ class CollapsedRegexPreTokenizer:
         if text.isascii():
             return pieces
         # Collapsed pieces are the text's wherever they are ASCII; cut the others from the text
-        # by their end offsets (cheaper than finditer's match objects for every piece).
-        ends = list(accumulate(map(len, pieces)))
-        for i in compress(count(), map(operator.not_, map(str.isascii, pieces))):
-            end = ends[i]
-            pieces[i] = text[end - len(pieces[i]) : end]
+        # (cheaper than finditer's match objects for every piece). list.index finds each one
+        # and the lengths of the ASCII pieces before it give its offset, both in C.
+        is_ascii = list(map(str.isascii, pieces))
+        at = done = 0
+        i = -1
+        with contextlib.suppress(ValueError):  # no non-ASCII piece left
+            while True:
+                i = is_ascii.index(False, i + 1)
+                at += sum(map(len, pieces[done:i]))
+                end = at + len(pieces[i])
+                pieces[i] = text[at:end]
+                at, done = end, i + 1
         return pieces
