@@ -104,8 +104,8 @@ def test_batch_hash_table_agrees_with_the_merge_dict(tok):
     absent = [rng.randrange(bpe.stride * bpe.stride) for _ in range(20_000)]
     absent = [k for k in absent if k not in bpe.ranks]
     found = bpe._pair_ranks(tables, np.array(keys + absent, np.int64)).tolist()
-    never = int(tables.never)
-    assert found == [bpe.ranks[k] << 22 for k in keys] + [never] * len(absent)
+    ranks = [(bpe.ranks[k] >> bpe.shift) << tables.rank_shift for k in keys]
+    assert found == ranks + [tables.never] * len(absent)
 
 
 def test_a_batch_too_large_for_one_pass_is_cut_in_parts(qwen3, monkeypatch):
@@ -121,6 +121,10 @@ def test_batch_falls_back_to_bytes_for_merges_that_are_not_tokens():
     pieces = [b"abx", b"abxc", b"cab", b"xab", b"abxab", b"cc"] * 20
     assert bpe.encode_pieces(pieces) == [bpe.encode_piece_reference(p) for p in pieces]
     assert bpe.encode_pieces(pieces)[1] == [tokens.index(b"a"), tokens.index(b"b"), tokens.index(b"x")]
+    bare = BytePairModel(tokens, [])  # no merges at all: every piece stays bytes
+    assert bare.encode_pieces(pieces) == [bare.encode_piece_reference(p) for p in pieces]
+    bare._arrays = None  # as for a vocabulary too large to pack: piece by piece
+    assert bare.encode_pieces(pieces) == [bare.encode_piece_reference(p) for p in pieces]
 
 
 @settings(max_examples=60, deadline=None)

@@ -51,13 +51,15 @@ def byte_encode(data: bytes) -> str:
 class _BatchTables(NamedTuple):
     """What :meth:`BytePairModel._merge_batch` looks up, built once per model."""
 
-    # An open-addressing hash table: pair keys (-1 in an empty slot) and their packed ranks << 22.
+    # An open-addressing hash table: pair keys (-1 in an empty slot) and their ranks << rank_shift.
     table_keys: Any
     table_values: Any
     bits: int  # the table has 1 << bits slots
-    never: Any  # the packed rank (<< 22) of a pair with no merge, above every other
+    rank_shift: int  # a rank's place in a batch's packed state (see _merge_batch)
+    never: int  # the rank (<< rank_shift) of a pair with no merge, above every other
+    merged: Any  # rank -> the merged symbol
     byte_ids: Any  # each byte's initial symbol
-    byte_pairs: Any  # the packed ranks of the 65,536 byte pairs, at first_byte << 8 | second
+    byte_pairs: Any  # the ranks (<< rank_shift) of the 65,536 byte pairs, at first << 8 | second
 
 
 class BytePairModel:
@@ -202,10 +204,10 @@ class BytePairModel:
         batch = [k for k, size in enumerate(map(len, pieces)) if 2 <= size <= longest]
         if self.ignore_merges:
             batch = [k for k in batch if self._whole_token(pieces[k]) is None]
-        # Below 64 pieces the arrays cost more than they save. The batch packs a rank and a
-        # position into one int64 (see _merge_batch): a vocabulary too large for that (2**40
-        # packed ranks) stays on the per-piece path.
-        if len(batch) < 64 or (len(self.ranks) << self.shift) >= 1 << 40:
+        # Below 64 pieces the arrays cost more than they save. The batch packs a rank, a symbol
+        # and a position into one int64 (see _merge_batch): a vocabulary too large for that
+        # stays on the per-piece path.
+        if len(batch) < 64 or self._batch_tables() is None:
             return list(map(self.encode_piece, pieces))
         if len(batch) == len(pieces):
             return self._merge_batch(pieces)
@@ -231,13 +233,24 @@ class BytePairModel:
         """
         import numpy as np
 
-        tables = self.__dict__.get("_arrays")
-        if tables is not None:
+        tables = self.__dict__.get("_arrays", False)
+        if tables is not False:
             return tables
-        never = np.int64(((1 << 40) - 1) << 22)  # above every packed rank, see _merge_batch
         count = len(self.ranks)
         keys = np.fromiter(self.ranks.keys(), np.int64, count)
-        values = np.fromiter(self.ranks.values(), np.int64, count) << 22
+        packed = np.fromiter(self.ranks.values(), np.int64, count)
+        ranks = packed >> self.shift
+        # A batch keeps each symbol and the rank of the pair it starts in one int64: position in
+        # the low 22 bits, then the symbol, then the rank, with one rank above all for "none".
+        rank_shift = 22 + self.shift
+        rank_bits = (int(ranks.max(initial=0)) + 2).bit_length()
+        if rank_shift + rank_bits > 63:
+            self._arrays = None  # a vocabulary too large for that: no batch
+            return None
+        never = ((1 << rank_bits) - 1) << rank_shift
+        values = ranks << rank_shift
+        merged = np.zeros(int(ranks.max(initial=0)) + 1, np.int64)
+        merged[ranks] = packed & self.mask
         bits = max(count * 3, 1024).bit_length()  # a load of at most 1/3: few probes, even for misses
         size = 1 << bits
         # Insert with linear probing, all keys at once: each round, of the keys aiming at a free
@@ -253,10 +266,12 @@ class BytePairModel:
             pending = pending[slot_of[aim] != pending]
             slots[pending] = (slots[pending] + 1) & (size - 1)
         filled = slot_of >= 0
-        table_keys = np.where(filled, keys[slot_of], -1)  # -1: an empty slot (keys are never negative)
-        table_values = np.where(filled, values[slot_of], never)
+        table_keys = np.full(size, -1, np.int64)  # -1: an empty slot (keys are never negative)
+        table_keys[filled] = keys[slot_of[filled]]
+        table_values = np.full(size, never, np.int64)
+        table_values[filled] = values[slot_of[filled]]
         byte_ids = np.array(self.byte_ids, np.int64)
-        tables = _BatchTables(table_keys, table_values, bits, never, byte_ids, None)
+        tables = _BatchTables(table_keys, table_values, bits, rank_shift, never, merged, byte_ids, None)
         pair_keys = (byte_ids[:, None] * self.stride + byte_ids[None, :]).ravel()
         tables = self._arrays = tables._replace(byte_pairs=self._pair_ranks(tables, pair_keys))
         return tables
@@ -270,10 +285,10 @@ class BytePairModel:
         return (product >> np.uint64(64 - bits)).view(np.int64)
 
     def _pair_ranks(self, tables, keys):
-        """The packed ranks (<< 22) of pair ``keys``, ``never`` for a pair with no merge."""
+        """The ranks (<< rank_shift) of pair ``keys``, ``never`` for a pair with no merge."""
         import numpy as np
 
-        table_keys, table_values, bits, never = tables[:4]
+        table_keys, table_values, bits, _, never = tables[:5]
         slots = self._hash_slots(keys, bits)
         found = table_keys[slots]
         out = table_values[slots]  # right where the slot holds the key, or is empty (never)
@@ -293,10 +308,11 @@ class BytePairModel:
     def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
         """Vectorised :meth:`merge_symbols` over many pieces of at least two bytes each.
 
-        All pieces' symbols lie back to back in ``sym``; ``vals[i]`` is the packed rank of the
-        pair at ``i``, shifted left by 22 (a sentinel, ``never``, across two pieces or with no
-        merge). ``vals | i`` makes one ``minimum.reduceat`` give each piece's lowest pair and, on
-        ties, its leftmost. After a merge only the two pairs beside it change.
+        All pieces' symbols lie back to back in ``state``, one int64 each: the rank of the pair
+        the symbol starts (``never`` for a piece's last symbol or a pair with no merge), then the
+        symbol, then 22 zero bits. ``state | i`` makes one ``minimum.reduceat`` give each piece's
+        lowest pair and, on ties (the same merge, so the same left symbol), its leftmost; each
+        round merges it. After a merge only the pairs beside it change.
         """
         import numpy as np
 
@@ -306,60 +322,56 @@ class BytePairModel:
             half = len(pieces) // 2
             return self._merge_batch(pieces[:half]) + self._merge_batch(pieces[half:])
         tables = self._batch_tables()
-        byte_ids, never, byte_pairs = tables.byte_ids, tables.never, tables.byte_pairs
-        stride, mask = self.stride, self.mask
-        low = (1 << 22) - 1
+        never, byte_pairs, rank_shift = tables.never, tables.byte_pairs, tables.rank_shift
+        stride, low, symbol = self.stride, (1 << 22) - 1, (1 << self.shift) - 1
 
         raw = np.frombuffer(b"".join(pieces), np.uint8).astype(np.int64)
-        sym = byte_ids[raw]
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         owner = np.arange(len(pieces))  # the piece each active sequence is
         starts = np.cumsum(lengths) - lengths
-        vals = byte_pairs[(raw[:-1] << 8) | raw[1:]]
-        vals[starts[1:] - 1] = never
+        state = np.empty(len(raw), np.int64)
+        state[:-1] = byte_pairs[(raw[:-1] << 8) | raw[1:]]
+        state[starts + lengths - 1] = never  # a piece's last symbol starts no pair
+        state |= tables.byte_ids[raw] << 22
         positions = np.arange(len(raw))
         key = np.empty(len(raw), np.int64)  # reused each round: no allocation per round
         # Finished pieces, in the order they finish: their owners, lengths and symbols.
         done_owner, done_length, done_sym = [], [], []
 
         while len(owner):
-            pairs = len(vals)
-            np.bitwise_or(vals, positions[:pairs], out=key[:pairs])
-            lowest = np.minimum.reduceat(key[:pairs], starts)
+            count = len(state)
+            np.bitwise_or(state, positions[:count], out=key[:count])
+            lowest = np.minimum.reduceat(key[:count], starts)
             merging = lowest < never
             where = lowest & low
-            sym[where[merging]] = (lowest[merging] >> 22) & mask
+            # The merged symbol replaces the left one; it starts no pair until one is looked up.
+            state[where[merging]] = never | tables.merged[lowest[merging] >> rank_shift] << 22
             old_lengths = lengths
             lengths = lengths - merging
             # A piece is finished when it has no merge left or is down to one symbol; its
-            # symbols are then sym[start : start + length] (a merge only drops the right one).
+            # symbols are then at start : start + length (a merge only drops the right one).
             alive = merging & (lengths > 1)
-            # Keep the symbols of live pieces but each merged pair's right one.
-            keep = np.ones(len(sym), bool)
+            keep = np.ones(count, bool)
             if not alive.all():
                 gone = ~alive
                 gone_starts, gone_lengths = starts[gone], lengths[gone]
                 done_owner.append(owner[gone])
                 done_length.append(gone_lengths)
-                done_sym.append(sym[_ranges(gone_starts, gone_lengths)])
+                done_sym.append((state[_ranges(gone_starts, gone_lengths)] >> 22) & symbol)
                 if not alive.any():
                     break
                 keep[_ranges(gone_starts, old_lengths[gone])] = False
+            # Keep the symbols of live pieces but each merged pair's right one.
             offset = (where - starts)[alive]  # the merged symbol within its piece
             keep[where[alive] + 1] = False
-            sym = sym[keep]
-            # A pair goes with its right symbol: the merged pair with the dropped symbol, a
-            # finished piece's pairs and the sentinel pair before it with its symbols.
-            # subtle: if the first piece finished, the sentinel after it is left at the front.
-            vals = vals[keep[1:]]
-            if not keep[0]:
-                vals = vals[1:]
+            state = state[keep]
             lengths, owner = lengths[alive], owner[alive]
             starts = np.cumsum(lengths) - lengths
             where = starts + offset
-            # The pairs on the merged symbol's left and right, looked up together.
+            # The pairs the merged symbol ends and starts, looked up together.
             at = np.concatenate((where[offset > 0] - 1, where[offset < lengths - 1]))
-            vals[at] = self._pair_ranks(tables, sym[at] * stride + sym[at + 1])
+            left = (state[at] >> 22) & symbol
+            state[at] = self._pair_ranks(tables, left * stride + ((state[at + 1] >> 22) & symbol)) | left << 22
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
         finish_owner = np.concatenate(done_owner)
