@@ -265,11 +265,11 @@ class BytePairModel:
             slot_of[aim[free]] = pending[free]
             pending = pending[slot_of[aim] != pending]
             slots[pending] = (slots[pending] + 1) & (size - 1)
-        filled = slot_of >= 0
+        # Every key now sits at slots[its index].
         table_keys = np.full(size, -1, np.int64)  # -1: an empty slot (keys are never negative)
-        table_keys[filled] = keys[slot_of[filled]]
+        table_keys[slots] = keys
         table_values = np.full(size, never, np.int64)
-        table_values[filled] = values[slot_of[filled]]
+        table_values[slots] = values
         byte_ids = np.array(self.byte_ids, np.int64)
         tables = _BatchTables(table_keys, table_values, bits, rank_shift, never, merged, byte_ids, None)
         pair_keys = (byte_ids[:, None] * self.stride + byte_ids[None, :]).ravel()
