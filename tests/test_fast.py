@@ -118,7 +118,7 @@ def test_batch_falls_back_to_bytes_for_merges_that_are_not_tokens():
     # "ab x" makes a symbol that is no token, emitted as its bytes; "c" has no token: dropped.
     tokens = [t for t in _byte_tokens() if t != b"c"] + [b"ab"]
     bpe = BytePairModel(tokens, [b"a b", b"ab x"])
-    pieces = [b"abx", b"abxc", b"cab", b"xab", b"abxab", b"cc"] * 20
+    pieces = [b"abx", b"abxc", b"cab", b"xab", b"abxab", b"cc", b"c", b"a"] * 20
     assert bpe.encode_pieces(pieces) == [bpe.encode_piece_reference(p) for p in pieces]
     assert bpe.encode_pieces(pieces)[1] == [tokens.index(b"a"), tokens.index(b"b"), tokens.index(b"x")]
     bare = BytePairModel(tokens, [])  # no merges at all: every piece stays bytes

@@ -195,15 +195,19 @@ class BytePairModel:
     def encode_pieces(self, pieces: list[bytes]) -> list[list[int]]:
         """:meth:`encode_piece` of many pieces at once: short ones share one vectorised BPE.
 
-        With numpy, every piece of 2..:attr:`BATCH_LONGEST` bytes merges its own lowest-ranked
+        With numpy, every piece of 1..:attr:`BATCH_LONGEST` bytes merges its own lowest-ranked
         pair (the leftmost on ties) in the same round, so a round costs a few array operations
         for all pieces together; that is the same merge order as one piece at a time, since
         pieces never interact. Other pieces go through :meth:`encode_piece`.
         """
+        sizes = list(map(len, pieces))
         longest = self.BATCH_LONGEST
-        batch = [k for k, size in enumerate(map(len, pieces)) if 2 <= size <= longest]
-        if self.ignore_merges:
-            batch = [k for k in batch if self._whole_token(pieces[k]) is None]
+        if min(sizes, default=0) > 0 and max(sizes, default=0) <= longest and not self.ignore_merges:
+            batch = range(len(pieces))  # the usual case: all of them
+        else:
+            batch = [k for k, size in enumerate(sizes) if 0 < size <= longest]
+            if self.ignore_merges:
+                batch = [k for k in batch if self._whole_token(pieces[k]) is None]
         # Below 64 pieces the arrays cost more than they save. The batch packs a rank, a symbol
         # and a position into one int64 (see _merge_batch): a vocabulary too large for that
         # stays on the per-piece path.
@@ -306,7 +310,7 @@ class BytePairModel:
         return out
 
     def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
-        """Vectorised :meth:`merge_symbols` over many pieces of at least two bytes each.
+        """Vectorised :meth:`merge_symbols` over many pieces of at least one byte each.
 
         All pieces' symbols lie back to back in ``state``, one int64 each: the rank of the pair
         the symbol starts (``never`` for a piece's last symbol or a pair with no merge), then the
