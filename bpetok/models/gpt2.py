@@ -233,7 +233,8 @@ class BytePairModel:
 
         ``ranks`` as an open-addressing hash table (a new pair's rank is then one or two array
         gathers; a binary search over the 151k sorted keys took 3-6x longer, its accesses all
-        cache misses), and the ranks of all 65,536 byte pairs, which every piece starts as.
+        cache misses), each rank's merged symbol, and the ranks of all 65,536 byte pairs, which
+        every piece starts as. None when the vocabulary is too large to pack (see below).
         """
         import numpy as np
 
@@ -246,20 +247,21 @@ class BytePairModel:
         ranks = packed >> self.shift
         # A batch keeps each symbol and the rank of the pair it starts in one int64: position in
         # the low 22 bits, then the symbol, then the rank, with one rank above all for "none".
+        last = int(ranks.max(initial=0))
         rank_shift = 22 + self.shift
-        rank_bits = (int(ranks.max(initial=0)) + 2).bit_length()
+        rank_bits = (last + 2).bit_length()
         if rank_shift + rank_bits > 63:
             self._arrays = None  # a vocabulary too large for that: no batch
             return None
         never = ((1 << rank_bits) - 1) << rank_shift
         values = ranks << rank_shift
-        merged = np.zeros(int(ranks.max(initial=0)) + 1, np.int64)
+        merged = np.zeros(last + 1, np.int64)
         merged[ranks] = packed & self.mask
         bits = max(count * 3, 1024).bit_length()  # a load of at most 1/3: few probes, even for misses
         size = 1 << bits
         # Insert with linear probing, all keys at once: each round, of the keys aiming at a free
-        # slot, one (numpy's last write) takes it, and the others move on to the next slot. Any
-        # order of insertion makes a table that lookups probe correctly.
+        # slot, one takes it (whichever numpy writes last) and the others move on to the next
+        # slot. Any order of insertion makes a table that lookups probe correctly.
         slot_of = np.full(size, -1, np.int64)  # the index of the key in each slot, -1 if empty
         slots = self._hash_slots(keys, bits)
         pending = np.arange(count)
@@ -327,7 +329,7 @@ class BytePairModel:
             return self._merge_batch(pieces[:half]) + self._merge_batch(pieces[half:])
         tables = self._batch_tables()
         never, byte_pairs, rank_shift = tables.never, tables.byte_pairs, tables.rank_shift
-        stride, low, symbol = self.stride, (1 << 22) - 1, (1 << self.shift) - 1
+        stride, mask, low = self.stride, self.mask, (1 << 22) - 1
 
         raw = np.frombuffer(b"".join(pieces), np.uint8).astype(np.int64)
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
@@ -361,7 +363,7 @@ class BytePairModel:
                 gone_starts, gone_lengths = starts[gone], lengths[gone]
                 done_owner.append(owner[gone])
                 done_length.append(gone_lengths)
-                done_sym.append((state[_ranges(gone_starts, gone_lengths)] >> 22) & symbol)
+                done_sym.append((state[_ranges(gone_starts, gone_lengths)] >> 22) & mask)
                 if not alive.any():
                     break
                 keep[_ranges(gone_starts, old_lengths[gone])] = False
@@ -374,8 +376,8 @@ class BytePairModel:
             where = starts + offset
             # The pairs the merged symbol ends and starts, looked up together.
             at = np.concatenate((where[offset > 0] - 1, where[offset < lengths - 1]))
-            left = (state[at] >> 22) & symbol
-            state[at] = self._pair_ranks(tables, left * stride + ((state[at + 1] >> 22) & symbol)) | left << 22
+            left = (state[at] >> 22) & mask
+            state[at] = self._pair_ranks(tables, left * stride + ((state[at + 1] >> 22) & mask)) | left << 22
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
         finish_owner = np.concatenate(done_owner)
