@@ -224,8 +224,8 @@ class BytePairModel:
 
     BATCH_LONGEST = 256
 
-    # Positions in a batch take the low 22 bits of a packed pair (see _merge_batch); a batch of
-    # more bytes is cut in parts.
+    # Positions in a batch take the low 22 bits of a symbol's packed state (see _merge_batch); a
+    # batch of more bytes is cut in parts.
     _BATCH_BYTES = 1 << 22
 
     def _batch_tables(self):
@@ -376,17 +376,17 @@ class BytePairModel:
             where = starts + offset
             # The pairs the merged symbol ends and starts, looked up together.
             at = np.concatenate((where[offset > 0] - 1, where[offset < lengths - 1]))
-            left = (state[at] >> 22) & mask
-            state[at] = self._pair_ranks(tables, left * stride + ((state[at + 1] >> 22) & mask)) | left << 22
+            left, right = (state[at] >> 22) & mask, (state[at + 1] >> 22) & mask
+            state[at] = self._pair_ranks(tables, left * stride + right) | left << 22
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
         finish_owner = np.concatenate(done_owner)
         finish_length = np.concatenate(done_length)
         finish_sym = np.concatenate(done_sym)
-        rank_of = np.empty_like(finish_owner)  # piece -> its place in the finishing order
-        rank_of[finish_owner] = np.arange(len(finish_owner))
-        sizes = finish_length[rank_of]
-        flat = finish_sym[_ranges((np.cumsum(finish_length) - finish_length)[rank_of], sizes)]
+        place = np.empty_like(finish_owner)  # piece -> its place in the finishing order
+        place[finish_owner] = np.arange(len(finish_owner))
+        sizes = finish_length[place]
+        flat = finish_sym[_ranges((np.cumsum(finish_length) - finish_length)[place], sizes)]
         bounds = np.cumsum(sizes).tolist()
         values = flat.tolist()
         out = [values[a:b] for a, b in zip([0, *bounds], bounds)]
