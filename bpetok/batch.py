@@ -20,12 +20,14 @@ one batch; small last: the processes finish together).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import marshal
 import mmap
 import os
 import signal
 import struct
+import threading
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -49,6 +51,28 @@ _SLOT_PER_CHAR = 20
 _ROUND_CHARS = 50_000_000
 # Group numbers in the work pipe: 4 bytes each, well under any pipe's capacity.
 _MAX_GROUPS = 1000
+
+
+_reapers: list[threading.Thread] = []
+
+
+def _reap_later(pids: list[int]) -> None:
+    def wait() -> None:
+        for pid in pids:
+            os.waitpid(pid, 0)
+
+    thread = threading.Thread(target=wait, name="bpetok-batch-reaper", daemon=True)
+    thread.start()
+    _reapers.append(thread)
+
+
+def wait_for_workers() -> None:
+    """Return once the worker processes of earlier batches have exited and been reaped."""
+    while _reapers:
+        _reapers.pop().join()
+
+
+atexit.register(wait_for_workers)
 
 
 def encode_batch_forked(tok: Tokenizer, texts: list[str], parse_special: bool, workers: int) -> list[list[int]]:
@@ -87,6 +111,11 @@ def _encode_round(tok, texts, ends, lo, hi, parse_special, workers) -> list[list
     groups = group_bounds(ends, lo, hi, workers)
     if len(groups) < 2:
         return tok._encode_many(texts[lo:hi], parse_special)
+    # A cold tokenizer builds the batched BPE's tables (importing numpy) on first use: do it
+    # once here rather than once in every process.
+    prepare = getattr(tok.bpe, "_batch_tables", None)
+    if callable(prepare):
+        prepare()
     slots, size = [], 0
     for start, stop in groups:
         chars = ends[stop - 1] - (ends[start - 1] if start else 0)
@@ -119,6 +148,7 @@ class _Round:
 
     def run(self, n_children: int) -> list[list[int]]:
         self.work_r = self.done_r = self.done_w = -1
+        wait_for_workers()  # no reaper thread left running when this process forks
         try:
             self.work_r, work_w = os.pipe()
             try:
@@ -128,8 +158,10 @@ class _Round:
             finally:
                 os.close(work_w)  # subtle: children then see end of file once the groups run out
             self.done_r, self.done_w = os.pipe()
-            # Frozen objects are never scanned by the collector, so a child does not touch (and
-            # so copy) every page of this process's heap when it collects.
+            # Frozen objects are never scanned by the collector, so a collection here does not
+            # walk the whole heap (nor one in a child, which would copy every page it touched).
+            # subtle: disabling the collector instead costs more: the collection it puts off
+            # comes due when it is enabled again, over the whole heap (40-70 ms).
             gc.freeze()
             try:
                 self.fork(n_children)
@@ -166,6 +198,7 @@ class _Round:
     def child(self) -> int:
         """Encode groups until none is left, each into its slot; never returns to the caller's code."""
         try:
+            gc.disable()  # it exits soon: nothing to gain from collecting
             os.close(self.done_r)
             while got := os.read(self.work_r, 4):
                 k = int.from_bytes(got, "little")
@@ -190,6 +223,9 @@ class _Round:
             k = int.from_bytes(got, "little")
             self.results[k] = self.encode(k)
             self.receive()
+            # subtle: freeze what the group and the loads added (ids lists, cache entries), or
+            # the collections they trigger rescan it all, a full one near the end (~30 ms).
+            gc.freeze()
         if self.errors:
             self.stop_children()
         os.set_blocking(self.done_r, True)
@@ -234,6 +270,12 @@ class _Round:
             pass
 
     def reap(self) -> None:
+        """Wait for the children to exit. When all went well, a thread does: a child's exit
+        unmaps its copy of this process's heap (~10 ms), which the caller need not wait for."""
+        if not self.errors and not self.reporting and all(found is not None for found in self.results):
+            pids, self.children = self.children, []
+            _reap_later(pids)
+            return
         for pid in list(self.children):
             _, status = os.waitpid(pid, 0)
             self.children.remove(pid)

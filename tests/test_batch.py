@@ -69,6 +69,7 @@ def forks(monkeypatch):
     monkeypatch.setattr(os, "fork", fork)
     before = _open_fds()
     yield pids
+    bpetok.batch.wait_for_workers()
     for pid in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
