@@ -30,6 +30,7 @@ EXTRA = [
     "<|im_end|><|im_end|>",
     " " * 40,
     "\U0001f600" * 30,
+    "lone \ud800 surrogate",
 ]
 
 
@@ -102,6 +103,13 @@ def test_forked_gives_llama_cpp_ids_in_order(cold, cases, workers, forks):
         got = encode_batch_forked(cold, [c["text"] for c in chosen], special, workers)
         assert got == [c["ids"] for c in chosen]
     assert forks  # the children did run
+
+
+def test_forked_gives_llama_cpp_ids_for_smollm2(smollm2, forks):
+    cases = load_cases("smollm2")
+    for special in (False, True):
+        chosen = [c for c in cases if c["special"] == special]
+        assert encode_batch_forked(smollm2, [c["text"] for c in chosen], special, 2) == [c["ids"] for c in chosen]
 
 
 def test_forked_equals_encode_warm_and_cold(qwen3, cold, texts, forks):
