@@ -238,7 +238,8 @@ class _Round:
                 self.redo.add(k)
             else:
                 start = self.slots[k][0]
-                self.results[k] = marshal.loads(self.shared[start : start + n])
+                with memoryview(self.shared)[start : start + n] as view:  # read in place, no copy
+                    self.results[k] = marshal.loads(view)
             at += _RECORD.size
         del inbox[:at]
         return True
