@@ -257,9 +257,9 @@ class _Round:
             _reap_later(pids)
             return
         for pid in list(self.children):
-            _, status = os.waitpid(pid, 0)
+            status = _waitpid(pid)
             self.children.remove(pid)
-            if os.WIFSIGNALED(status) and not self.errors:
+            if status is not None and os.WIFSIGNALED(status) and not self.errors:
                 number = os.WTERMSIG(status)
                 try:
                     name = signal.Signals(number).name
@@ -275,7 +275,7 @@ class _Round:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            os.waitpid(pid, 0)
+            _waitpid(pid)
         self.children = []
         for fd in (self.work_r, self.done_r, self.done_w):
             if fd >= 0:
@@ -294,11 +294,20 @@ _reapers: list[threading.Thread] = []
 def _reap_later(pids: list[int]) -> None:
     def wait() -> None:
         for pid in pids:
-            os.waitpid(pid, 0)
+            _waitpid(pid)
 
     thread = threading.Thread(target=wait, name="bpetok-batch-reaper", daemon=True)
     thread.start()
     _reapers.append(thread)
+
+
+def _waitpid(pid: int) -> int | None:
+    """Reap a child: its wait status, or None when something else reaped it (a program that
+    ignores SIGCHLD, or a SIGCHLD handler that waits for any child)."""
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return None
 
 
 def wait_for_workers() -> None:

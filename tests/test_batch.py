@@ -8,6 +8,7 @@ from __future__ import annotations
 import mmap
 import os
 import signal
+import threading
 import time
 from itertools import accumulate
 
@@ -182,6 +183,30 @@ def test_platform_without_fork_encodes_in_process(qwen3, texts, monkeypatch):
 
     monkeypatch.setattr(bpetok.batch, "encode_batch_forked", refuse)
     assert qwen3.encode_batch(texts, workers=2) == [qwen3.encode(t) for t in texts]
+
+
+def test_a_program_that_ignores_sigchld(qwen3, texts, monkeypatch, forks):
+    # Such children reap themselves: waiting for one finds no child, which must not fail,
+    # neither here nor on the reaper thread.
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    parent = os.getpid()
+
+    def fail_here(tok, texts, parse_special):
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+        return type(tok)._encode_many(tok, texts, parse_special)
+
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert encode_batch_forked(qwen3, texts, True, 3) == [qwen3.encode(t) for t in texts]
+        bpetok.batch.wait_for_workers()
+        monkeypatch.setattr(qwen3, "_encode_many", fail_here.__get__(qwen3))
+        with pytest.raises(KeyboardInterrupt):
+            encode_batch_forked(qwen3, texts, True, 2)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert failures == []
 
 
 # -- failures ------------------------------------------------------------------------------------
