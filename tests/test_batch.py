@@ -177,6 +177,7 @@ def test_platform_without_fork_encodes_in_process(qwen3, texts, monkeypatch):
 
     monkeypatch.setattr(bpetok.tokenizer, "_BATCH_MIN_CHARS", 0)
     monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    monkeypatch.delattr(os, "fork")  # however encode_batch asks
 
     def refuse(*args):
         raise AssertionError("forked on a platform without fork")
