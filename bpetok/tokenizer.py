@@ -42,7 +42,7 @@ _BATCH_FILL_PARTS = 2048
 # character. The literal space comes first so the engine can scan for it (2x faster than "(?<=\S) ").
 _SAFE_SPACE = re.compile(r" (?<=\S )")
 # encode_batch stays in-process below this many characters: forking costs more than it saves.
-_BATCH_MIN_CHARS = 200_000
+_BATCH_MIN_CHARS = 500_000
 
 
 @contextlib.contextmanager
@@ -309,7 +309,7 @@ class Tokenizer:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``, in order, on several cores.
 
         ``workers``: processes to use (default: the CPUs this process may run on). Small batches
-        (under ~200k characters), one worker, or a platform without ``fork`` run in-process.
+        (under ~500k characters), one worker, or a platform without ``fork`` run in-process.
         ``workers - 1`` processes are forked (so they start with this tokenizer and its caches)
         and this process works too.
 
@@ -325,9 +325,7 @@ class Tokenizer:
         if workers < 1:
             raise ValueError(f"encode_batch(workers={workers}): workers must be at least 1 (or None for all CPUs)")
         total = sum(map(len, texts))
-        import multiprocessing
-
-        if workers == 1 or len(texts) < 2 or total < _BATCH_MIN_CHARS or "fork" not in multiprocessing.get_all_start_methods():
+        if workers == 1 or len(texts) < 2 or total < _BATCH_MIN_CHARS or not hasattr(os, "fork"):
             return self._encode_many(texts, parse_special)
         from bpetok.batch import encode_batch_forked
 
