@@ -27,7 +27,6 @@ tokenized exactly as with the base file (see docs/training.md for why merges can
 
 from __future__ import annotations
 
-import argparse
 import heapq
 import io
 import lzma

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import types
 
-import pluggy
 import pytest
 
 import bpetok
