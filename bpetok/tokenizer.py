@@ -13,7 +13,7 @@ import gc
 import operator
 import os
 import re
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 
 import pluggy
 
@@ -406,7 +406,7 @@ class Tokenizer:
         pieces = split(" " + " ".join(missing))
         unique = list(dict.fromkeys(pieces))
         known = list(map(cache.get, unique))
-        new = list(compress(unique, map(operator.not_, known)))
+        new = list(compress(unique, map(operator.is_, known, repeat(None))))  # not cached ([] is: all bytes dropped)
         encoded = dict(zip(new, self.bpe.encode_pieces([p.encode("utf-8", "surrogatepass") for p in new])))
         ids_of = dict(zip(unique, known))
         ids_of.update(encoded)
