@@ -13,6 +13,7 @@ import gc
 import operator
 import os
 import re
+from collections.abc import Iterator
 from itertools import chain, compress, repeat
 
 import pluggy
@@ -176,11 +177,7 @@ class Tokenizer:
         # std::sort is unstable; (-length, id) is the order it gives in practice.
         attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
         specials = []
-        # Test the few distinct attribute values, then pick tokens by set membership in C:
-        # ``attr & flag`` on 151k TokenAttr members goes through enum.Flag.__and__ (~0.1 s).
-        special_values = {a for a in set(attrs) if int(a) & int(_SPECIAL)}
-        flagged = compress(range(len(attrs)), map(special_values.__contains__, attrs))
-        for token_id in flagged:
+        for token_id in _ids_whose_attr(attrs, lambda attr: attr & _SPECIAL):
             try:
                 text = tokens[token_id].decode("utf-8", "surrogatepass")
             except UnicodeDecodeError:
@@ -199,12 +196,15 @@ class Tokenizer:
         """Refuse a BYTE token too short to name its byte, at load time as llama.cpp does.
 
         llama.cpp renders every token's piece while loading; ``token_to_byte`` on such a token
-        throws there, so the file never loads. Only the few distinct attribute values are tested
-        bit by bit (see :meth:`_build_special_table`).
+        throws there, so the file never loads. The test mirrors :meth:`_render`'s order: special
+        and NORMAL attributes win over BYTE.
         """
-        attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
-        byte_values = {a for a in set(attrs) if int(a) & int(TokenAttr.BYTE) and not int(a) & int(_SPECIAL | TokenAttr.NORMAL)}
-        for token_id in compress(range(len(attrs)), map(byte_values.__contains__, attrs)):
+
+        def rendered_as_byte(attr) -> bool:
+            return bool(attr & TokenAttr.BYTE) and not attr & (_SPECIAL | TokenAttr.NORMAL)
+
+        tokens = self.vocabulary.tokens
+        for token_id in _ids_whose_attr(self.vocabulary.attrs, rendered_as_byte):
             if _token_to_byte(tokens[token_id]) is None:
                 raise VocabularyError(
                     f"{self.vocabulary.path}: token {token_id} {tokens[token_id]!r} has type BYTE but is too short "
@@ -526,6 +526,16 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
+
+
+def _ids_whose_attr(attrs: list[int], wanted) -> Iterator[int]:
+    """The token ids whose attribute passes ``wanted(attr)``, in id order.
+
+    Only the few distinct attribute values are tested; tokens are then picked by set
+    membership in C: ``attr & flag`` on 151k TokenAttr members goes through enum.Flag.__and__ (~0.1 s).
+    """
+    values = {a for a in set(attrs) if wanted(a)}
+    return compress(range(len(attrs)), map(values.__contains__, attrs))
 
 
 _STRTOL16 = re.compile(rb"[ \t\n\v\f\r]*([+-]?)([0-9A-Fa-f]*)")
