@@ -68,9 +68,11 @@ class PreTokenizerSpec:
 
 # -- llama.cpp's collapsed text ------------------------------------------------------------------
 # llama.cpp (src/unicode.cpp, unicode_regex_split) maps every non-ASCII codepoint to one
-# placeholder byte for its class and runs an ASCII regex over the result. We do the same with
-# str.translate, so match offsets in the collapsed text are offsets in the original text. Every
-# placeholder is non-ASCII, so a piece of collapsed text is ASCII exactly where the text is.
+# placeholder byte for its class and runs an ASCII regex over the result. We do the same, one
+# character for one (str.translate on short texts, a numpy table on long ones: two forms of one
+# mapping, held together by tests/test_collapse.py), so match offsets in the collapsed text are
+# offsets in the original text. Every placeholder is non-ASCII, so a piece of collapsed text is
+# ASCII exactly where the text is.
 
 OTHER, NUMBER, LETTER, PUNCTUATION, MARK, SYMBOL = "\xd0", "\xd1", "\xd2", "\xd3", "\xd4", "\xd5"
 NON_ASCII_WHITESPACE = "\xd6"
