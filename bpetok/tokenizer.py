@@ -335,8 +335,7 @@ class Tokenizer:
         """Encode texts in order, the new chunks of all of them first in one batch."""
         if self._space_chunks and len(texts) > 1:
             split = _SAFE_SPACE.split
-            chunks = self._chunks
-            missing = [p for p in dict.fromkeys(chain.from_iterable(split(t)[1:] for t in texts)) if p not in chunks]
+            missing = self._missing_chunks(chain.from_iterable(split(t)[1:-1] for t in texts))
             if len(missing) > _BATCH_FILL_PARTS // 8:
                 with _gc_paused():
                     self._fill_chunks(missing)
@@ -365,8 +364,7 @@ class Tokenizer:
         out = self._encode_head(head) if head else []
         chunks = self._chunks
         if len(parts) > _BATCH_FILL_PARTS:
-            # In order of first appearance: the cache's objects are then laid out in text order.
-            missing = [part for part in dict.fromkeys(parts[1:]) if part not in chunks]
+            missing = self._missing_chunks(parts[1:-1])
             if len(missing) > _BATCH_FILL_PARTS // 8:
                 with _gc_paused():  # many new lists that all live on
                     self._fill_chunks(missing)
@@ -387,20 +385,27 @@ class Tokenizer:
                 out += found
         return out
 
+    def _missing_chunks(self, parts) -> list[str]:
+        """The distinct ``parts`` the chunk cache lacks, in order of first appearance (the cache's
+        objects are then laid out in text order, which a warm pass reads faster)."""
+        unique = list(dict.fromkeys(parts))
+        return list(compress(unique, map(operator.not_, map(self._chunks.__contains__, unique))))
+
     def _fill_chunks(self, missing: list[str]) -> None:
         """Encode many chunks the cache lacks together: one pre-tokenizer call over all of them,
         their new pieces through one batched BPE (:meth:`BytePairModel.encode_pieces`), then
         each chunk's ids cached.
 
         The first pass over a large text spends most of its time here, on words seen once.
+        ``missing`` are inner parts of a :data:`_SAFE_SPACE` split (not a text's last part), so
+        each ends in a character that is not whitespace: joined back to back, they are
+        pre-tokenized as they would be in their texts.
         """
         import numpy as np  # here, not at import: a short text never needs it (load time counts)
 
         split, cache, chunks = self.pretokenizer.split, self._cache, self._chunks
         room = min(_CHUNK_CACHE_LIMIT - len(chunks), (_CHUNK_CACHE_CHARS - self._chunk_chars) // 16)
-        # subtle: chunks are joined back to back, which is safe when each ends in a character
-        # that is not whitespace; only a text's last chunk may not, and it is left out.
-        missing = [part for part in missing[: max(room, 0)] if part and not part[-1].isspace()]
+        missing = missing[: max(room, 0)]
         if not missing:
             return
         pieces = split(" " + " ".join(missing))
@@ -421,6 +426,9 @@ class Tokenizer:
         piece_ids = list(map(ids_of.__getitem__, pieces))
         chunks.update(zip(missing, map(list, map(chain.from_iterable, map(piece_ids.__getitem__, map(slice, starts, stops))))))
         self._chunk_chars += sum(map(len, missing))
+        if encoded and len(cache) + len(encoded) <= _PIECE_CACHE_LIMIT and max(map(len, encoded)) <= _PIECE_CACHE_LONGEST:
+            cache.update(encoded)  # the usual case, in C
+            return
         for piece, found in encoded.items():
             if len(cache) >= _PIECE_CACHE_LIMIT:
                 break
