@@ -35,8 +35,6 @@ _PIECE_CACHE_LIMIT = 200_000
 _PIECE_CACHE_LONGEST = 1024
 _CHUNK_CACHE_LIMIT = 250_000
 _CHUNK_CACHE_CHARS = 32_000_000
-# Parts looked up in C at a time before falling back to the Python loop on a miss.
-_CHUNK_BLOCK = 256
 # A text of more chunks than this, many of them new, has its new chunks encoded in one batch.
 _BATCH_FILL_PARTS = 2048
 # The spaces a ``space_chunks`` pre-tokenizer lets us cut at: those after a non-whitespace
@@ -354,36 +352,38 @@ class Tokenizer:
         is not whitespace always starts a new piece, and that pieces after it do not depend on
         text before it. Cut at those spaces, the text is a head and chunks such as ``" word,"``
         or ``" x\n    return"`` whose ids never depend on their neighbours: most of a text is
-        then dictionary lookups, done in C a block at a time.
+        then dictionary lookups, done in C until one misses.
 
         >>> _SAFE_SPACE.split("Hi there,  you\n  all")
         ['Hi', 'there,', ' you\n  all']
         """
         parts = _SAFE_SPACE.split(text)
-        head = parts[0]
-        out = self._encode_head(head) if head else []
+        out = self._encode_head(parts[0]) if parts[0] else []
         chunks = self._chunks
-        if len(parts) > _BATCH_FILL_PARTS:
-            missing = self._missing_chunks(parts[1:-1])
-            if len(missing) > _BATCH_FILL_PARTS // 8:
-                with _gc_paused():  # many new lists that all live on
-                    self._fill_chunks(missing)
         lookup = chunks.__getitem__
-        for start in range(1, len(parts), _CHUNK_BLOCK):
-            block = parts[start : start + _CHUNK_BLOCK]
-            mark = len(out)
-            try:  # every chunk of the block cached: the lookups run in C
-                out.extend(chain.from_iterable(map(lookup, block)))
-                continue
-            except KeyError:
-                del out[mark:]  # subtle: extend() keeps what it added before the miss
-            for part in block:
-                found = chunks.get(part)
-                if found is None:
-                    found = self._encode_pieces(" " + part)
-                    self._remember(chunks, part, found)
-                out += found
-        return out
+        rest = iter(parts)
+        next(rest)
+        filled = False
+        while True:
+            try:  # every chunk cached (a warm pass): the lookups all run in C
+                out.extend(chain.from_iterable(map(lookup, rest)))
+                return out
+            except KeyError as miss:
+                # subtle: extend() keeps what it added before the miss, and `rest` has moved
+                # past the missing part, which the error carries.
+                part = miss.args[0]
+            left = operator.length_hint(rest)
+            if not filled and left >= _BATCH_FILL_PARTS:
+                filled = True  # once: the fill takes every new chunk it has room for
+                missing = self._missing_chunks(parts[len(parts) - left - 1 : -1])
+                if len(missing) > _BATCH_FILL_PARTS // 8:
+                    with _gc_paused():  # many new lists that all live on
+                        self._fill_chunks(missing)
+            found = chunks.get(part)
+            if found is None:
+                found = self._encode_pieces(" " + part)
+                self._remember(chunks, part, found)
+            out += found
 
     def _missing_chunks(self, parts) -> list[str]:
         """The distinct ``parts`` the chunk cache lacks, in order of first appearance (the cache's
