@@ -51,10 +51,12 @@ def byte_encode(data: bytes) -> str:
 class _BatchTables(NamedTuple):
     """What :meth:`BytePairModel._merge_batch` looks up, built once per model."""
 
-    # An open-addressing hash table: pair keys (-1 in an empty slot) and their ranks << rank_shift.
-    table_keys: Any
-    table_values: Any
+    # An open-addressing hash table of the merges, one int64 a slot: rank << rank_shift, then the
+    # pair key's hash (below, ``hash_mask``), which identifies the key (see _hash_keys). An empty
+    # slot holds ``never | hash_mask``.
+    table: Any
     bits: int  # the table has 1 << bits slots
+    hash_bits: int  # pair keys are below 1 << hash_bits
     rank_shift: int  # a rank's place in a batch's packed state (see _merge_batch)
     never: int  # the rank (<< rank_shift) of a pair with no merge, above every other
     merged: Any  # rank -> the merged symbol
@@ -231,8 +233,8 @@ class BytePairModel:
     def _batch_tables(self):
         """The arrays :meth:`_merge_batch` needs, built on first use (a cold pass pays for it).
 
-        ``ranks`` as an open-addressing hash table (a new pair's rank is then one or two array
-        gathers; a binary search over the 151k sorted keys took 3-6x longer, its accesses all
+        ``ranks`` as an open-addressing hash table (a new pair's rank is then mostly one array
+        gather; a binary search over the 151k sorted keys took 3-6x longer, its accesses all
         cache misses), each rank's merged symbol, and the ranks of all 65,536 byte pairs, which
         every piece starts as. None when the vocabulary is too large to pack (see below).
         """
@@ -247,23 +249,27 @@ class BytePairModel:
         ranks = packed >> self.shift
         # A batch keeps each symbol and the rank of the pair it starts in one int64: position in
         # the low 22 bits, then the symbol, then the rank, with one rank above all for "none".
+        # A table slot keeps the rank and the key's hash, below the rank.
         last = int(ranks.max(initial=0))
         rank_shift = 22 + self.shift
         rank_bits = (last + 2).bit_length()
-        if rank_shift + rank_bits > 63:
+        hash_bits = (self.stride * self.stride - 1).bit_length()
+        if rank_shift + rank_bits > 63 or hash_bits > rank_shift:
             self._arrays = None  # a vocabulary too large for that: no batch
             return None
         never = ((1 << rank_bits) - 1) << rank_shift
-        values = ranks << rank_shift
         merged = np.zeros(last + 1, np.int64)
         merged[ranks] = packed & self.mask
-        bits = max(count * 3, 1024).bit_length()  # a load of at most 1/3: few probes, even for misses
+        # A load of at most 1/6: few probes, even for the many pairs that have no merge (a load
+        # of 1/3 took 40% longer to look up, on the multi corpus).
+        bits = max(count * 6, 1024).bit_length()
         size = 1 << bits
+        hashes = self._hash_keys(keys, hash_bits)
+        slots = hashes >> (hash_bits - bits)
         # Insert with linear probing, all keys at once: each round, of the keys aiming at a free
         # slot, one takes it (whichever numpy writes last) and the others move on to the next
         # slot. Any order of insertion makes a table that lookups probe correctly.
         slot_of = np.full(size, -1, np.int64)  # the index of the key in each slot, -1 if empty
-        slots = self._hash_slots(keys, bits)
         pending = np.arange(count)
         while len(pending):
             aim = slots[pending]
@@ -272,43 +278,47 @@ class BytePairModel:
             pending = pending[slot_of[aim] != pending]
             slots[pending] = (slots[pending] + 1) & (size - 1)
         # Every key now sits at slots[its index].
-        table_keys = np.full(size, -1, np.int64)  # -1: an empty slot (keys are never negative)
-        table_keys[slots] = keys
-        table_values = np.full(size, never, np.int64)
-        table_values[slots] = values
+        table = np.full(size, never | ((1 << hash_bits) - 1), np.int64)
+        table[slots] = ranks << rank_shift | hashes
         byte_ids = np.array(self.byte_ids, np.int64)
-        tables = _BatchTables(table_keys, table_values, bits, rank_shift, never, merged, byte_ids, None)
+        tables = _BatchTables(table, bits, hash_bits, rank_shift, never, merged, byte_ids, None)
         pair_keys = (byte_ids[:, None] * self.stride + byte_ids[None, :]).ravel()
         tables = self._arrays = tables._replace(byte_pairs=self._pair_ranks(tables, pair_keys))
         return tables
 
     @staticmethod
-    def _hash_slots(keys, bits: int):
-        """Fibonacci hashing: the top ``bits`` bits of ``key * 2**64 / golden ratio``."""
+    def _hash_keys(keys, hash_bits: int):
+        """Fibonacci hashing modulo ``2**hash_bits``: ``key * odd`` is a bijection of the keys
+        below ``2**hash_bits``, so a hash stands for its key; its top bits pick the slot."""
         import numpy as np
 
-        product = keys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # wraps mod 2**64
-        return (product >> np.uint64(64 - bits)).view(np.int64)
+        multiplier = np.uint64(0x9E3779B97F4A7C15 & ((1 << hash_bits) - 1) | 1)
+        product = keys.view(np.uint64) * multiplier  # wraps mod 2**64, so right mod 2**hash_bits
+        return product.view(np.int64) & ((1 << hash_bits) - 1)
 
     def _pair_ranks(self, tables, keys):
         """The ranks (<< rank_shift) of pair ``keys``, ``never`` for a pair with no merge."""
         import numpy as np
 
-        table_keys, table_values, bits, _, never = tables[:5]
-        slots = self._hash_slots(keys, bits)
-        found = np.take(table_keys, slots)  # (take: faster than fancy indexing)
-        out = np.take(table_values, slots)  # right where the slot holds the key, or is empty (never)
-        probe = np.flatnonzero((found != keys) & (found != -1))  # another key: probe on
+        table, bits, hash_bits, _, never = tables[:5]
+        hash_mask = (1 << hash_bits) - 1
+        hashes = self._hash_keys(keys, hash_bits)
+        slots = hashes >> (hash_bits - bits)
+        found = np.take(table, slots)  # (take: faster than fancy indexing)
+        out = found & ~hash_mask  # right where the slot holds the key, or is empty (never)
+        probe = np.flatnonzero((found & hash_mask) != hashes)
         if len(probe):
-            keys, slots, mask = keys[probe], slots[probe], (1 << bits) - 1
+            empty = never | hash_mask
             out[probe] = never
+            probe = probe[found[probe] != empty]  # another key: probe on
+            hashes, slots, mask = hashes[probe], slots[probe], (1 << bits) - 1
             while len(probe):
                 slots = (slots + 1) & mask
-                found = table_keys[slots]
-                hit = found == keys
-                out[probe[hit]] = table_values[slots[hit]]
-                more = ~hit & (found != -1)
-                probe, keys, slots = probe[more], keys[more], slots[more]
+                found = np.take(table, slots)
+                hit = (found & hash_mask) == hashes
+                out[probe[hit]] = found[hit] & ~hash_mask
+                more = ~hit & (found != empty)
+                probe, hashes, slots = probe[more], hashes[more], slots[more]
         return out
 
     def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
