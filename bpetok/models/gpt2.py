@@ -328,7 +328,8 @@ class BytePairModel:
         the symbol starts (``never`` for a piece's last symbol or a pair with no merge), then the
         symbol, then 22 zero bits. ``state | i`` makes one ``minimum.reduceat`` give each piece's
         lowest pair and, on ties (the same merge, so the same left symbol), its leftmost; each
-        round merges it. After a merge only the pairs beside it change.
+        round merges it. After a merge only the two pairs beside it change: they are looked up
+        before the right symbol is dropped, while the neighbours are one before and two after it.
         """
         import numpy as np
 
@@ -338,56 +339,62 @@ class BytePairModel:
             half = len(pieces) // 2
             return self._merge_batch(pieces[:half]) + self._merge_batch(pieces[half:])
         tables = self._batch_tables()
-        never, byte_pairs, rank_shift = tables.never, tables.byte_pairs, tables.rank_shift
+        never, merged, rank_shift = tables.never, tables.merged, tables.rank_shift
         stride, mask, low = self.stride, self.mask, (1 << 22) - 1
 
-        raw = np.frombuffer(b"".join(pieces), np.uint8).astype(np.int64)
+        raw = np.frombuffer(b"".join(pieces), np.uint8)
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         owner = np.arange(len(pieces))  # the piece each active sequence is
         starts = np.cumsum(lengths) - lengths
         state = np.empty(len(raw), np.int64)
-        state[:-1] = byte_pairs[(raw[:-1] << 8) | raw[1:]]
+        pair = raw[:-1].astype(np.uint16)  # (16 bits: a fraction of int64's memory traffic)
+        pair <<= 8
+        pair |= raw[1:]
+        np.take(tables.byte_pairs, pair, out=state[:-1])
         state[starts + lengths - 1] = never  # a piece's last symbol starts no pair
-        state |= tables.byte_ids[raw] << 22
+        state |= np.take(tables.byte_ids << 22, raw)
         positions = np.arange(len(raw))
         key = np.empty(len(raw), np.int64)  # reused each round: no allocation per round
         # Finished pieces, in the order they finish: their owners, lengths and symbols.
         done_owner, done_length, done_sym = [], [], []
 
-        while len(owner):
+        while True:
             count = len(state)
             np.bitwise_or(state, positions[:count], out=key[:count])
             lowest = np.minimum.reduceat(key[:count], starts)
             merging = lowest < never
-            where = lowest & low
-            # The merged symbol replaces the left one; it starts no pair until one is looked up.
-            state[where[merging]] = never | tables.merged[lowest[merging] >> rank_shift] << 22
-            old_lengths = lengths
-            lengths = lengths - merging
-            # A piece is finished when it has no merge left or is down to one symbol; its
-            # symbols are then at start : start + length (a merge only drops the right one).
-            alive = merging & (lengths > 1)
             keep = np.ones(count, bool)
-            if not alive.all():
-                gone = ~alive
+            if not merging.all():
+                # A piece with no merge left (or one symbol) is finished.
+                gone = ~merging
                 gone_starts, gone_lengths = starts[gone], lengths[gone]
+                span = _ranges(gone_starts, gone_lengths)
                 done_owner.append(owner[gone])
                 done_length.append(gone_lengths)
-                done_sym.append((state[_ranges(gone_starts, gone_lengths)] >> 22) & mask)
-                if not alive.any():
+                done_sym.append((state[span] >> 22) & mask)
+                if not merging.any():
                     break
-                keep[_ranges(gone_starts, old_lengths[gone])] = False
-            # Keep the symbols of live pieces but each merged pair's right one.
-            offset = (where - starts)[alive]  # the merged symbol within its piece
-            keep[where[alive] + 1] = False
+                keep[span] = False
+                lowest, starts, lengths, owner = lowest[merging], starts[merging], lengths[merging], owner[merging]
+            where = lowest & low  # the left symbol of the merge
+            symbol = merged[lowest >> rank_shift]
+            # The pairs the merged symbol ends and starts, where there is a symbol before it
+            # and one after the right symbol, looked up together.
+            before = np.flatnonzero(where > starts)
+            after = np.flatnonzero(where + 2 < starts + lengths)
+            left_at = where[before] - 1
+            left = (state[left_at] >> 22) & mask
+            right = (state[where[after] + 2] >> 22) & mask
+            found = self._pair_ranks(tables, np.concatenate((left * stride + symbol[before], symbol[after] * stride + right)))
+            state[left_at] = found[: len(before)] | left << 22
+            own = np.full(len(where), never)
+            own[after] = found[len(before) :]
+            state[where] = own | symbol << 22
+            # Drop each merged pair's right symbol (and the finished pieces).
+            keep[where + 1] = False
             state = state[keep]
-            lengths, owner = lengths[alive], owner[alive]
+            lengths = lengths - 1
             starts = np.cumsum(lengths) - lengths
-            where = starts + offset
-            # The pairs the merged symbol ends and starts, looked up together.
-            at = np.concatenate((where[offset > 0] - 1, where[offset < lengths - 1]))
-            left, right = (state[at] >> 22) & mask, (state[at + 1] >> 22) & mask
-            state[at] = self._pair_ranks(tables, left * stride + right) | left << 22
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
         finish_owner = np.concatenate(done_owner)
