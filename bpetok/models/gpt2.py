@@ -392,7 +392,8 @@ class BytePairModel:
             state[where] = own | symbol << 22
             # Drop each merged pair's right symbol (and the finished pieces).
             keep[where + 1] = False
-            state = state[keep]
+            # (Boolean indexing branches on each element: slower than compress once many go.)
+            state = np.compress(keep, state) if len(where) * 10 > count else state[keep]
             lengths = lengths - 1
             starts = np.cumsum(lengths) - lengths
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
