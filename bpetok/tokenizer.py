@@ -14,7 +14,7 @@ import operator
 import os
 import re
 from collections.abc import Iterator
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 
 import pluggy
 
@@ -35,6 +35,8 @@ _PIECE_CACHE_LIMIT = 200_000
 _PIECE_CACHE_LONGEST = 1024
 _CHUNK_CACHE_LIMIT = 250_000
 _CHUNK_CACHE_CHARS = 32_000_000
+# After a chunk cache miss, this many parts are looked up one at a time before trying C again.
+_MISS_RUN = 63
 # A text of more chunks than this, many of them new, has its new chunks encoded in one batch.
 _BATCH_FILL_PARTS = 2048
 # The spaces a ``space_chunks`` pre-tokenizer lets us cut at: those after a non-whitespace
@@ -379,11 +381,14 @@ class Tokenizer:
                 if len(missing) > _BATCH_FILL_PARTS // 8:
                     with _gc_paused():  # many new lists that all live on
                         self._fill_chunks(missing)
-            found = chunks.get(part)
-            if found is None:
-                found = self._encode_pieces(" " + part)
-                self._remember(chunks, part, found)
-            out += found
+            # The missing part and the next few one at a time: new chunks come in runs (and all
+            # of them do once the cache is full), one KeyError per part would cost more.
+            for part in chain((part,), islice(rest, _MISS_RUN)):
+                found = chunks.get(part)
+                if found is None:
+                    found = self._encode_pieces(" " + part)
+                    self._remember(chunks, part, found)
+                out += found
 
     def _missing_chunks(self, parts) -> list[str]:
         """The distinct ``parts`` the chunk cache lacks, in order of first appearance (the cache's
