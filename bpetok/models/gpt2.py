@@ -225,6 +225,7 @@ class BytePairModel:
         return out
 
     BATCH_LONGEST = 256
+    _BATCH_TAIL = 100  # below this many unfinished pieces, a batch finishes them one by one
 
     # Positions in a batch take the low 22 bits of a symbol's packed state (see _merge_batch); a
     # batch of more bytes is cut in parts.
@@ -376,6 +377,16 @@ class BytePairModel:
                     break
                 keep[span] = False
                 lowest, starts, lengths, owner = lowest[merging], starts[merging], lengths[merging], owner[merging]
+            if len(owner) < self._BATCH_TAIL:
+                # A few pieces left (long ones, usually): a round's fixed cost, tens of array
+                # operations, is more than their remaining merges cost one piece at a time.
+                span = _ranges(starts, lengths)
+                rest = np.split((state[span] >> 22) & mask, np.cumsum(lengths)[:-1])
+                symbols = [np.array(self.merge_symbols_fast(ids.tolist()), np.int64) for ids in rest]
+                done_owner.append(owner)
+                done_length.append(np.fromiter(map(len, symbols), np.int64, len(symbols)))
+                done_sym.append(np.concatenate(symbols))
+                break
             where = lowest & low  # the left symbol of the merge
             symbol = merged[lowest >> rank_shift]
             # The pairs the merged symbol ends and starts, where there is a symbol before it
