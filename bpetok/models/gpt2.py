@@ -270,8 +270,8 @@ class BytePairModel:
         # Insert with linear probing, all keys at once: each round, of the keys aiming at a free
         # slot, one takes it (whichever numpy writes last) and the others move on to the next
         # slot. Any order of insertion makes a table that lookups probe correctly.
-        slot_of = np.full(size, -1, np.int64)  # the index of the key in each slot, -1 if empty
-        pending = np.arange(count)
+        slot_of = np.full(size, -1, np.int32)  # the index of the key in each slot, -1 if empty
+        pending = np.arange(count, dtype=np.int32)
         while len(pending):
             aim = slots[pending]
             free = slot_of[aim] == -1
@@ -354,7 +354,7 @@ class BytePairModel:
         np.take(tables.byte_pairs, pair, out=state[:-1])
         state[starts + lengths - 1] = never  # a piece's last symbol starts no pair
         state |= np.take(tables.byte_ids << 22, raw)
-        positions = np.arange(len(raw))
+        positions = np.arange(len(raw), dtype=np.uint32)  # (half the memory traffic of int64)
         key = np.empty(len(raw), np.int64)  # reused each round: no allocation per round
         # Finished pieces, in the order they finish: their owners, lengths and symbols.
         done_owner, done_length, done_sym = [], [], []
