@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from helpers import load_cases
-
-np = pytest.importorskip("numpy")
 
 TAILS = [0, 10**9]  # all rounds vectorised; all pieces one by one after the first round
 
