@@ -2,8 +2,10 @@
 
 tests/test_fast.py compares ``encode_pieces`` with ``encode_piece_reference`` as the tokenizer
 calls it; a batch there ends in the per-piece path once fewer than ``_BATCH_TAIL`` pieces are
-left, which for small batches is all of them. Here each path is forced to the end on its own:
-``_BATCH_TAIL = 0`` keeps every round vectorised, a huge one hands every piece over at once.
+left, which for small batches is all of them, and compacts every other round only when its
+pieces are long and many. Here each path is forced to the end on its own: ``_BATCH_TAIL = 0``
+keeps every round vectorised (compacting each round, or with ``_BATCH_SPLIT = 0`` every other
+one), a huge one hands every piece over at once.
 """
 
 from __future__ import annotations
@@ -18,12 +20,21 @@ from hypothesis import strategies as st
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from helpers import load_cases
 
-TAILS = [0, 10**9]  # all rounds vectorised; all pieces one by one after the first round
+# (_BATCH_TAIL, _BATCH_SPLIT): all rounds vectorised, compacting each round or every other
+# one; all pieces one by one after the first round.
+MODES = {"vectorised": (0, 10**9), "split": (0, 0), "tail": (10**9, 10**9)}
 
 
-@pytest.fixture(params=TAILS, ids=["vectorised", "tail"])
+def _set_mode(patch, mode: str) -> None:
+    tail, split = MODES[mode]
+    patch.setattr(BytePairModel, "_BATCH_TAIL", tail)
+    patch.setattr(BytePairModel, "_BATCH_SPLIT", split)
+    patch.setattr(BytePairModel, "_BATCH_SPLIT_MIN", split)
+
+
+@pytest.fixture(params=sorted(MODES))
 def tail(request, monkeypatch):
-    monkeypatch.setattr(BytePairModel, "_BATCH_TAIL", request.param)
+    _set_mode(monkeypatch, request.param)
     return request.param
 
 
@@ -75,10 +86,10 @@ def test_generated_batches(qwen3, smollm2, batch):
     pieces = [t.encode("utf-8", "surrogatepass") for t in batch if t]
     for tok in (qwen3, smollm2):
         expected = _reference(tok.bpe, pieces)
-        for tail in TAILS:
+        for mode in MODES:
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(BytePairModel, "_BATCH_TAIL", tail)
-                assert tok.bpe.encode_pieces(pieces) == expected
+                _set_mode(patch, mode)
+                assert tok.bpe.encode_pieces(pieces) == expected, mode
 
 
 def test_the_hash_identifies_each_key(qwen3):

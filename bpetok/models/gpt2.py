@@ -226,6 +226,10 @@ class BytePairModel:
 
     BATCH_LONGEST = 256
     _BATCH_TAIL = 100  # below this many unfinished pieces, a batch finishes them one by one
+    # Compact every other round when the pieces average more than _BATCH_SPLIT symbols and the
+    # batch has more than _BATCH_SPLIT_MIN (below, a round's operations cost more than a pass).
+    _BATCH_SPLIT = 12
+    _BATCH_SPLIT_MIN = 20_000
 
     # Positions in a batch take the low 22 bits of a symbol's packed state (see _merge_batch); a
     # batch of more bytes is cut in parts.
@@ -344,9 +348,9 @@ class BytePairModel:
         stride, mask, low = self.stride, self.mask, (1 << 22) - 1
 
         raw = np.frombuffer(b"".join(pieces), np.uint8)
-        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))  # symbols left per piece
         owner = np.arange(len(pieces))  # the piece each active sequence is
-        starts = np.cumsum(lengths) - lengths
+        starts = np.cumsum(lengths) - lengths  # a piece's cells: its symbols, and a hole after a split round
         state = np.empty(len(raw), np.int64)
         pair = raw[:-1].astype(np.uint16)  # (16 bits: a fraction of int64's memory traffic)
         pair <<= 8
@@ -356,23 +360,33 @@ class BytePairModel:
         state |= np.take(tables.byte_ids << 22, raw)
         positions = np.arange(len(raw), dtype=np.uint32)  # (half the memory traffic of int64)
         key = np.empty(len(raw), np.int64)  # reused each round: no allocation per round
+        # The positions are in the state's low bits (baked) while the pieces are long, else
+        # OR-ed into ``key`` each round; a split round (long pieces only) leaves its dropped
+        # symbols as holes until the next round has merged too.
+        baked = split = False
+        hole = (1 << 63) - 1  # a dropped symbol's cell: above every pair
+        dropped = 0  # merged-away symbols to drop at the next compaction
         # Finished pieces, in the order they finish: their owners, lengths and symbols.
         done_owner, done_length, done_sym = [], [], []
 
         while True:
             count = len(state)
-            np.bitwise_or(state, positions[:count], out=key[:count])
-            lowest = np.minimum.reduceat(key[:count], starts)
+            if baked:
+                lowest = np.minimum.reduceat(state, starts)
+            else:
+                np.bitwise_or(state, positions[:count], out=key[:count])
+                lowest = np.minimum.reduceat(key[:count], starts)
             merging = lowest < never
-            keep = np.ones(count, bool)
+            if not split:
+                keep = np.ones(count, bool)
             if not merging.all():
                 # A piece with no merge left (or one symbol) is finished.
                 gone = ~merging
-                gone_starts, gone_lengths = starts[gone], lengths[gone]
-                span = _ranges(gone_starts, gone_lengths)
+                span = _ranges(starts[gone], lengths[gone] + split)
+                cells = state[span]
                 done_owner.append(owner[gone])
-                done_length.append(gone_lengths)
-                done_sym.append((state[span] >> 22) & mask)
+                done_length.append(lengths[gone])
+                done_sym.append((cells[cells != hole] if split else cells) >> 22 & mask)
                 if not merging.any():
                     break
                 keep[span] = False
@@ -380,8 +394,8 @@ class BytePairModel:
             if len(owner) < self._BATCH_TAIL:
                 # A few pieces left (long ones, usually): a round's fixed cost, tens of array
                 # operations, is more than their remaining merges cost one piece at a time.
-                span = _ranges(starts, lengths)
-                rest = np.split((state[span] >> 22) & mask, np.cumsum(lengths)[:-1])
+                cells = state[_ranges(starts, lengths + split)]
+                rest = np.split((cells[cells != hole] if split else cells) >> 22 & mask, np.cumsum(lengths)[:-1])
                 symbols = [np.array(self.merge_symbols_fast(ids.tolist()), np.int64) for ids in rest]
                 done_owner.append(owner)
                 done_length.append(np.fromiter(map(len, symbols), np.int64, len(symbols)))
@@ -389,24 +403,50 @@ class BytePairModel:
                 break
             where = lowest & low  # the left symbol of the merge
             symbol = merged[lowest >> rank_shift]
-            # The pairs the merged symbol ends and starts, where there is a symbol before it
-            # and one after the right symbol, looked up together.
-            before = np.flatnonzero(where > starts)
-            after = np.flatnonzero(where + 2 < starts + lengths)
-            left_at = where[before] - 1
-            left = (state[left_at] >> 22) & mask
-            right = (state[where[after] + 2] >> 22) & mask
-            found = self._pair_ranks(tables, np.concatenate((left * stride + symbol[before], symbol[after] * stride + right)))
-            state[left_at] = found[: len(before)] | left << 22
-            own = np.full(len(where), never)
-            own[after] = found[len(before) :]
-            state[where] = own | symbol << 22
-            # Drop each merged pair's right symbol (and the finished pieces).
-            keep[where + 1] = False
+            before, right = where - 1, where + 1
+            if split:
+                # The last round left a hole in each piece: a cell beside a symbol may be it,
+                # and the neighbour then the cell past it.
+                before -= np.take(state, before) == hole
+                right += np.take(state, right) == hole
+            after = right + 1
+            if split:
+                after += np.take(state, after, mode="clip") == hole
+            # The pairs the merged symbol ends and starts, where it has neighbours, looked up
+            # together.
+            has_before = np.flatnonzero(before >= starts)
+            has_after = np.flatnonzero(after < starts + lengths + split)
+            before = before[has_before]
+            left = (state[before] >> 22) & mask
+            right_symbol = (state[after[has_after]] >> 22) & mask
+            found = self._pair_ranks(tables, np.concatenate((left * stride + symbol[has_before], symbol[has_after] * stride + right_symbol)))
+            own = np.full(len(where), never)  # the rank of the pair the merged symbol starts
+            own[has_after] = found[len(has_before) :]
+            if baked:
+                state[before] = found[: len(has_before)] | left << 22 | before
+                state[where] = own | symbol << 22 | where
+            else:
+                state[before] = found[: len(has_before)] | left << 22
+                state[where] = own | symbol << 22
+            keep[right] = False
+            dropped += len(where)
+            lengths -= 1
+            if baked and not split:
+                # Long pieces: leave the dropped symbols as holes for one round, which costs
+                # it a few operations per piece, and save a pass over all their symbols.
+                state[right] = hole
+                split = True
+                continue
+            # Drop the merged pairs' right symbols and the finished pieces.
             # (Boolean indexing branches on each element: slower than compress once many go.)
-            state = np.compress(keep, state) if len(where) * 10 > count else state[keep]
-            lengths = lengths - 1
+            state = np.compress(keep, state) if dropped * 10 > count else state[keep]
+            split, dropped = False, 0
             starts = np.cumsum(lengths) - lengths
+            if baked:
+                state &= ~low
+            baked = len(state) > max(self._BATCH_SPLIT * len(lengths), self._BATCH_SPLIT_MIN)
+            if baked:
+                state |= positions[: len(state)]
         # subtle: make the ints in piece order, one tolist(), not in the order pieces finished:
         # the caches keep them, and a warm pass reads them in text order (measurably faster).
         finish_owner = np.concatenate(done_owner)
