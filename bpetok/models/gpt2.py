@@ -363,7 +363,10 @@ class BytePairModel:
         # The positions are in the state's low bits (baked) while the pieces are long, else
         # OR-ed into ``key`` each round; a split round (long pieces only) leaves its dropped
         # symbols as holes until the next round has merged too.
-        baked = split = False
+        split = False
+        baked = len(raw) > max(self._BATCH_SPLIT * len(pieces), self._BATCH_SPLIT_MIN)
+        if baked:
+            state |= positions
         hole = (1 << 63) - 1  # a dropped symbol's cell: above every pair
         dropped = 0  # merged-away symbols to drop at the next compaction
         # Finished pieces, in the order they finish: their owners, lengths and symbols.
