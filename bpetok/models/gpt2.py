@@ -276,6 +276,9 @@ class BytePairModel:
         # slot. Any order of insertion makes a table that lookups probe correctly.
         slot_of = np.full(size, -1, np.int32)  # the index of the key in each slot, -1 if empty
         pending = np.arange(count, dtype=np.int32)
+        slot_of[slots] = pending  # the first round: every slot is free
+        pending = pending[slot_of[slots] != pending]
+        slots[pending] = (slots[pending] + 1) & (size - 1)
         while len(pending):
             aim = slots[pending]
             free = slot_of[aim] == -1
