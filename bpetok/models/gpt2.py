@@ -202,12 +202,16 @@ class BytePairModel:
         for all pieces together; that is the same merge order as one piece at a time, since
         pieces never interact. Other pieces go through :meth:`encode_piece`.
         """
-        sizes = list(map(len, pieces))
+        if len(pieces) < 64:  # below 64 pieces the arrays cost more than they save
+            return list(map(self.encode_piece, pieces))
+        import numpy as np
+
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         longest = self.BATCH_LONGEST
-        if min(sizes, default=0) > 0 and max(sizes, default=0) <= longest and not self.ignore_merges:
+        if lengths.min() > 0 and lengths.max() <= longest and not self.ignore_merges:
             batch = range(len(pieces))  # the usual case: all of them
         else:
-            batch = [k for k, size in enumerate(sizes) if 0 < size <= longest]
+            batch = np.flatnonzero((lengths > 0) & (lengths <= longest)).tolist()
             if self.ignore_merges:
                 batch = [k for k in batch if self._whole_token(pieces[k]) is None]
         # Below 64 pieces the arrays cost more than they save. The batch packs a rank, a symbol
@@ -216,7 +220,7 @@ class BytePairModel:
         if len(batch) < 64 or self._batch_tables() is None:
             return list(map(self.encode_piece, pieces))
         if len(batch) == len(pieces):
-            return self._merge_batch(pieces)
+            return self._merge_batch(pieces, lengths)
         out: list[list[int] | None] = [None] * len(pieces)
         for k, symbols in zip(batch, self._merge_batch([pieces[k] for k in batch])):
             out[k] = symbols
@@ -329,7 +333,7 @@ class BytePairModel:
                 probe, hashes, slots = probe[more], hashes[more], slots[more]
         return out
 
-    def _merge_batch(self, pieces: list[bytes]) -> list[list[int]]:
+    def _merge_batch(self, pieces: list[bytes], lengths=None) -> list[list[int]]:
         """Vectorised :meth:`merge_symbols` over many pieces of at least one byte each.
 
         All pieces' symbols lie back to back in ``state``, one int64 each: the rank of the pair
@@ -341,17 +345,19 @@ class BytePairModel:
         """
         import numpy as np
 
-        if sum(map(len, pieces)) >= self._BATCH_BYTES:  # pair positions must fit in 22 bits
+        if lengths is None:
+            lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))  # symbols left per piece
+        if lengths.sum() >= self._BATCH_BYTES:  # pair positions must fit in 22 bits
             if len(pieces) == 1:
                 return [self.encode_piece(pieces[0])]
             half = len(pieces) // 2
-            return self._merge_batch(pieces[:half]) + self._merge_batch(pieces[half:])
+            return self._merge_batch(pieces[:half], lengths[:half]) + self._merge_batch(pieces[half:], lengths[half:])
         tables = self._batch_tables()
         never, merged, rank_shift = tables.never, tables.merged, tables.rank_shift
         stride, mask, low = self.stride, self.mask, (1 << 22) - 1
 
         raw = np.frombuffer(b"".join(pieces), np.uint8)
-        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))  # symbols left per piece
+        lengths = lengths.copy()  # (decremented in place below)
         owner = np.arange(len(pieces))  # the piece each active sequence is
         starts = np.cumsum(lengths) - lengths  # a piece's cells: its symbols, and a hole after a split round
         state = np.empty(len(raw), np.int64)
