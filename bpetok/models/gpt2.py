@@ -214,9 +214,8 @@ class BytePairModel:
             batch = np.flatnonzero((lengths > 0) & (lengths <= longest)).tolist()
             if self.ignore_merges:
                 batch = [k for k in batch if self._whole_token(pieces[k]) is None]
-        # Below 64 pieces the arrays cost more than they save. The batch packs a rank, a symbol
-        # and a position into one int64 (see _merge_batch): a vocabulary too large for that
-        # stays on the per-piece path.
+        # The batch packs a rank, a symbol and a position into one int64 (see _merge_batch): a
+        # vocabulary too large for that stays on the per-piece path.
         if len(batch) < 64 or self._batch_tables() is None:
             return list(map(self.encode_piece, pieces))
         if len(batch) == len(pieces):
@@ -334,14 +333,21 @@ class BytePairModel:
         return out
 
     def _merge_batch(self, pieces: list[bytes], lengths=None) -> list[list[int]]:
-        """Vectorised :meth:`merge_symbols` over many pieces of at least one byte each.
+        """Vectorised :meth:`merge_symbols` over many pieces of at least one byte each
+        (``lengths``: their lengths, as an array, if the caller has them).
 
         All pieces' symbols lie back to back in ``state``, one int64 each: the rank of the pair
         the symbol starts (``never`` for a piece's last symbol or a pair with no merge), then the
-        symbol, then 22 zero bits. ``state | i`` makes one ``minimum.reduceat`` give each piece's
+        symbol, then 22 bits for its position. With the positions there (OR-ed in each round,
+        or kept in while the pieces are long), one ``minimum.reduceat`` gives each piece's
         lowest pair and, on ties (the same merge, so the same left symbol), its leftmost; each
         round merges it. After a merge only the two pairs beside it change: they are looked up
-        before the right symbol is dropped, while the neighbours are one before and two after it.
+        before the right symbol is dropped, while the neighbours are the cells beside it.
+
+        Dropping symbols is a pass over the whole state: for long pieces every other round
+        leaves them as holes instead (the next round's neighbours may be one cell further).
+        The last :attr:`_BATCH_TAIL` pieces finish one by one (:meth:`merge_symbols_fast` from
+        where the rounds left them), cheaper than rounds of tens of operations for a few pieces.
         """
         import numpy as np
 
