@@ -61,7 +61,9 @@ class _BatchTables(NamedTuple):
     never: int  # the rank (<< rank_shift) of a pair with no merge, above every other
     merged: Any  # rank -> the merged symbol
     byte_ids: Any  # each byte's initial symbol
-    byte_pairs: Any  # the ranks (<< rank_shift) of the 65,536 byte pairs, at first << 8 | second
+    # The state of a batch's symbol that starts a byte pair, for the 65,536 pairs (at first << 8 |
+    # second): the pair's rank << rank_shift | the first byte's symbol << 22.
+    byte_cells: Any
 
 
 class BytePairModel:
@@ -294,7 +296,8 @@ class BytePairModel:
         byte_ids = np.array(self.byte_ids, np.int64)
         tables = _BatchTables(table, bits, hash_bits, rank_shift, never, merged, byte_ids, None)
         pair_keys = (byte_ids[:, None] * self.stride + byte_ids[None, :]).ravel()
-        tables = self._arrays = tables._replace(byte_pairs=self._pair_ranks(tables, pair_keys))
+        byte_cells = self._pair_ranks(tables, pair_keys) | np.repeat(byte_ids << 22, 256)
+        tables = self._arrays = tables._replace(byte_cells=byte_cells)
         return tables
 
     @staticmethod
@@ -370,11 +373,11 @@ class BytePairModel:
         pair = raw[:-1].astype(np.uint16)  # (16 bits: a fraction of int64's memory traffic)
         pair <<= 8
         pair |= raw[1:]
-        np.take(tables.byte_pairs, pair, out=state[:-1])
-        state[starts + lengths - 1] = never  # a piece's last symbol starts no pair
-        state |= np.take(tables.byte_ids << 22, raw)
+        np.take(tables.byte_cells, pair, out=state[:-1])
+        last = starts + lengths - 1  # a piece's last symbol starts no pair
+        state[last] = never | tables.byte_ids[raw[last]] << 22
         positions = np.arange(len(raw), dtype=np.uint32)  # (half the memory traffic of int64)
-        key = np.empty(len(raw), np.int64)  # reused each round: no allocation per round
+        key = None  # state | positions, when they are not in the state; reused each round
         # The positions are in the state's low bits (baked) while the pieces are long, else
         # OR-ed into ``key`` each round; a split round (long pieces only) leaves its dropped
         # symbols as holes until the next round has merged too.
@@ -392,6 +395,8 @@ class BytePairModel:
             if baked:
                 lowest = np.minimum.reduceat(state, starts)
             else:
+                if key is None:
+                    key = np.empty(count, np.int64)
                 np.bitwise_or(state, positions[:count], out=key[:count])
                 lowest = np.minimum.reduceat(key[:count], starts)
             merging = lowest < never
