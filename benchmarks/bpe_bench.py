@@ -86,7 +86,8 @@ def load_other_model(ref: str) -> type:
             ).stdout
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = (getattr(exc, "stderr", "") or str(exc)).strip()
-            raise SystemExit(f"bpe_bench: --against {ref!r}: not a file, and git cannot show its gpt2.py: {detail}") from exc
+            message = f"bpe_bench: --against {ref!r}: not a file, and git cannot show its gpt2.py: {detail}"
+            raise SystemExit(message) from exc
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as f:
         f.write(source)
     try:
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-piece", action="store_true", help="also time one encode_piece call per piece")
     parser.add_argument("--no-check", action="store_true", help="skip the comparison with encode_piece_reference")
     parser.add_argument("--keep-gc", action="store_true", help="time with the garbage collector running")
-    parser.add_argument("--against", metavar="REF", help="also time gpt2.py's batch at git revision REF (or in file REF), alternately")
+    parser.add_argument(
+        "--against", metavar="REF", help="also time gpt2.py's batch at git revision REF (or in file REF), alternately"
+    )
     args = parser.parse_args(argv)
     global PAUSE_GC
     PAUSE_GC = not args.keep_gc

@@ -45,7 +45,8 @@ def _reference(bpe, pieces):
 @pytest.mark.parametrize("name", ["qwen3", "smollm2"])
 def test_every_reference_piece(name, qwen3, smollm2, tail):
     tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
-    pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases(name) for p in tok.pretokenizer.split(case["text"])})
+    split = tok.pretokenizer.split
+    pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases(name) for p in split(case["text"])})
     assert tok.bpe.encode_pieces(pieces) == _reference(tok.bpe, pieces)
 
 
@@ -57,7 +58,8 @@ def test_long_and_repetitive_pieces(qwen3, tail):
     han = [chr(c) for c in range(0x4E00, 0x4E00 + 400)]
     pieces = [b"a" * n for n in range(1, 80)] + [b" " * n for n in range(1, 40)] + [b"ab" * n for n in range(1, 40)]
     pieces += ["".join(rng.choice(kana + han) for _ in range(rng.randrange(1, 60))).encode() for _ in range(300)]
-    pieces += [bytes([rng.randrange(256)]) for _ in range(100)] + [bytes(rng.randrange(256) for _ in range(2)) for _ in range(100)]
+    pieces += [bytes([rng.randrange(256)]) for _ in range(100)]
+    pieces += [bytes(rng.randrange(256) for _ in range(2)) for _ in range(100)]
     assert qwen3.bpe.encode_pieces(pieces) == _reference(qwen3.bpe, pieces)
 
 
@@ -76,7 +78,8 @@ def test_merges_out_of_rank_order(tail):
     assert bpe.encode_pieces(pieces) == _reference(bpe, pieces)
 
 
-ATOMS = ["a", "b", "aa", " ", "  ", "\n", "e\u0301", "\u4e2d\u6587", "\u3053\u3093", "\u30c7\u30a3", "\U0001f600", "'s", "42", "->"]
+ATOMS = ["a", "b", "aa", " ", "  ", "\n", "e\u0301", "\u4e2d\u6587", "\u3053\u3093", "\u30c7\u30a3", "\U0001f600"]
+ATOMS += ["'s", "42", "->"]
 texts = st.one_of(st.lists(st.sampled_from(ATOMS), max_size=60).map("".join), st.text(max_size=80))
 
 

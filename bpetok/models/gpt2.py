@@ -368,7 +368,8 @@ class BytePairModel:
         raw = np.frombuffer(b"".join(pieces), np.uint8)
         lengths = lengths.copy()  # (decremented in place below)
         owner = np.arange(len(pieces))  # the piece each active sequence is
-        starts = np.cumsum(lengths) - lengths  # a piece's cells: its symbols, and a hole after a split round
+        # A piece's cells, from its start: its symbols (and one hole, after a split round).
+        starts = np.cumsum(lengths) - lengths
         state = np.empty(len(raw), np.int64)
         pair = raw[:-1].astype(np.uint16)  # (16 bits: a fraction of int64's memory traffic)
         pair <<= 8
@@ -442,7 +443,8 @@ class BytePairModel:
             before = before[has_before]
             left = (state[before] >> 22) & mask
             right_symbol = (state[after[has_after]] >> 22) & mask
-            found = self._pair_ranks(tables, np.concatenate((left * stride + symbol[has_before], symbol[has_after] * stride + right_symbol)))
+            keys = np.concatenate((left * stride + symbol[has_before], symbol[has_after] * stride + right_symbol))
+            found = self._pair_ranks(tables, keys)
             own = np.full(len(where), never)  # the rank of the pair the merged symbol starts
             own[has_after] = found[len(has_before) :]
             if baked:
