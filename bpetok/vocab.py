@@ -138,8 +138,14 @@ class Vocabulary:
         cached = self.__dict__.get("_index")
         tokens = self.tokens
         if cached is None or cached[0] is not tokens or cached[1] != len(tokens):
-            cached = self.__dict__["_index"] = (tokens, len(tokens), dict(zip(tokens, range(len(tokens)))))
+            return self.adopt_token_index(dict(zip(tokens, range(len(tokens)))))
         return cached[2]
+
+    def adopt_token_index(self, index: dict[bytes, int]) -> dict[bytes, int]:
+        """Keep ``index``, built from the current ``tokens`` (a loader builds one to find
+        duplicates), as what :meth:`token_index` returns; returns it."""
+        self.__dict__["_index"] = (self.tokens, len(self.tokens), index)
+        return index
 
 
 # -- the built-in GGUF loader ------------------------------------------------------------------
@@ -242,7 +248,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         flags=flags,
         metadata=metadata,
     )
-    vocabulary.__dict__["_index"] = (tokens, n, index)  # what token_index() would build
+    vocabulary.adopt_token_index(index)
     return vocabulary
 
 
