@@ -1,23 +1,20 @@
 """The ``bpetok`` command line.
 
-Each feature module that adds a subcommand exposes ``add_command(subparsers)``, which registers
-its parser with ``func`` set; this module lists those modules in :data:`COMMAND_MODULES`.
+The commands defined here describe and tokenize; every other subcommand arrives through the
+``bpetok_register_commands(subparsers)`` hook (docs/hooks.md), implemented by the built-in plugins
+``bpetok.train`` and ``bpetok.server`` and by any installed plugin. A plugin that fails to import
+is reported, never a silently missing command.
 Errors a user can fix are printed as one line, ``bpetok: error: ...``, with exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 
 import bpetok
 from bpetok.errors import BpetokError
-
-# Feature modules with subcommands of their own (training, serving).
-COMMAND_MODULES = ("bpetok.train", "bpetok.server")
-
 
 def positive_int(text: str) -> int:
     """argparse type for a whole number >= 1 (shared by the subcommands of feature modules)."""
@@ -119,7 +116,11 @@ def _cmd_tokenize(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugin_manager=None) -> argparse.ArgumentParser:
+    """The ``bpetok`` parser: the commands below, then every ``bpetok_register_commands`` plugin's.
+
+    :param plugin_manager: the manager whose plugins add commands (default: the process-wide one).
+    """
     parser = argparse.ArgumentParser(prog="bpetok", description="llama.cpp-exact byte-level BPE tokenizer.")
     parser.add_argument("--version", action="version", version=f"bpetok {bpetok.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -141,19 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pieces", action="store_true", help="give each token's piece too")
     p.set_defaults(func=_cmd_tokenize)
 
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        add = getattr(module, "add_command", None)
-        if add is not None:
-            add(sub)
+    if plugin_manager is None:
+        from bpetok.plugins import get_plugin_manager
+
+        plugin_manager = get_plugin_manager()
+    plugin_manager.hook.bpetok_register_commands(subparsers=sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except BpetokError as e:  # a plugin that fails to load: say which, rather than lose its commands
+        print(f"bpetok: error: {e}", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0

@@ -2,6 +2,7 @@
 
 Data flows one way through these hooks:
 load a vocabulary -> adjust token attributes -> (special tokens, pre-tokenizer, BPE) -> ids.
+One more hook, outside that flow, adds subcommands to the ``bpetok`` command line.
 
 Implementations may accept any subset of the arguments below (pluggy passes them by name), so
 specs grow by new arguments and never lose or rename one.
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Callable
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from bpetok.pretok import PreTokenizerSpec
     from bpetok.vocab import Vocabulary
 
@@ -66,4 +69,22 @@ def bpetok_adjust_token_attributes(vocabulary: Vocabulary) -> None:
     llama.cpp's text-based overrides; a plugin that must see its result uses ``trylast``.
 
     :param vocabulary: the vocabulary being loaded.
+    """
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+@hookspec
+def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add subcommands to the ``bpetok`` command line (simonw/llm's ``register_commands``).
+
+    Called once each time :func:`bpetok.cli.build_parser` builds the parser. Add each command with
+    ``subparsers.add_parser(name, help=...)`` and set ``func`` with ``set_defaults(func=...)``: it
+    is called with the parsed arguments and returns the exit status (None means 0). Raise a
+    :class:`bpetok.BpetokError` for a failure the user can fix; it is printed as one line.
+    Built-in implementations: :mod:`bpetok.train` (``train``, ``extend``) and :mod:`bpetok.server`
+    (``serve``).
+
+    :param subparsers: the ``argparse`` sub-parsers action of the ``bpetok`` parser.
     """

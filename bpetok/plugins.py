@@ -1,5 +1,8 @@
 """The plugin manager: built-in plugins, entry-point plugins, and the pre-tokenizer registry.
 
+The built-in plugins (:data:`BUILTIN_PLUGINS`) implement the same hooks a third-party plugin does,
+including ``bpetok_register_commands`` for the CLI's ``train``, ``extend`` and ``serve``.
+
 Entry points in the ``bpetok`` group are loaded lazily, once, on first use (llm's plugins.py).
 Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of entry-point names to block them
 (tox's TOX_DISABLED_EXTERNAL_PLUGINS).
@@ -7,6 +10,7 @@ Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of entry-point names to
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, replace
 
@@ -20,15 +24,18 @@ __all__ = ["get_plugin_manager", "make_plugin_manager", "PreTokenizerRegistry", 
 
 DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
 
+# bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, and the
+# modules that add CLI subcommands (bpetok_register_commands).
+BUILTIN_PLUGINS = ("bpetok.vocab", "bpetok.overrides", "bpetok.server", "bpetok.train")
+
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:
     """A fresh plugin manager with the hook specs, the built-ins and (optionally) entry points."""
-    from bpetok import overrides, vocab
-
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
-    pm.register(vocab, name="bpetok.vocab")
-    pm.register(overrides, name="bpetok.overrides")
+    for name in BUILTIN_PLUGINS:
+        # A built-in that fails to import is a bug in bpetok: let the ImportError show.
+        pm.register(importlib.import_module(name), name=name)
     if load_entry_points:
         for name in os.environ.get(DISABLE_ENV, "").split(","):
             if name.strip():

@@ -27,13 +27,14 @@ import sys
 
 import bpetok
 from bpetok.errors import BpetokError
+from bpetok.hookspecs import hookimpl
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_PORT",
     "RequestError",
-    "add_command",
+    "bpetok_register_commands",
     "app_from_env",
     "create_app",
     "detokenize_request",
@@ -460,8 +461,9 @@ def _run_workers(uvicorn, workers: int, options: dict) -> None:
         Multiprocess(config, sockets=[sock]).run()
 
 
-def add_command(subparsers) -> None:
-    """Add ``bpetok serve`` to the CLI (called by :func:`bpetok.cli.build_parser`)."""
+@hookimpl
+def bpetok_register_commands(subparsers) -> None:
+    """Add ``bpetok serve`` to the CLI (a built-in plugin of the CLI hook)."""
     from bpetok.cli import positive_int
 
     p = subparsers.add_parser(

@@ -41,10 +41,11 @@ from typing import Iterable, Iterator
 
 from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
+from bpetok.hookspecs import hookimpl
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from bpetok.vocab import TokenType
 
-__all__ = ["train", "extend", "TrainResult", "add_command"]
+__all__ = ["train", "extend", "TrainResult", "bpetok_register_commands"]
 
 STRIDE = 1 << 24  # a pair (left, right) is the int left * STRIDE + right; ids stay below 16M
 CHUNK_CHARS = 1 << 20  # pre-tokenize the corpus this many characters at a time
@@ -736,8 +737,9 @@ def _cmd_extend(args) -> int:
 
 
 
-def add_command(subparsers) -> None:
-    """Add ``bpetok train`` and ``bpetok extend``."""
+@hookimpl
+def bpetok_register_commands(subparsers) -> None:
+    """Add ``bpetok train`` and ``bpetok extend`` (a built-in plugin of the CLI hook)."""
     from bpetok.cli import positive_int
 
     p = subparsers.add_parser("train", help="learn a byte-level BPE vocabulary from text files, write a GGUF")

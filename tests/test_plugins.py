@@ -228,6 +228,68 @@ def test_builtin_pretokenizers_come_from_bpetok_s_own_entry_points():
     assert (row.distribution, row.version) == ("bpetok", importlib.metadata.version("bpetok"))
 
 
+# -- bpetok_register_commands ------------------------------------------------------------------
+
+
+def _subcommands(parser):
+    import argparse
+
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(action.choices)
+
+
+def test_register_commands_adds_a_plugin_s_subcommand(pm, temporary_plugin, capsys):
+    from bpetok.cli import build_parser
+
+    class Greeter:
+        @hookimpl
+        def bpetok_register_commands(self, subparsers):
+            p = subparsers.add_parser("greet", help="say hello")
+            p.add_argument("name")
+            p.set_defaults(func=lambda args: print(f"hello {args.name}") or 3)
+
+    temporary_plugin(Greeter(), "greeter")
+    args = build_parser(pm).parse_args(["greet", "world"])
+    assert args.func(args) == 3
+    assert capsys.readouterr().out == "hello world\n"
+
+
+def test_builtin_commands_arrive_through_the_hook(pm):
+    """train, extend and serve are the built-in plugins bpetok.train and bpetok.server."""
+    from bpetok.cli import build_parser
+
+    assert {"train", "extend", "serve"} <= _subcommands(build_parser(pm))
+    names = {name for name, _ in pm.list_name_plugin()}
+    assert {"bpetok.train", "bpetok.server"} <= names
+    impls = pm.hook.bpetok_register_commands.get_hookimpls()
+    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.server"}
+
+
+def test_a_command_module_that_fails_to_import_is_shown_not_skipped(monkeypatch):
+    """A built-in command module with an ImportError is a bug: it raises, no command goes missing."""
+    from bpetok import plugins
+
+    monkeypatch.setattr(plugins, "BUILTIN_PLUGINS", plugins.BUILTIN_PLUGINS + ("bpetok.no_such_commands",))
+    with pytest.raises(ImportError, match="bpetok.no_such_commands"):
+        make_plugin_manager(load_entry_points=False)
+
+
+def test_a_command_plugin_that_fails_to_load_is_reported_by_the_cli(monkeypatch, capsys):
+    from bpetok import cli, plugins
+
+    class Broken(FakeEntryPoint):
+        def load(self):
+            raise ImportError("No module named 'missing_dependency'")
+
+    dist = FakeDistribution("bpetok-broken", "0.1", [Broken("broken", None)])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [dist])
+    monkeypatch.setattr(plugins, "_pm", None)
+    monkeypatch.setattr(plugins, "_registry", None)
+    assert cli.main(["list-pretokenizers"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bpetok: error: ") and "missing_dependency" in err and DISABLE_ENV in err
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
