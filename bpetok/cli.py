@@ -101,18 +101,27 @@ def _cmd_tokenize(args) -> int:
     tok = bpetok.from_gguf(args.model)
     if args.file is not None:
         try:
-            with open(args.file, encoding="utf-8", errors="surrogateescape") as f:
-                text = f.read()
+            with open(args.file, "rb") as f:
+                data = f.read()
         except OSError as e:
             raise BpetokError(f"{args.file}: cannot read the input file ({e.strerror})") from e
     else:
-        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-    ids = tok.encode(text, parse_special=not args.no_special)
-    if args.pieces:
-        tokens = [{"id": i, "piece": _piece_json(tok.piece(i))} for i in ids]
-    else:
-        tokens = ids
-    print(json.dumps({"tokens": tokens}, ensure_ascii=False))
+        data = sys.stdin.buffer.read()
+    # The raw bytes, invalid UTF-8 included: llama.cpp's ids for exactly what was given.
+    ids = tok.encode_bytes(data, parse_special=not args.no_special)
+    del data
+    out = sys.stdout
+    if not args.pieces:
+        out.write(json.dumps({"tokens": ids}))
+        out.write("\n")
+        return 0
+    # One token object at a time: a list of dicts for a 60 MB input would take gigabytes.
+    out.write('{"tokens": [')
+    for n, token_id in enumerate(ids):
+        if n:
+            out.write(", ")
+        out.write(json.dumps({"id": token_id, "piece": _piece_json(tok.piece(token_id))}, ensure_ascii=False))
+    out.write("]}\n")
     return 0
 
 

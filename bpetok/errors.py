@@ -24,3 +24,7 @@ class UnsupportedVocabularyError(VocabularyError):
 
 class PluginError(BpetokError):
     """Two plugins claim the same key, or a plugin registered something malformed."""
+
+
+class InputError(BpetokError):
+    """Input that llama.cpp cannot tokenize (it aborts on it), e.g. bytes that decode past U+10FFFF."""

@@ -8,6 +8,7 @@ Nothing here knows about a particular model.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import gc
 import operator
@@ -18,7 +19,7 @@ from itertools import chain, compress, islice, repeat
 
 import pluggy
 
-from bpetok.errors import BpetokError, UnsupportedVocabularyError, VocabularyError
+from bpetok.errors import BpetokError, InputError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
@@ -275,6 +276,48 @@ class Tokenizer:
                     ids.append(fragment)
                 else:
                     ids += self._encode_ordinary(fragment)
+        if add_special and self.add_eos:
+            ids.append(self._required_special("eos"))
+        return ids
+
+    def encode_bytes(self, data: bytes, *, parse_special: bool = True, add_special: bool = False) -> list[int]:
+        """Token ids of raw bytes, invalid UTF-8 included, as ``llama_tokenize`` gives them for those bytes.
+
+        Valid UTF-8 gives ``encode(data.decode())``. Elsewhere llama.cpp's rule applies
+        (``unicode_cpts_from_utf8``): special tokens are found in the raw bytes; then, in the text
+        between them, a byte that does not start a sequence of the right number of continuation
+        bytes is U+FFFD, one byte at a time (``e4 b8 61`` is U+FFFD U+FFFD "a"), and a well-formed
+        sequence is decoded even when UTF-8 forbids it: overlongs (``c0 bc`` is "<"), encoded
+        surrogates (``ed a0 80`` is U+D800). A sequence that decodes past U+10FFFF (``f4 90 80 80``)
+        makes llama.cpp abort; here it raises :class:`~bpetok.errors.InputError` naming its offset.
+
+        >>> tok.encode_bytes(b"a\\xffb") == tok.encode("a\\ufffdb")  # doctest: +SKIP
+        True
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"encode_bytes() takes bytes, not {type(data).__name__}; use encode() for a str")
+        data = bytes(data)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:  # well-formed: llama.cpp decodes it as Python does
+            return self.encode(text, parse_special=parse_special, add_special=add_special)
+        ids: list[int] = []
+        if add_special and self.add_bos:
+            ids.append(self._required_special("bos"))
+        # subtle: specials are cut from the raw bytes, before decoding. surrogateescape keeps each
+        # invalid byte as its own U+DC80..U+DCFF, so a special (well-formed UTF-8) matches in the
+        # escaped text exactly where it matches in the bytes; an overlong "<" does not join one.
+        for fragment in self._partition(data.decode("utf-8", "surrogateescape"), parse_special):
+            if isinstance(fragment, int):
+                ids.append(fragment)
+                continue
+            try:
+                text = fragment.encode("utf-8", "surrogateescape").decode("utf-8", _LLAMA_UTF8_ERRORS)
+            except _BeyondUnicode:
+                raise _beyond_unicode_error(data) from None
+            ids += self._encode_ordinary(text)
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
         return ids
@@ -567,6 +610,66 @@ def _token_to_byte(text: bytes) -> int | None:
     return (-value if sign == b"-" else value) & 0xFF
 
 
+def _llama_cpt_at(data: bytes, i: int) -> tuple[int, int]:
+    """llama.cpp's ``unicode_cpt_from_utf8`` at ``data[i]``: (code point, bytes used).
+
+    A lead byte followed by its continuation bytes is decoded, overlong, surrogate or past
+    U+10FFFF alike; anything else is (U+FFFD, 1): the next byte is tried on its own.
+
+    >>> _llama_cpt_at(b"\\xc0\\xbc", 0), _llama_cpt_at(b"\\xe4\\xb8a", 0), _llama_cpt_at(b"\\xf4\\x90\\x80\\x80", 0)
+    ((60, 2), (65533, 1), (1114112, 4))
+    """
+    b = data[i]
+    length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
+    if length == 1:
+        return b, 1
+    tail = data[i + 1 : i + length]
+    if not length or len(tail) != length - 1 or not all(0x80 <= c < 0xC0 for c in tail):
+        return 0xFFFD, 1
+    cpt = b & (0x7F >> length)
+    for c in tail:
+        cpt = (cpt << 6) | (c & 0x3F)
+    return cpt, length
+
+
+class _BeyondUnicode(Exception):
+    """A sequence decodes past U+10FFFF (llama.cpp's unicode_cpt_to_utf8 throws, and the process aborts)."""
+
+    def __init__(self, start: int, cpt: int):
+        super().__init__(start, cpt)
+        self.start, self.cpt = start, cpt
+
+
+def _beyond_unicode_error(data: bytes) -> InputError:
+    """The error for bytes with a sequence past U+10FFFF, naming the first one's offset.
+
+    Decoding the whole input finds the same sequence the fragments hit: such a sequence (a lead
+    byte and three continuation bytes) can neither hold nor straddle a special token's text.
+    """
+    try:
+        data.decode("utf-8", _LLAMA_UTF8_ERRORS)
+    except _BeyondUnicode as e:
+        return InputError(
+            f"bytes {data[e.start:e.start + 4].hex(' ')} at offset {e.start} decode to U+{e.cpt:X}, past U+10FFFF; "
+            "llama.cpp aborts on such input, so it has no token ids: remove or replace these bytes"
+        )
+    raise AssertionError("no sequence past U+10FFFF")  # unreachable: the caller's decode found one
+
+
+def _llama_utf8_errors(error: UnicodeDecodeError) -> tuple[str, int]:
+    """Codec error handler: where Python's strict decoder stops, llama.cpp's next step."""
+    cpt, length = _llama_cpt_at(error.object, error.start)
+    if cpt > 0x10FFFF:
+        raise _BeyondUnicode(error.start, cpt)
+    return chr(cpt), error.start + length
+
+
+# Python's decoder and llama.cpp's agree on well-formed UTF-8 and resynchronise at the same byte,
+# so only the spans Python rejects need llama.cpp's rule; the rest is decoded in C.
+_LLAMA_UTF8_ERRORS = "bpetok-llama-utf8"
+codecs.register_error(_LLAMA_UTF8_ERRORS, _llama_utf8_errors)
+
+
 def _llama_utf8_chars(data: bytes):
     """Split bytes into characters the way llama.cpp decodes UTF-8: an invalid byte is U+FFFD, one byte at a time."""
     try:
@@ -576,22 +679,9 @@ def _llama_utf8_chars(data: bytes):
         pass
     i, n = 0, len(data)
     while i < n:
-        b = data[i]
-        length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
-        if length == 1:
-            yield chr(b)
-            i += 1
-            continue
-        tail = data[i + 1 : i + length]
-        if length and len(tail) == length - 1 and all(0x80 <= c < 0xC0 for c in tail):
-            cp = b & (0x7F >> length)
-            for c in tail:
-                cp = (cp << 6) | (c & 0x3F)
-            yield chr(cp) if cp < 0x110000 else "\ufffd"
-            i += length
-        else:
-            yield "\ufffd"
-            i += 1
+        cpt, length = _llama_cpt_at(data, i)
+        yield chr(cpt) if cpt < 0x110000 else "\ufffd"
+        i += length
 
 
 _CLEAN_1 = re.compile(rb" ([?!.,])")
