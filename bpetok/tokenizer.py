@@ -569,16 +569,24 @@ class Tokenizer:
             return bytes((_token_to_byte(text),))  # length checked at load (_check_byte_tokens)
         return b""
 
-    def decode_bytes(self, ids) -> bytes:
-        """The bytes of ``ids`` as llama.cpp's detokenizer gives them (specials rendered)."""
-        data = b"".join([self.piece(i) for i in ids])
+    def decode_bytes(self, ids, *, skip_special: bool = False) -> bytes:
+        """The bytes of ``ids`` as llama.cpp's detokenizer gives them: specials rendered, or with
+        ``skip_special`` control and unknown tokens left out (``token_to_piece(special=False)``)."""
+        piece = self.token_bytes if skip_special else self.piece
+        data = b"".join([piece(i) for i in ids])
         if self.spec.clean_spaces:
             data = _clean_spaces(data)
         return data
 
-    def decode(self, ids) -> str:
+    def decode(self, ids, *, skip_special: bool = False) -> str:
         """The text of ``ids``: :meth:`decode_bytes`, decoded as UTF-8 with replacement characters."""
-        return self.decode_bytes(ids).decode("utf-8", "replace")
+        return self.decode_bytes(ids, skip_special=skip_special).decode("utf-8", "replace")
+
+    def decode_stream(self, *, skip_special: bool = False):
+        """A :class:`~bpetok.decode_stream.DecodeStream`: ids in one at a time, complete text out."""
+        from bpetok.decode_stream import DecodeStream
+
+        return DecodeStream(self, skip_special=skip_special)
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
