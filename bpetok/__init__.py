@@ -7,6 +7,7 @@
 
 from bpetok.errors import (
     BpetokError,
+    ChatTemplateError,
     GGUFError,
     PluginError,
     UnsupportedVocabularyError,
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BpetokError",
+    "ChatTemplateError",
     "GGUFError",
     "PluginError",
     "PreTokenizerSpec",

@@ -28,3 +28,10 @@ class PluginError(BpetokError):
 
 class InputError(BpetokError):
     """Input that llama.cpp cannot tokenize (it aborts on it), e.g. bytes that decode past U+10FFFF."""
+
+
+class ChatTemplateError(BpetokError):
+    """A chat template is missing, does not parse, or fails while rendering the messages.
+
+    The message names the template (file and key, or "the template passed in") and the line.
+    """

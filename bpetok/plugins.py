@@ -25,8 +25,8 @@ __all__ = ["get_plugin_manager", "make_plugin_manager", "PreTokenizerRegistry", 
 DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
 
 # bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, and the
-# modules that add CLI subcommands (bpetok_register_commands).
-BUILTIN_PLUGINS = ("bpetok.vocab", "bpetok.overrides", "bpetok.server", "bpetok.train")
+# modules that add CLI subcommands (bpetok_register_commands): train, serve, chat.
+BUILTIN_PLUGINS = ("bpetok.vocab", "bpetok.overrides", "bpetok.server", "bpetok.train", "bpetok.chat")
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:

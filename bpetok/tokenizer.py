@@ -588,6 +588,25 @@ class Tokenizer:
 
         return DecodeStream(self, skip_special=skip_special)
 
+    # -- chat ----------------------------------------------------------------------------------------
+
+    def apply_chat_template(
+        self, messages, *, add_generation_prompt: bool = False, tools=None, template: str | None = None,
+        tokenize: bool = False, **kwargs,
+    ):
+        """The prompt the model's chat template makes of ``messages`` (or its ids with ``tokenize``),
+        as transformers renders it; see :func:`bpetok.chat.apply_chat_template`.
+
+        >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)  # doctest: +SKIP
+        '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'
+        """
+        from bpetok.chat import apply_chat_template
+
+        return apply_chat_template(
+            self, messages, add_generation_prompt=add_generation_prompt, tools=tools, template=template,
+            tokenize=tokenize, **kwargs,
+        )
+
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
 

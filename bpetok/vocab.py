@@ -151,8 +151,12 @@ class Vocabulary:
 # -- the built-in GGUF loader ------------------------------------------------------------------
 
 
+# The chat templates (read by bpetok.chat): tokenizer.chat_template and tokenizer.chat_template.NAME.
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
 def _wanted(key: str) -> bool:
-    return key.startswith("tokenizer.ggml.") or key in ("general.architecture", "general.name")
+    return key.startswith(("tokenizer.ggml.", CHAT_TEMPLATE_KEY)) or key in ("general.architecture", "general.name")
 
 
 def _expect(gguf, key: str, vtype: GGUFValueType, elem: GGUFValueType | None = None, *, required: bool = False):
@@ -237,6 +241,11 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         value = _expect(gguf, key, GGUFValueType.STRING)
         if value is not None:
             metadata[key] = value.decode("utf-8", "replace")
+    for key, (vtype, _) in gguf.types.items():
+        # Kept as text for bpetok.chat; a template of another type is left out (the tokenizer
+        # does not need it, so it is no reason to refuse the file).
+        if (key == CHAT_TEMPLATE_KEY or key.startswith(CHAT_TEMPLATE_KEY + ".")) and vtype == GGUFValueType.STRING:
+            metadata[key] = gguf.metadata[key].decode("utf-8", "replace")
     vocabulary = Vocabulary(
         path=path,
         model=model,
