@@ -7,6 +7,8 @@ Endpoints, with llama-server's request, response and error shapes (``tools/serve
 
 - ``POST /tokenize``   ``{"content", "add_special", "parse_special", "with_pieces"}`` -> ``{"tokens"}``
 - ``POST /detokenize`` ``{"tokens"}`` -> ``{"content"}``
+- ``POST /apply-template`` ``{"messages", "tools", "add_generation_prompt", "chat_template_kwargs"}``
+  -> ``{"prompt"}``: the model's chat template, rendered as transformers does (bpetok.chat)
 - ``GET /health`` (and ``/v1/health``) -> ``{"status": "ok"}``
 - ``GET /props`` -> the vocabulary's facts (model, pre, n_tokens, eog ids, bos/eos, ...)
 
@@ -36,6 +38,7 @@ __all__ = [
     "RequestError",
     "bpetok_register_commands",
     "app_from_env",
+    "apply_template_request",
     "create_app",
     "detokenize_request",
     "parse_body",
@@ -223,6 +226,44 @@ def detokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     return {"content": tok.decode(ids)}
 
 
+# Arguments of apply_chat_template that a request's chat_template_kwargs may not set.
+_RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "template", "tokenize"})
+
+
+def apply_template_request(tok: bpetok.Tokenizer, data: dict) -> dict:
+    """``POST /apply-template``: ``{"prompt": text}``, the model's chat template rendered for
+    ``messages`` (and ``tools``), as llama-server's endpoint answers it.
+
+    As in llama-server, ``add_generation_prompt`` defaults to true and ``chat_template_kwargs``
+    become template variables (``{"enable_thinking": false}``). Unlike llama-server, a model without
+    a chat template is an error rather than a ChatML fallback, and the template is rendered with
+    transformers' conventions (llama-server uses its own Jinja engine and per-model handlers).
+    """
+    if "messages" not in data:
+        raise RequestError('"messages" is required, e.g. {"messages": [{"role": "user", "content": "Hi"}]}')
+    messages = data["messages"]
+    if not isinstance(messages, list):
+        raise RequestError(f'"messages" must be an array of messages, got {_json_type(messages)}')
+    tools = data.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError(f'"tools" must be an array of tool schemas, got {_json_type(tools)}')
+    extra = data.get("chat_template_kwargs")
+    if extra is None:
+        extra = {}
+    if not isinstance(extra, dict):
+        raise RequestError(f'"chat_template_kwargs" must be an object, got {_json_type(extra)}')
+    clash = sorted(_RESERVED_TEMPLATE_KWARGS & set(extra))
+    if clash:
+        raise RequestError(f'"chat_template_kwargs" cannot set {", ".join(clash)}: use the request\'s own fields')
+    prompt = tok.apply_chat_template(
+        messages,
+        tools=tools or None,
+        add_generation_prompt=_bool_field(data, "add_generation_prompt", True),
+        **extra,
+    )
+    return {"prompt": prompt}
+
+
 def props(tok: bpetok.Tokenizer, model_path: str) -> dict:
     """``GET /props``: llama-server's ``model_path``/``bos_token``/``eos_token`` plus the vocabulary's facts."""
     vocab = tok.vocabulary
@@ -339,6 +380,12 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
         tokens = data.get("tokens")
         return len(tokens) if isinstance(tokens, list) else 0
 
+    def messages_size(data: dict) -> int:
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            return 0
+        return sum(len(m["content"]) for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str))
+
     async def health(request: Request) -> Response:
         return respond({"status": "ok"})
 
@@ -365,6 +412,7 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
         Route("/props", get_props, methods=["GET"]),
         Route("/tokenize", endpoint(tokenize_request, content_size), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize_request, tokens_size), methods=["POST"]),
+        Route("/apply-template", endpoint(apply_template_request, messages_size), methods=["POST"]),
     ]
     async def unhandled(request: Request, exc: Exception) -> Response:  # Starlette's backstop
         return server_error(request, exc)
@@ -468,8 +516,8 @@ def bpetok_register_commands(subparsers) -> None:
 
     p = subparsers.add_parser(
         "serve",
-        help="serve llama-server's /tokenize and /detokenize over HTTP",
-        description="Serve llama-server's /tokenize, /detokenize, /health and /props for one vocabulary. "
+        help="serve llama-server's /tokenize, /detokenize and /apply-template over HTTP",
+        description="Serve llama-server's /tokenize, /detokenize, /apply-template, /health and /props for one vocabulary. "
         f"Needs the server extra: {_INSTALL_HINT}.",
     )
     p.add_argument("model", metavar="MODEL.gguf")

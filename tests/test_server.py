@@ -578,3 +578,43 @@ def test_a_bug_is_a_500_in_the_error_shape_and_the_app_goes_on(qwen3):
     assert status == 500
     assert body == {"error": {"code": 500, "message": "internal error: RuntimeError", "type": "server_error"}}
     assert asyncio.run(call("/detokenize", b'{"tokens": [9707]}')) == (200, {"content": "Hello"})
+
+
+# -- /apply-template (bpetok.chat) ---------------------------------------------------------------------------
+
+
+def test_apply_template(start_server):
+    """llama-server's /apply-template: messages -> {"prompt"}, the generation prompt on by default.
+    (The rendering itself is compared with transformers in test_chat_templates.py.)"""
+    from helpers import LLAMA_TESTS
+
+    model = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"  # carries tokenizer.chat_template
+    port = start_server(model=model).port
+    tok = bpetok.from_gguf(model)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    status, _, body = request(port, "POST", "/apply-template", {"messages": messages})
+    assert status == 200
+    assert body == {"prompt": tok.apply_chat_template(messages, add_generation_prompt=True)}
+    assert body["prompt"].endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    status, _, body = request(port, "POST", "/apply-template", {"messages": messages, "add_generation_prompt": False})
+    assert body["prompt"].endswith("<|im_end|>\n")
+    assert_error(request(port, "POST", "/apply-template", {}), 400, '"messages" is required')
+    assert_error(request(port, "POST", "/apply-template", {"messages": "Hi"}), 400, '"messages" must be an array')
+    bad = {"messages": messages, "chat_template_kwargs": {"tools": []}}
+    assert_error(request(port, "POST", "/apply-template", bad), 400, "cannot set tools")
+
+
+def test_apply_template_without_a_template_is_400(port):
+    # the shared server's qwen3 vocabulary has no tokenizer.chat_template
+    error = assert_error(request(port, "POST", "/apply-template", {"messages": [{"role": "user", "content": "x"}]}), 400)
+    assert "has no chat template" in error["message"]
+
+
+def test_apply_template_failure_names_the_line():
+    # a conversation the template refuses: the template's own message, with its line
+    from bpetok.server import apply_template_request
+
+    qwen2 = bpetok.from_gguf(os.path.join(os.path.dirname(__file__), "data", "llama.cpp-tests", "ggml-vocab-qwen2.gguf.gz"))
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": "oops"}]}]
+    with pytest.raises(bpetok.BpetokError, match=r"tokenizer.chat_template, line \d+"):
+        apply_template_request(qwen2, {"messages": messages})
