@@ -19,6 +19,7 @@ jinja2 comes from the ``chat`` extra and is imported on first use.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -193,15 +194,22 @@ def _template_line(tb) -> int | None:
 # -- the data the template sees --------------------------------------------------------------------
 
 
+def _is_record(value: Any) -> bool:
+    """A dataclass instance or a pydantic model (the OpenAI SDK's messages): transformers reads
+    both as dicts of their fields."""
+    return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or callable(
+        getattr(value, "model_dump", None)
+    )
+
+
 def _plain(value: Any) -> Any:
     """A fresh copy made of plain JSON-like types, so the template never sees (or changes) the
-    caller's objects (transformers' _plain_template_data, for the types JSON gives)."""
+    caller's objects (transformers' _plain_template_data): records become dicts, numpy scalars
+    Python numbers, and anything else an inert ``"<TypeName>"``."""
     if value is None or type(value) in (str, int, float, bool):
         return value
-    if isinstance(value, str):
+    if isinstance(value, str):  # subclasses (enums...) can carry methods: back to the base type
         return str.__str__(value)
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
@@ -212,6 +220,12 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
+    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)) and getattr(value, "ndim", 1) == 0:
+        return _plain(value.item())  # np.bool_(False) must not become a truthy placeholder
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
     return f"<{type(value).__name__}>"
 
 
@@ -223,6 +237,8 @@ def prepare_messages(messages) -> list[dict]:
         )
     prepared = []
     for index, message in enumerate(messages):
+        if _is_record(message):
+            message = _plain(message)
         if not isinstance(message, Mapping):
             raise ChatTemplateError(
                 f"message {index} must be an object like {{'role': 'user', 'content': '...'}}, "
@@ -248,10 +264,14 @@ def render_template(
     name: str = "the template passed in",
     add_generation_prompt: bool = False,
     tools=None,
+    continue_final_message: bool | str = False,
     **variables,
 ) -> str:
     """Render a chat template's ``source`` for ``messages`` (transformers' conventions, see the
     module docstring). ``name`` says which template it is in error messages.
+
+    ``continue_final_message`` leaves the last message open for the model to continue (a prefill),
+    cut where transformers cuts it; a string names the field to continue (e.g. ``reasoning_content``).
 
     :raises ChatTemplateError: the template does not parse, or fails while rendering (its own
         ``raise_exception``, an undefined variable...); the message names the template and the line.
@@ -264,12 +284,19 @@ def render_template(
         tools = _plain(list(tools))
     variables = _plain(variables)
     documents = variables.pop("documents", None)
+    if continue_final_message:
+        if add_generation_prompt:
+            raise ChatTemplateError(
+                "continue_final_message and add_generation_prompt cannot both be set: continue the last "
+                "message, or open a new assistant turn"
+            )
+        final_text = _tag_final_message(prepared, source, continue_final_message)
     try:
         compiled = _compile(source)
     except jinja2.TemplateSyntaxError as e:
         raise ChatTemplateError(f"{name}, line {e.lineno}: the chat template does not parse: {e.message}") from e
     try:
-        return compiled.render(
+        rendered = compiled.render(
             messages=prepared,
             tools=tools,
             documents=documents,
@@ -279,8 +306,52 @@ def render_template(
     except Exception as e:  # anything the template raises is the template's failure
         line = _template_line(sys.exc_info()[2])
         where = f"{name}, line {line}" if line is not None else name
-        what = "raised" if isinstance(e, jinja2.TemplateError) and type(e) is jinja2.TemplateError else "failed"
+        what = "raised" if type(e) is jinja2.TemplateError else "failed"  # raise_exception() raises exactly this
         raise ChatTemplateError(f"{where}: the chat template {what}: {type(e).__name__}: {e}") from e
+    if continue_final_message:
+        rendered = _cut_at_tag(rendered, final_text, name)
+    return rendered
+
+
+# transformers' marker: appended to the message to continue, then the rendering is cut there.
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _tag_final_message(messages: list[dict], source: str, field: bool | str) -> str:
+    """Append the marker to the last message's field to continue (transformers' render_jinja_template);
+    return that field's text before the marker."""
+    field = field if isinstance(field, str) else "content"
+    last = messages[-1]
+    final = last.get(field)
+    if final is None:
+        raise ChatTemplateError(f"continue_final_message is set but the last message has no {field!r} to continue")
+    fields = [field]
+    if field in _REASONING_FIELDS:  # reasoning sits under several names: tag every copy
+        fields = [f for f in _REASONING_FIELDS if last.get(f) == final]
+    if not any(f in source for f in fields):
+        raise ChatTemplateError(f"continue_final_message is {field!r}, but the chat template never reads that field")
+    if isinstance(final, (list, tuple)):  # content blocks: continue the last text block
+        for block in reversed(final):
+            if isinstance(block, dict) and "text" in block:
+                text = block["text"]
+                block["text"] = text + _CONTINUE_TAG
+                return text
+        raise ChatTemplateError("continue_final_message is set but the last message has no text block to continue")
+    for f in fields:
+        last[f] = last[f] + _CONTINUE_TAG
+    return final
+
+
+def _cut_at_tag(rendered: str, final_text: str, name: str) -> str:
+    if final_text.strip() not in rendered or _CONTINUE_TAG.strip() not in rendered:
+        raise ChatTemplateError(
+            f"{name}: continue_final_message is set but the last message does not appear in the rendered "
+            "chat (the template drops or rewrites it), so it cannot be left open"
+        )
+    at = rendered.rindex(_CONTINUE_TAG.strip())
+    if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return rendered[:at]
+    return rendered[:at].rstrip()  # the template trimmed the message's trailing space: trim ours too
 
 
 def _token_variables(tokenizer: Tokenizer) -> dict[str, str]:
@@ -302,6 +373,7 @@ def apply_chat_template(
     tools=None,
     template: str | None = None,
     tokenize: bool = False,
+    continue_final_message: bool | str = False,
     **kwargs,
 ):
     """``Tokenizer.apply_chat_template``: the prompt for ``messages``, or its ids with ``tokenize``.
@@ -315,7 +387,13 @@ def apply_chat_template(
     source, name = select_template(tokenizer.vocabulary, template, tools)
     variables = {**_token_variables(tokenizer), **kwargs}
     prompt = render_template(
-        source, messages, name=name, add_generation_prompt=add_generation_prompt, tools=tools, **variables
+        source,
+        messages,
+        name=name,
+        add_generation_prompt=add_generation_prompt,
+        tools=tools,
+        continue_final_message=continue_final_message,
+        **variables,
     )
     if tokenize:
         return tokenizer.encode(prompt, parse_special=True)

@@ -598,7 +598,7 @@ class Tokenizer:
         as transformers renders it; see :func:`bpetok.chat.apply_chat_template`.
 
         >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)  # doctest: +SKIP
-        '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'
+        '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
         """
         from bpetok.chat import apply_chat_template
 

@@ -17,7 +17,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 
-from chat_cases import CONVERSATIONS, TOKENS, load_templates, render_with_transformers  # noqa: E402
+from chat_cases import CONTINUE_CASES, CONVERSATIONS, TOKENS, load_templates, render_with_transformers  # noqa: E402
 
 from bpetok.chat import render_template  # noqa: E402
 from bpetok.errors import ChatTemplateError  # noqa: E402
@@ -50,7 +50,27 @@ def main() -> int:
                     same += 1
     cases = len(templates) * len(CONVERSATIONS) * 2
     print(f"{len(templates)} templates x {len(CONVERSATIONS)} conversations x 2: {cases} renderings; "
-          f"{same} identical strings, {cases - same - disagree} refused by both, {disagree} disagreements\n")
+          f"{same} identical strings, {cases - same - disagree} refused by both, {disagree} disagreements")
+    prefills = prefill_same = prefill_disagree = 0
+    for name, source in sorted(templates.items()):
+        for messages, field in CONTINUE_CASES:
+            prefills += 1
+            try:
+                expected = render_with_transformers(source, messages, None, False, continue_final_message=field)
+            except Exception:
+                expected = None
+            try:
+                got = render_template(source, messages, continue_final_message=field, **TOKENS)
+            except ChatTemplateError:
+                got = None
+            if got == expected:
+                prefill_same += expected is not None
+            else:
+                prefill_disagree += 1
+                print(f"DISAGREE {name} / continue_final_message={field!r}")
+    disagree += prefill_disagree
+    print(f"continue_final_message: {prefills} renderings; {prefill_same} identical strings, "
+          f"{prefills - prefill_same - prefill_disagree} refused by both, {prefill_disagree} disagreements\n")
     print("| template | conversation | transformers' error |")
     print("|---|---|---|")
     for (name, conversation), error in sorted(refused.items()):

@@ -90,6 +90,13 @@ CONVERSATIONS = {
     ),
 }
 
+# (messages, continue_final_message): prefills, the last message left open for the model to continue.
+CONTINUE_CASES = [
+    ([USER_1, ASSISTANT_1], True),
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Well, "}], True),
+    (CONVERSATIONS["reasoning"][0][:2], "reasoning_content"),
+]
+
 # The token variables both renderers get (transformers passes the tokenizer's special_tokens_map).
 TOKENS = {"bos_token": "<|bos|>", "eos_token": "<|eos|>"}
 
@@ -104,7 +111,9 @@ def load_templates() -> dict[str, str]:
     return found
 
 
-def render_with_transformers(source: str, messages, tools, add_generation_prompt: bool) -> str:
+def render_with_transformers(
+    source: str, messages, tools, add_generation_prompt: bool, continue_final_message: bool | str = False
+) -> str:
     """transformers' own rendering, the path PreTrainedTokenizerBase.apply_chat_template(tokenize=False)
     takes (normalize the messages, then render_jinja_template with the special tokens as variables),
     without a tokenizer: nothing is downloaded."""
@@ -115,6 +124,7 @@ def render_with_transformers(source: str, messages, tools, add_generation_prompt
         tools=tools,
         chat_template=source,
         add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message,
         **TOKENS,
     )
     return rendered[0]

@@ -20,7 +20,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import bpetok
 from bpetok.chat import render_template
 from bpetok.errors import ChatTemplateError
-from chat_cases import CONVERSATIONS, TOKENS, load_templates, render_with_transformers
+from chat_cases import CONTINUE_CASES, CONVERSATIONS, TOKENS, load_templates, render_with_transformers
 from helpers import LLAMA_TESTS, QWEN3
 
 TEMPLATES = load_templates()
@@ -58,6 +58,28 @@ def test_template_renders_as_transformers_does(name):
             rendered += 1
     # every template renders some of the conversations, but two that need inputs of their own (tested below)
     assert (rendered > 0) != (name in NEEDS_OWN_INPUTS), name
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_continue_final_message_as_transformers_does(name):
+    """A prefill: the last message left open, cut where transformers cuts it (or refused where
+    transformers refuses: templates that drop or rewrite the last message)."""
+    source = TEMPLATES[name]
+    for messages, field in CONTINUE_CASES:
+        try:
+            expected = render_with_transformers(source, messages, None, False, continue_final_message=field)
+        except Exception as reference_error:
+            with pytest.raises(ChatTemplateError):
+                render_template(source, messages, continue_final_message=field, **TOKENS)
+            assert type(reference_error).__name__ in ("ValueError", "TemplateError", "UndefinedError", "TypeError")
+            continue
+        assert render_template(source, messages, continue_final_message=field, **TOKENS) == expected, (name, field)
+
+
+def test_continue_final_message_refuses_a_generation_prompt(qwen3):
+    with pytest.raises(ChatTemplateError, match="cannot both be set"):
+        render_template(TEMPLATES["Qwen-Qwen3-0.6B"], CONVERSATIONS["user-assistant"][0],
+                        continue_final_message=True, add_generation_prompt=True)
 
 
 NEEDS_OWN_INPUTS = {
@@ -166,6 +188,28 @@ def test_the_sandbox_holds(qwen3):
 def test_bad_messages_are_refused_clearly(qwen3, bad):
     with pytest.raises(ChatTemplateError, match="message"):
         qwen3.apply_chat_template(bad, template=TEMPLATES["Qwen-Qwen3-0.6B"])
+
+
+def test_dataclass_and_numpy_values_as_transformers_reads_them():
+    """Message objects (dataclasses, pydantic models such as the OpenAI SDK's) are read as dicts of
+    their fields, None fields dropped; numpy scalars as numbers (transformers' full path)."""
+    import dataclasses
+
+    import numpy as np
+    from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
+
+    @dataclasses.dataclass
+    class Message:
+        role: str
+        content: str | None = None
+        reasoning_content: str | None = None
+
+    source = "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.thinking }}|{{ m.keys() | list | sort }}\n{% endfor %}{{ flag }} {{ n + 1 }}"
+    messages = [Message("user", "Hi"), Message("assistant", "Yo", reasoning_content="hmm"), {"role": "user", "content": "k"}]
+    extra = {"flag": np.bool_(False), "n": np.int64(41)}
+    expected = render_jinja_template([_normalize_chat_messages(messages)], chat_template=source, **extra)[0][0]
+    assert render_template(source, messages, **extra) == expected
+    assert "False 42" in expected and "['content', 'role']" in expected
 
 
 def test_callers_messages_are_not_changed(qwen3):
