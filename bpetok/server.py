@@ -227,17 +227,21 @@ def detokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
 
 
 # Arguments of apply_chat_template that a request's chat_template_kwargs may not set.
-_RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "template", "tokenize"})
+_RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"messages", "tools", "add_generation_prompt", "template", "tokenize", "continue_final_message"}
+)
 
 
 def apply_template_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     """``POST /apply-template``: ``{"prompt": text}``, the model's chat template rendered for
     ``messages`` (and ``tools``), as llama-server's endpoint answers it.
 
-    As in llama-server, ``add_generation_prompt`` defaults to true and ``chat_template_kwargs``
-    become template variables (``{"enable_thinking": false}``). Unlike llama-server, a model without
-    a chat template is an error rather than a ChatML fallback, and the template is rendered with
-    transformers' conventions (llama-server uses its own Jinja engine and per-model handlers).
+    As in llama-server, ``add_generation_prompt`` defaults to true, ``chat_template_kwargs``
+    become template variables (``{"enable_thinking": false}``), ``continue_final_message`` leaves
+    the last message open, and so does a trailing assistant message (llama-server's default
+    ``prefill_assistant``). Unlike llama-server, a model without a chat template is an error rather
+    than a ChatML fallback, and the template is rendered with transformers' conventions
+    (llama-server uses its own Jinja engine and per-model handlers).
     """
     if "messages" not in data:
         raise RequestError('"messages" is required, e.g. {"messages": [{"role": "user", "content": "Hi"}]}')
@@ -255,13 +259,37 @@ def apply_template_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     clash = sorted(_RESERVED_TEMPLATE_KWARGS & set(extra))
     if clash:
         raise RequestError(f'"chat_template_kwargs" cannot set {", ".join(clash)}: use the request\'s own fields')
+    add_generation_prompt = _bool_field(data, "add_generation_prompt", True)
+    continue_final = _continuation(data.get("continue_final_message"))
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+    if not continue_final and roles and roles[-1] == "assistant":
+        # llama-server's prefill_assistant (on by default): a trailing assistant message is continued
+        if len(roles) >= 2 and roles[-2] == "assistant":
+            raise RequestError("Cannot have 2 or more assistant messages at the end of the list.")
+        continue_final, add_generation_prompt = True, False
+    if continue_final and add_generation_prompt:
+        raise RequestError("Cannot set both add_generation_prompt and continue_final_message to true.")
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if continue_final and last.get("role") == "assistant" and last.get("tool_calls"):
+        raise RequestError("Cannot continue an assistant message that contains tool calls.")
     prompt = tok.apply_chat_template(
         messages,
         tools=tools or None,
-        add_generation_prompt=_bool_field(data, "add_generation_prompt", True),
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final,
         **extra,
     )
     return {"prompt": prompt}
+
+
+def _continuation(value) -> bool | str:
+    """llama-server's common_chat_continuation_parse: true, "content" or "reasoning_content"; anything
+    else means none."""
+    if value is True:
+        return True
+    if value in ("content", "reasoning_content"):
+        return value
+    return False
 
 
 def props(tok: bpetok.Tokenizer, model_path: str) -> dict:

@@ -602,6 +602,15 @@ def test_apply_template(start_server):
     assert_error(request(port, "POST", "/apply-template", {"messages": "Hi"}), 400, '"messages" must be an array')
     bad = {"messages": messages, "chat_template_kwargs": {"tools": []}}
     assert_error(request(port, "POST", "/apply-template", bad), 400, "cannot set tools")
+    # llama-server's prefill_assistant: a trailing assistant message is continued, not closed
+    prefill = messages + [{"role": "assistant", "content": "Sure, "}]
+    status, _, body = request(port, "POST", "/apply-template", {"messages": prefill})
+    assert body == {"prompt": tok.apply_chat_template(prefill, continue_final_message=True)}
+    assert body["prompt"].endswith("<|im_start|>assistant\nSure, ")
+    both = {"messages": messages, "continue_final_message": True}
+    assert_error(request(port, "POST", "/apply-template", both), 400, "Cannot set both")
+    twice = {"messages": prefill + [{"role": "assistant", "content": "x"}]}
+    assert_error(request(port, "POST", "/apply-template", twice), 400, "2 or more assistant messages")
 
 
 def test_apply_template_without_a_template_is_400(port):
@@ -615,6 +624,10 @@ def test_apply_template_failure_names_the_line():
     from bpetok.server import apply_template_request
 
     qwen2 = bpetok.from_gguf(os.path.join(os.path.dirname(__file__), "data", "llama.cpp-tests", "ggml-vocab-qwen2.gguf.gz"))
-    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": "oops"}]}]
+    messages = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"function": "oops"}]},
+        {"role": "user", "content": "y"},
+    ]
     with pytest.raises(bpetok.BpetokError, match=r"tokenizer.chat_template, line \d+"):
         apply_template_request(qwen2, {"messages": messages})
