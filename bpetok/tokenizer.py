@@ -43,6 +43,8 @@ _BATCH_FILL_PARTS = 2048
 # The spaces a ``space_chunks`` pre-tokenizer lets us cut at: those after a non-whitespace
 # character. The literal space comes first so the engine can scan for it (2x faster than "(?<=\S) ").
 _SAFE_SPACE = re.compile(r" (?<=\S )")
+# Fragments between special tokens up to this long are encoded once per encode()/count() call.
+_FRAGMENT_MEMO_LONGEST = 256
 # encode_batch stays in-process below this many characters: forking costs more than it saves.
 _BATCH_MIN_CHARS = 500_000
 
@@ -219,39 +221,53 @@ class Tokenizer:
         Each special, longest first, is cut out of every remaining raw fragment before the next is
         tried, so this is longest-first globally, not leftmost-longest: with specials ``ABC`` and
         ``CDEF``, ``ABCDEF`` gives ``AB`` + ``CDEF``.
+
+        Raw fragments are held as (start, end) offsets into ``text`` and sliced once at the end:
+        copying the rest of the fragment at every match made ``"<|im_end|>" * n`` quadratic.
         """
         finder = self._special_finder[parse_special]
         if finder is None or finder.search(text) is None:
             return [text]
         attrs = self.vocabulary.attrs
-        fragments: list[str | int] = [text]
+        find = text.find
+        fragments: list[tuple[int, int] | int] = [(0, len(text))]
         for token_id, special in self._specials:
             attr = attrs[token_id]
             if not parse_special and attr & _HIDDEN_WITHOUT_SPECIAL:
                 continue
-            out: list[str | int] = []
+            if special not in text:  # one scan in C, instead of one call per fragment
+                continue
+            lstrip, rstrip, size = attr & TokenAttr.LSTRIP, attr & TokenAttr.RSTRIP, len(special)
+            out: list[tuple[int, int] | int] = []
             for fragment in fragments:
-                if isinstance(fragment, int) or special not in fragment:
+                if fragment.__class__ is int:
+                    out.append(fragment)
+                    continue
+                start, end = fragment  # type: ignore[misc]
+                at = find(special, start, end)
+                if at < 0:
                     out.append(fragment)
                     continue
                 while True:
-                    at = fragment.find(special)
-                    if at < 0:
-                        out.append(fragment)
-                        break
-                    left = fragment[:at]
-                    if attr & TokenAttr.LSTRIP:
-                        left = left.rstrip(_ASCII_SPACE)
-                    if left:
-                        out.append(left)
+                    left_end = at
+                    if lstrip:  # llama.cpp strips C isspace() to the left of the match, within the fragment
+                        while left_end > start and text[left_end - 1] in _ASCII_SPACE:
+                            left_end -= 1
+                    if left_end > start:
+                        out.append((start, left_end))
                     out.append(token_id)
-                    fragment = fragment[at + len(special) :]
-                    if attr & TokenAttr.RSTRIP:
-                        fragment = fragment.lstrip(_ASCII_SPACE)
-                    if not fragment:
+                    start = at + size
+                    if rstrip:
+                        while start < end and text[start] in _ASCII_SPACE:
+                            start += 1
+                    if start >= end:
+                        break
+                    at = find(special, start, end)
+                    if at < 0:
+                        out.append((start, end))
                         break
             fragments = out
-        return fragments
+        return [f if f.__class__ is int else text[f[0] : f[1]] for f in fragments]  # type: ignore[index]
 
     # -- encoding ------------------------------------------------------------------------------------
 
@@ -271,11 +287,23 @@ class Tokenizer:
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))
         if text:
-            for fragment in self._partition(text, parse_special):
-                if isinstance(fragment, int):
-                    ids.append(fragment)
-                else:
-                    ids += self._encode_ordinary(fragment)
+            fragments = self._partition(text, parse_special)
+            if len(fragments) == 1 and fragments[0].__class__ is not int:
+                ids += self._encode_ordinary(fragments[0])  # type: ignore[arg-type]
+            else:
+                # Text between specials repeats (a chat's "\n", "user\n"): encode each distinct
+                # short fragment once per call.
+                seen: dict[str, list[int]] = {}
+                for fragment in fragments:
+                    if fragment.__class__ is int:
+                        ids.append(fragment)  # type: ignore[arg-type]
+                        continue
+                    found = seen.get(fragment)  # type: ignore[arg-type]
+                    if found is None:
+                        found = self._encode_ordinary(fragment)  # type: ignore[arg-type]
+                        if len(fragment) <= _FRAGMENT_MEMO_LONGEST:  # type: ignore[arg-type]
+                            seen[fragment] = found  # type: ignore[index]
+                    ids += found
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
         return ids
@@ -332,20 +360,26 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"count() takes a str, not {type(text).__name__}")
         total = 0
+        seen: dict[str, int] = {}  # as in encode: each distinct short fragment counted once per call
         for fragment in self._partition(text, parse_special) if text else ():
             if isinstance(fragment, int):
                 total += 1
                 continue
-            if self._space_chunks:
-                parts = _SAFE_SPACE.split(fragment)
-                try:
-                    tail = sum(map(len, map(self._chunks.__getitem__, parts[1:])))
-                except KeyError:
-                    pass
-                else:
-                    total += tail + (len(self._encode_head(parts[0])) if parts[0] else 0)
-                    continue
-            total += len(self._encode_ordinary(fragment))
+            n = seen.get(fragment)
+            if n is None:
+                if self._space_chunks:
+                    parts = _SAFE_SPACE.split(fragment)
+                    try:
+                        tail = sum(map(len, map(self._chunks.__getitem__, parts[1:])))
+                    except KeyError:
+                        pass
+                    else:
+                        n = tail + (len(self._encode_head(parts[0])) if parts[0] else 0)
+                if n is None:
+                    n = len(self._encode_ordinary(fragment))
+                if len(fragment) <= _FRAGMENT_MEMO_LONGEST:
+                    seen[fragment] = n
+            total += n
         return total
 
     def encode_batch(self, texts, *, parse_special: bool = True, workers: int | None = None) -> list[list[int]]:

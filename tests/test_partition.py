@@ -1,0 +1,127 @@
+"""Cutting special tokens out of the text: linear work, and llama.cpp's exact order and stripping.
+
+The work is measured with a deterministic proxy, the characters copied out of the text (a str
+subclass counts every slice and index); timings are in benchmarks/specials_bench.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import bpetok
+from bpetok.gguf import GGUFValueType, read_gguf
+from bpetok.gguf_writer import items_of, write_gguf
+from helpers import QWEN3
+
+
+class CountingStr(str):
+    """A str that counts the characters copied out of it by slicing or indexing.
+
+    A slice of it is again a CountingStr sharing the counter, so a fragment cut from a fragment
+    is counted too.
+    """
+
+    def __new__(cls, value, counter=None):
+        self = super().__new__(cls, value)
+        self.counter = counter if counter is not None else [0]
+        return self
+
+    def __getitem__(self, key):
+        part = str.__getitem__(self, key)
+        self.counter[0] += len(part)
+        return CountingStr(part, self.counter)
+
+
+def copied(call, text: str) -> int:
+    counting = CountingStr(text)
+    call(counting)
+    return counting.counter[0]
+
+
+@pytest.mark.parametrize(
+    "unit, parse_special",
+    [
+        ("<|im_end|>", True),  # CONTROL: cut only with parse_special
+        ("<think>", False),  # USER_DEFINED: cut in both modes
+        ("<think>", True),
+        ("a<|im_end|>", True),
+        (" <tool_call>\n", False),
+    ],
+)
+@pytest.mark.parametrize("method", ["encode", "count"])
+def test_cutting_repeated_specials_copies_each_character_at_most_once(qwen3, unit, parse_special, method):
+    """Before the fix every match copied the rest of the text: ``unit * n`` copied ~n²/2 units."""
+    call = getattr(qwen3, method)
+    for n in (1000, 2000):
+        text = unit * n
+        work = copied(lambda t: call(t, parse_special=parse_special), text)
+        assert work <= len(text), f"{method}({unit!r} * {n}) copied {work:,} characters of {len(text):,}"
+    assert qwen3.encode(unit * 3, parse_special=parse_special) == qwen3.encode_reference(unit * 3, parse_special=parse_special)
+
+
+def test_work_doubles_with_the_text(qwen3):
+    """Specials among ordinary words: twice the text, about twice the characters copied."""
+    unit = "Hello <|im_start|>user world<|im_end|>  "
+    small = copied(lambda t: qwen3.encode(t), unit * 1000)
+    large = copied(lambda t: qwen3.encode(t), unit * 2000)
+    assert 0 < small and large <= 2.05 * small
+
+
+# -- exactness against llama.cpp, with overlapping specials and LSTRIP/RSTRIP -----------------------
+
+# Qwen3's vocabulary with some special texts renamed so that they overlap each other and the
+# others (a longer special is cut first everywhere, even where a shorter one starts earlier),
+# under a general.name that turns on llama.cpp's LSTRIP ("modern-bert": [MASK]) or RSTRIP
+# ("phi-3": every special but <unk>, <s> and <|endoftext|>).
+RENAMES = {
+    "<|object_ref_start|>": ("|><|im_start|>", None),  # longer than <|im_end|>, overlaps it
+    "<|video_pad|>": ("end|><|im", 4),  # shorter, USER_DEFINED: cut without parse_special too
+    "<|vision_pad|>": ("> <", 4),
+    "<|box_start|>": ("[MASK]", None),
+}
+PIECES = ["<|im_end|>", "<|im_start|>", "<think>", "</think>", "[MASK]", "end|><|im", "> <", "|><|im_start|>",
+          "<|endoftext|>", "</s>", "<s>", "<unk>", " ", "  ", "\n", "\t", " \n ", "x", "hello", "é", "<|", "|>"]
+
+
+def _variant(tmp_path, name: str):
+    base = read_gguf(QWEN3)
+    tokens = list(base.metadata["tokenizer.ggml.tokens"])
+    types = np.array(base.metadata["tokenizer.ggml.token_type"])
+    index = {t if isinstance(t, str) else t.decode(): i for i, t in enumerate(tokens)}
+    for old, (new, new_type) in RENAMES.items():
+        tokens[index[old]] = new
+        if new_type is not None:
+            types[index[old]] = new_type
+    items = []
+    for key, vtype, value, elem in items_of(base):
+        if key == "tokenizer.ggml.tokens":
+            value = tokens
+        elif key == "tokenizer.ggml.token_type":
+            value = types
+        elif key == "general.name":
+            continue
+        items.append((key, vtype, value, elem))
+    items.insert(1, ("general.name", GGUFValueType.STRING, name, None))
+    path = tmp_path / f"{name.replace(' ', '-')}.gguf"
+    write_gguf(path, items)
+    return path
+
+
+@pytest.mark.parametrize("name, attr", [("modern-bert test", bpetok.TokenAttr.LSTRIP), ("Phi-3 test", bpetok.TokenAttr.RSTRIP)])
+def test_overlapping_and_stripped_specials_match_llama_cpp(tmp_path, name, attr):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path = _variant(tmp_path, name)
+    tok = bpetok.from_gguf(path)
+    assert tok.token_attributes(tok.id("[MASK]" if attr == bpetok.TokenAttr.LSTRIP else "<|im_end|>")) & attr
+    llama = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    texts = ["".join(rng.choices(PIECES, k=rng.randrange(1, 40))) for _ in range(400)]
+    texts += ["<|im_end|><|im_start|>", "<|im_end|><|im", "  [MASK]  [MASK]", "<|im_end|>  \n x", "> <> <"]
+    for text in texts:
+        for special in (False, True):
+            expected = llama.tokenize(text.encode(), add_bos=False, special=special)
+            assert tok.encode(text, parse_special=special) == expected, f"seed {seed}: {text!r} special={special}"
