@@ -43,7 +43,7 @@ from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
-from bpetok.vocab import TokenType
+from bpetok.vocab import TokenAttr, TokenType
 
 __all__ = ["train", "extend", "TrainResult", "bpetok_register_commands"]
 
@@ -601,6 +601,33 @@ def _add_chain(vocab: _Vocab, form: str, counts: dict[int, int] | None = None) -
 # -- extending an existing vocabulary -------------------------------------------------------------
 
 
+def _refuse_swallowing(base: str, form: str, controls: list[tuple[int, str]]) -> None:
+    """Refuse a pinned form that would hide a control token (``<|im_end|>``) from the text.
+
+    A USER_DEFINED token is cut out of the text like a special, longest first (ties: lower id
+    first, and a new token's id is the highest). A form that contains a control token's text,
+    or is longer and overlaps it at either end (``"...x<|im"`` in ``"...x<|im_end|>"``), would
+    be cut first and leave no ``<|im_end|>`` to find: the end of a turn would vanish.
+    """
+    size = len(form.encode("utf-8"))
+    for token_id, text in controls:
+        if text == form:
+            raise BpetokError(f"{base}: cannot pin {form!r}: it is control token {token_id}")
+        if text in form:
+            raise BpetokError(
+                f"{base}: cannot pin {form!r}: it contains control token {token_id} {text!r}, which would "
+                "then never be found in text that contains the pin; pin a term without it"
+            )
+        if size > len(text.encode("utf-8")):
+            for k in range(1, len(text)):
+                if form.endswith(text[:k]) or form.startswith(text[-k:]):
+                    raise BpetokError(
+                        f"{base}: cannot pin {form!r}: it overlaps control token {token_id} {text!r} and is "
+                        "longer, so it would be cut out first and break that token where they meet; pin a "
+                        "term that does not begin or end with part of it"
+                    )
+
+
 @dataclass
 class ExtendResult:
     """What :func:`extend` did: the new ids of the pinned forms, and the forms already single tokens."""
@@ -626,7 +653,8 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
     without a pinned form goes through exactly the base's path; no merge is added. Every key of the
     base file is kept; the per-token arrays and ``<arch>.vocab_size`` grow.
 
-    :raises BpetokError: unreadable or non-GGUF base, an empty pin, a pin that is a control token.
+    :raises BpetokError: unreadable or non-GGUF base, an empty pin, a pin that is, contains or
+        overlaps a control token's text (it would hide that token, e.g. the end of a turn).
     """
     import numpy as np
 
@@ -652,7 +680,10 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
         plain = tok.encode(form, parse_special=False)
         return plain[0] if len(plain) == 1 and plain == tok.encode(form, parse_special=True) else None
 
+    controls = [(i, text) for i, text in tok._specials if tok.vocabulary.attrs[i] & TokenAttr.CONTROL]
     for term in pins:
+        for form in (term, " " + term):
+            _refuse_swallowing(base, form, controls)
         bare, spaced = single(term), single(" " + term)
         for form in (term, " " + term):
             if form in added or form in already:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import lzma
 import random
+import re
 
 import pytest
 
@@ -220,6 +221,38 @@ def test_extend_skips_terms_already_single_and_errors(extended, tmp_path):
     with pytest.raises(bpetok.BpetokError, match="not a GGUF file"):
         (tmp_path / "x.gguf").write_bytes(b"x" * 64)
         extend(tmp_path / "x.gguf", pins=["a"])
+
+
+@pytest.mark.parametrize(
+    "pin, message",
+    [
+        ("<|im_end|>x", "it contains control token 151645 '<|im_end|>'"),
+        ("say <|im_start|> now", "it contains control token 151644 '<|im_start|>'"),
+        ("</s>", "it is control token 128247"),  # NORMAL in the file, CONTROL after llama.cpp's overrides
+        ("a long prefix <|im", "it overlaps control token"),  # cut first, it would break "<|im_end|>"
+        ("_end|> and more text", "it overlaps control token"),
+    ],
+)
+def test_extend_refuses_a_pin_that_would_hide_a_control_token(pin, message):
+    """A USER_DEFINED pin that swallows <|im_end|> would make the end of a turn vanish from text."""
+    with pytest.raises(bpetok.BpetokError, match=re.escape(message)):
+        extend(QWEN3, pins=[pin])
+
+
+def test_extend_keeps_pins_that_a_control_token_contains(tmp_path):
+    """A shorter pin inside a control token's text is fine: the control token is cut out first."""
+    out = tmp_path / "ext.gguf"
+    result = extend(QWEN3, pins=["im_end"], output=out)
+    tok = bpetok.from_gguf(out)
+    assert tok.encode("<|im_end|>im_end") == [151645, result.added.get("im_end", result.already.get("im_end"))]
+
+
+def test_cli_extend_names_the_control_token_a_pin_would_hide(tmp_path, capsys):
+    out = tmp_path / "ext.gguf"
+    assert main(["extend", str(QWEN3), "--pin", "<|im_end|>x", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bpetok: error: ") and "'<|im_end|>'" in err and "151645" in err and err.count("\n") == 1
+    assert not out.exists()
 
 
 # -- llama.cpp agrees ------------------------------------------------------------------------------
