@@ -14,11 +14,13 @@ import gc
 import operator
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import SupportsIndex
 from itertools import chain, compress, islice, repeat
 
 import pluggy
 
+from bpetok._args import as_int, check_flag, check_not_text
 from bpetok.errors import BpetokError, InputError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
 from bpetok.pretok import PreTokenizerSpec
@@ -159,13 +161,13 @@ class Tokenizer:
 
     def token_type(self, token_id: int) -> TokenType:
         """The type stored in the file (the effective attributes are :meth:`token_attributes`)."""
-        self._check_id(token_id)
+        token_id = self._check_id(token_id)
         t = self.vocabulary.token_types[token_id]
         return TokenType(t) if t in TokenType._value2member_map_ else TokenType.UNDEFINED
 
     def token_attributes(self, token_id: int) -> TokenAttr:
         """llama.cpp's attributes after the load-time overrides (e.g. Qwen's ``</s>`` is NORMAL|CONTROL)."""
-        self._check_id(token_id)
+        token_id = self._check_id(token_id)
         return TokenAttr(self.vocabulary.attrs[token_id])
 
     def id(self, text: str | bytes) -> int | None:
@@ -283,6 +285,8 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes a str, not {type(text).__name__}")
+        parse_special = check_flag(parse_special, "encode(parse_special=...)")
+        add_special = check_flag(add_special, "encode(add_special=...)")
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))
@@ -324,6 +328,8 @@ class Tokenizer:
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"encode_bytes() takes bytes, not {type(data).__name__}; use encode() for a str")
+        parse_special = check_flag(parse_special, "encode_bytes(parse_special=...)")
+        add_special = check_flag(add_special, "encode_bytes(add_special=...)")
         data = bytes(data)
         try:
             text = data.decode("utf-8")
@@ -359,6 +365,7 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"count() takes a str, not {type(text).__name__}")
+        parse_special = check_flag(parse_special, "count(parse_special=...)")
         total = 0
         seen: dict[str, int] = {}  # as in encode: each distinct short fragment counted once per call
         for fragment in self._partition(text, parse_special) if text else ():
@@ -382,7 +389,9 @@ class Tokenizer:
             total += n
         return total
 
-    def encode_batch(self, texts, *, parse_special: bool = True, workers: int | None = None) -> list[list[int]]:
+    def encode_batch(
+        self, texts: Iterable[str], *, parse_special: bool = True, workers: SupportsIndex | None = None
+    ) -> list[list[int]]:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``, in order, on several cores.
 
         ``workers``: processes to use (default: the CPUs this process may run on). Small batches
@@ -390,15 +399,19 @@ class Tokenizer:
         ``workers - 1`` processes are forked (so they start with this tokenizer and its caches)
         and this process works too.
 
-        >>> tok.encode_batch(["Hello", "world"]) == [tok.encode("Hello"), tok.encode("world")]  # doctest: +SKIP
+        >>> tok.encode_batch(["Hello", "world"]) == [tok.encode("Hello"), tok.encode("world")]
         True
         """
+        check_not_text(texts, "encode_batch()", "a sequence of str texts")
         texts = list(texts)
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError(f"encode_batch() takes str texts, not {type(t).__name__}")
+        parse_special = check_flag(parse_special, "encode_batch(parse_special=...)")
         if workers is None:
             workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        else:
+            workers = as_int(workers, "encode_batch(workers=...)")
         if workers < 1:
             raise ValueError(f"encode_batch(workers={workers}): workers must be at least 1 (or None for all CPUs)")
         total = sum(map(len, texts))
@@ -546,6 +559,7 @@ class Tokenizer:
 
     def encode_reference(self, text: str, *, parse_special: bool = True) -> list[int]:
         """:meth:`encode` the plain way: no caches, no chunks, the reference BPE (for tests)."""
+        parse_special = check_flag(parse_special, "encode_reference(parse_special=...)")
         ids: list[int] = []
         for fragment in self._partition(text, parse_special) if text else ():
             if isinstance(fragment, int):
@@ -566,21 +580,29 @@ class Tokenizer:
 
     # -- decoding ----------------------------------------------------------------------------------
 
-    def _check_id(self, token_id: int) -> None:
-        if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < self.n_tokens:
+    def _check_id(self, token_id: SupportsIndex) -> int:
+        """``token_id`` as an int in range; TypeError for a non-integer (or bool), BpetokError out of range."""
+        token_id = as_int(token_id, "a token id")
+        if not 0 <= token_id < self.n_tokens:
             raise BpetokError(f"token id {token_id!r} is out of range: this vocabulary has ids 0..{self.n_tokens - 1}")
+        return token_id
 
-    def piece(self, token_id: int) -> bytes:
-        """llama.cpp's ``token_to_piece(id, special=True)``: control tokens render as their text."""
-        self._check_id(token_id)
-        piece = self._pieces.get(token_id)
+    def piece(self, token_id: SupportsIndex) -> bytes:
+        """llama.cpp's ``token_to_piece(id, special=True)``: control tokens render as their text.
+
+        ``token_id`` is anything :func:`operator.index` accepts (``int``, ``numpy.int64``), not a bool.
+        """
+        if token_id.__class__ is not int:
+            token_id = as_int(token_id, "a token id")
+        piece = self._pieces.get(token_id)  # type: ignore[call-overload]
         if piece is None:
+            token_id = self._check_id(token_id)
             piece = self._pieces[token_id] = self._render(token_id)
         return piece
 
-    def token_bytes(self, token_id: int) -> bytes:
+    def token_bytes(self, token_id: SupportsIndex) -> bytes:
         """llama.cpp's ``token_to_piece(id, special=False)``: control and unknown tokens give ``b""``."""
-        self._check_id(token_id)
+        token_id = self._check_id(token_id)
         if self.vocabulary.attrs[token_id] & _HIDDEN_WITHOUT_SPECIAL:
             return b""
         return self.piece(token_id)
@@ -603,16 +625,26 @@ class Tokenizer:
             return bytes((_token_to_byte(text),))  # length checked at load (_check_byte_tokens)
         return b""
 
-    def decode_bytes(self, ids, *, skip_special: bool = False) -> bytes:
+    def decode_bytes(self, ids: Iterable[SupportsIndex], *, skip_special: bool = False) -> bytes:
         """The bytes of ``ids`` as llama.cpp's detokenizer gives them: specials rendered, or with
-        ``skip_special`` control and unknown tokens left out (``token_to_piece(special=False)``)."""
+        ``skip_special`` control and unknown tokens left out (``token_to_piece(special=False)``).
+
+        ``ids``: an iterable of token ids (ints, numpy integers, a numpy array); a str or bytes is
+        refused rather than read as character codes.
+        """
+        check_not_text(ids, "decode()", "a sequence of token ids")
+        try:
+            ids = iter(ids)
+        except TypeError:
+            raise TypeError(f"decode() takes a sequence of token ids, not {type(ids).__name__}") from None
+        skip_special = check_flag(skip_special, "decode(skip_special=...)")
         piece = self.token_bytes if skip_special else self.piece
         data = b"".join([piece(i) for i in ids])
         if self.spec.clean_spaces:
             data = _clean_spaces(data)
         return data
 
-    def decode(self, ids, *, skip_special: bool = False) -> str:
+    def decode(self, ids: Iterable[SupportsIndex], *, skip_special: bool = False) -> str:
         """The text of ``ids``: :meth:`decode_bytes`, decoded as UTF-8 with replacement characters."""
         return self.decode_bytes(ids, skip_special=skip_special).decode("utf-8", "replace")
 

@@ -39,6 +39,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from bpetok._args import as_int, check_flag, check_not_text
 from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
@@ -328,10 +329,12 @@ def _pretokenizer(pre: str):
 
 
 def _clean_pins(pins: Iterable[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     for term in pins:
-        if not isinstance(term, str) or not term:
-            raise BpetokError(f"pinned term {term!r} is empty or not a string; give non-empty text")
+        if not isinstance(term, str):
+            raise TypeError(f"a pinned term must be a str, not {type(term).__name__} {term!r}")
+        if not term:
+            raise BpetokError("a pinned term is empty; give non-empty text")
         if term not in out:
             out.append(term)
     return out
@@ -463,7 +466,19 @@ def train(
         corpus = [corpus]
     paths = [os.fspath(p) for p in corpus]
     texts = [texts] if isinstance(texts, str) else list(texts)
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"train(texts=...) takes str texts, not {type(text).__name__}")
+    check_not_text(special_tokens, "train(special_tokens=...)", "a list of token texts")
+    check_not_text(pins, "train(pins=...)", "a list of terms")
+    vocab_size = as_int(vocab_size, "train(vocab_size=...)")
+    min_frequency = as_int(min_frequency, "train(min_frequency=...)")
+    if progress is not None:
+        progress = check_flag(progress, "train(progress=...)")
     special_tokens = list(dict.fromkeys(special_tokens))
+    for s in special_tokens:
+        if not isinstance(s, str):
+            raise TypeError(f"train(special_tokens=...) takes str texts, not {type(s).__name__}")
     if any(not s for s in special_tokens):
         raise BpetokError("a special token is empty; give its text, e.g. --special '<|endoftext|>'")
     if min_frequency < 1:
@@ -662,6 +677,7 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
     from bpetok.gguf import read_gguf
 
     base = os.fspath(base)
+    check_not_text(pins, "extend(pins=...)", "a list of terms")
     pins = _clean_pins(pins)
     if not pins:
         raise BpetokError("nothing to pin: give at least one term (--pin TERM or --pin-file FILE)")
