@@ -2,7 +2,11 @@
 
 >>> import bpetok
 >>> tok = bpetok.from_gguf("model.gguf")  # doctest: +SKIP
->>> tok.encode("Hello world")  # doctest: +SKIP
+>>> tok.encode("Hello world")
+[9707, 1879]
+
+(The examples in bpetok's docstrings run as doctests with ``tok``, Qwen3's tokenizer from
+tests/data: ``pytest --doctest-modules bpetok``.)
 """
 
 from bpetok.errors import (

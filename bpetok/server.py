@@ -179,7 +179,7 @@ def tokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     ``content`` is a string, or (as llama-server's ``tokenize_mixed`` allows) an array of strings
     and token ids; with ``add_special`` only the first element, if it is a string, gets BOS/EOS.
 
-    >>> tokenize_request(tok, {"content": "Hello world"})  # doctest: +SKIP
+    >>> tokenize_request(tok, {"content": "Hello world"})
     {'tokens': [9707, 1879]}
     """
     if "content" not in data:

@@ -665,6 +665,7 @@ class BytePairModel:
 def _ranges(starts, lengths):
     """The indices of ``starts[k] : starts[k] + lengths[k]`` for each k, in one array.
 
+    >>> import numpy as np
     >>> _ranges(np.array([5, 0]), np.array([2, 3])).tolist()
     [5, 6, 0, 1, 2]
     """
