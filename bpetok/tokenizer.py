@@ -660,7 +660,7 @@ class Tokenizer:
         self, messages, *, add_generation_prompt: bool = False, tools=None, template: str | None = None,
         tokenize: bool = False, **kwargs,
     ):
-        """The prompt the model's chat template makes of ``messages`` (or its ids with ``tokenize``),
+        r"""The prompt the model's chat template makes of ``messages`` (or its ids with ``tokenize``),
         as transformers renders it; see :func:`bpetok.chat.apply_chat_template`.
 
         >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)  # doctest: +SKIP
