@@ -56,8 +56,10 @@ class DecodeStream:
     """
 
     def __init__(self, tokenizer: Tokenizer, *, skip_special: bool = False):
+        from bpetok._args import check_flag
+
         self.tokenizer = tokenizer
-        self.skip_special = skip_special
+        self.skip_special = skip_special = check_flag(skip_special, "decode_stream(skip_special=...)")
         # token_bytes hides control and unknown tokens, as decode(skip_special=True) does
         self._bytes_of = tokenizer.token_bytes if skip_special else tokenizer.piece
         self._clean_spaces = tokenizer.spec.clean_spaces

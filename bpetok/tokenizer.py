@@ -172,7 +172,12 @@ class Tokenizer:
 
     def id(self, text: str | bytes) -> int | None:
         """The id of a token given its stored text (``"Ġthe"``, ``"<|im_end|>"``), or None."""
-        key = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        if isinstance(text, str):
+            key = text.encode("utf-8", "surrogatepass")
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            key = bytes(text)
+        else:
+            raise TypeError(f"id() takes a token's text (str or bytes), not {type(text).__name__}")
         return self.bpe.token_to_id.get(key)
 
     # -- special tokens ----------------------------------------------------------------------------

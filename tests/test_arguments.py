@@ -60,6 +60,21 @@ def test_out_of_range_ids_stay_value_errors(qwen3):
             qwen3.decode([bad])
 
 
+def test_id_takes_text_only(qwen3):
+    assert qwen3.id("<|im_end|>") == qwen3.id(b"<|im_end|>") == 151645
+    with pytest.raises(TypeError, match="id\\(\\) takes a token's text"):
+        qwen3.id(151645)
+
+
+def test_streams_take_numpy_ids_and_bool_flags(qwen3):
+    stream = qwen3.decode_stream()
+    assert "".join(stream.step(np.int64(i)) for i in qwen3.encode("Hello world")) + stream.flush() == "Hello world"
+    with pytest.raises(TypeError, match=r"decode_stream\(skip_special=...\) must be True or False"):
+        qwen3.decode_stream(skip_special="yes")
+    with pytest.raises(TypeError, match=r"decode\(skip_special=...\) must be True or False"):
+        qwen3.decode([HELLO], skip_special=1)
+
+
 def test_decode_of_a_non_iterable_is_a_type_error(qwen3):
     with pytest.raises(TypeError, match="decode\\(\\) takes a sequence of token ids, not int"):
         qwen3.decode(HELLO)
