@@ -1,7 +1,7 @@
 """bpetok: llama.cpp-exact byte-level BPE tokenization from Python, with a plugin system and a trainer.
 
 >>> import bpetok
->>> tok = bpetok.from_gguf("model.gguf")  # doctest: +SKIP
+>>> tok = bpetok.from_file("model.gguf")  # doctest: +SKIP
 >>> tok.encode("Hello world")
 [9707, 1879]
 
@@ -19,7 +19,7 @@ from bpetok.errors import (
 )
 from bpetok.hookspecs import hookimpl
 from bpetok.pretok import PreTokenizerSpec
-from bpetok.tokenizer import Tokenizer, from_gguf, load_vocabulary
+from bpetok.tokenizer import Tokenizer, from_file, from_gguf, load_vocabulary
 from bpetok.train import extend, train
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
@@ -38,6 +38,7 @@ __all__ = [
     "VocabularyError",
     "Vocabulary",
     "extend",
+    "from_file",
     "from_gguf",
     "hookimpl",
     "load_vocabulary",

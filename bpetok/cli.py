@@ -58,7 +58,7 @@ def _cmd_list_pretokenizers(args) -> int:
 def _cmd_info(args) -> int:
     from collections import Counter
 
-    tok = bpetok.from_gguf(args.model)
+    tok = bpetok.from_file(args.model)
     vocab = tok.vocabulary
     types = Counter(tok.token_type(i).name for i in range(tok.n_tokens))
     info = {
@@ -98,7 +98,7 @@ def _piece_json(data: bytes):
 
 
 def _cmd_tokenize(args) -> int:
-    tok = bpetok.from_gguf(args.model)
+    tok = bpetok.from_file(args.model)
     if args.file is not None:
         try:
             with open(args.file, "rb") as f:

@@ -26,7 +26,7 @@ from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
-__all__ = ["Tokenizer", "load_vocabulary", "from_gguf", "from_vocabulary"]
+__all__ = ["Tokenizer", "load_vocabulary", "from_file", "from_gguf", "from_vocabulary"]
 
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 _HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
@@ -80,16 +80,22 @@ def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginMan
     return vocab
 
 
-def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
-    """Load a tokenizer from a GGUF file; the pre-tokenizer is picked by ``tokenizer.ggml.pre``.
+def from_file(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
+    """Load a tokenizer from any vocabulary file a loader plugin reads (GGUF built in; e.g. a
+    Hugging Face ``tokenizer.json`` with bpetok-hf); the pre-tokenizer is picked by its (model, pre).
 
-    >>> tok = from_gguf("tests/data/ggml-vocab-qwen3.gguf.gz")
+    >>> tok = from_file("tests/data/ggml-vocab-qwen3.gguf.gz")
     >>> tok.encode("Hello world")
     [9707, 1879]
     """
     with _gc_paused():  # hundreds of thousands of objects that all live on: nothing to collect
         vocab = load_vocabulary(path, plugin_manager=plugin_manager)
     return from_vocabulary(vocab, plugin_manager=plugin_manager)
+
+
+def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
+    """:func:`from_file` under its first name: any file a loader plugin reads, GGUF or not."""
+    return from_file(path, plugin_manager=plugin_manager)
 
 
 def from_vocabulary(vocab: Vocabulary, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
