@@ -127,7 +127,7 @@ class Tokenizer:
     def __init__(self, vocabulary: Vocabulary, spec: PreTokenizerSpec):
         self.vocabulary = vocabulary
         self.spec = spec
-        self.pretokenizer = spec.factory()
+        self.pretokenizer = spec.for_vocabulary(vocabulary) if spec.for_vocabulary else spec.factory()
         # The tables are a few hundred thousand small objects that all live on: collecting
         # while building them is wasted time.
         with _gc_paused():

@@ -67,6 +67,38 @@ def test_register_pretokenizers_adds_keys_with_their_plugin(pm, temporary_plugin
     assert ("gpt2", "qwen2") in registry.keys() and ("gpt2", "smollm") in registry.keys()
 
 
+def test_for_vocabulary_builds_the_pretokenizer_the_file_describes(pm, temporary_plugin):
+    # A pre name whose pieces the file describes: the engine hands the loaded vocabulary over.
+    class PatternSplitter:
+        def __init__(self, pattern):
+            import re
+
+            self.regex = re.compile(pattern)
+
+        def split(self, text):
+            return self.regex.findall(text)
+
+    class Plugin:
+        @hookimpl
+        def bpetok_register_pretokenizers(self, register):
+            register(
+                PreTokenizerSpec(
+                    name="described",
+                    pre_names=("described",),
+                    factory=WordSplitter,
+                    for_vocabulary=lambda vocab: PatternSplitter(vocab.metadata["test.pattern"]),
+                )
+            )
+
+    temporary_plugin(Plugin(), "described-plugin")
+    vocab = bpetok.load_vocabulary(QWEN3, plugin_manager=pm)
+    vocab.pre = "described"
+    vocab.metadata["test.pattern"] = r"\w|\W"  # one character per piece: no merge can apply
+    tok = bpetok.tokenizer.from_vocabulary(vocab, plugin_manager=pm)
+    assert tok.encode("Hello") == [tok.id(c) for c in "Hello"]
+    assert len(bpetok.from_file(QWEN3, plugin_manager=pm).encode("Hello")) == 1
+
+
 def test_duplicate_key_names_both_plugins(pm, temporary_plugin):
     class Rival:
         @hookimpl

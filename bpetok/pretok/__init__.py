@@ -14,9 +14,12 @@ import contextlib
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from bpetok.pretok.unicode_data import RANGE_CLASSES, RANGE_STARTS, WHITESPACE
+
+if TYPE_CHECKING:
+    from bpetok.vocab import Vocabulary
 
 __all__ = [
     "PreTokenizer",
@@ -52,6 +55,11 @@ class PreTokenizerSpec:
     - ``clean_spaces``: the detokenizer removes a space before ``?!.,`` and around ``'``.
     - ``ignore_merges``: a piece that is already a token is emitted whole, without BPE.
     - ``add_bos``: the default of ``tokenizer.ggml.add_bos_token`` when the file has no such key.
+
+    ``for_vocabulary``, when set, builds the pre-tokenizer from the loaded vocabulary instead of
+    ``factory()``: for a pre name that stands for pre-tokenizers the file itself describes (a
+    tokenizer.json's own Split regex, read by its loader into ``vocabulary.metadata``).
+    ``factory()`` must still give a usable default for listings and tests.
     """
 
     name: str
@@ -62,6 +70,7 @@ class PreTokenizerSpec:
     ignore_merges: bool = False
     add_bos: bool = False
     description: str = ""
+    for_vocabulary: Callable[[Vocabulary], PreTokenizer] | None = None
     # Filled in by the registry: which plugin registered this spec.
     plugin: str = field(default="", compare=False)
 
