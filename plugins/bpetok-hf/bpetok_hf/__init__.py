@@ -1,0 +1,121 @@
+"""bpetok-hf: Hugging Face ``tokenizer.json`` in and out, as a bpetok plugin.
+
+- In: a ``bpetok_load_vocabulary`` implementation reads byte-level BPE ``tokenizer.json`` files,
+  so ``bpetok.from_file("tokenizer.json")`` gives Hugging Face tokenizers' ids. The pre-tokenizer
+  is a registered llama.cpp family when the file's pattern is one of theirs, else the file's own
+  passes (``hf-regex``), registered here through ``bpetok_register_pretokenizers``.
+- Out: :func:`bpetok_hf.writer.export_hf` (``bpetok export MODEL.gguf --format hf -o DIR``)
+  writes ``tokenizer.json`` and ``tokenizer_config.json`` for a byte-level BPE vocabulary.
+"""
+
+from __future__ import annotations
+
+from bpetok import PreTokenizerSpec, TokenAttr, TokenType, Vocabulary, hookimpl
+
+from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass, family_of
+from bpetok_hf.reader import ADDED, MARK, PASSES, is_tokenizer_json, read_tokenizer_json
+
+__version__ = "0.1.0"
+__all__ = ["HF_PRE", "HF_PRE_IGNORE_MERGES", "make_pretokenizer", "pretokenizer_for", "__version__"]
+
+# The pre names of a tokenizer.json whose passes no llama.cpp family shares: the file's own
+# passes, with or without the BPE model's ignore_merges.
+HF_PRE = "hf-regex"
+HF_PRE_IGNORE_MERGES = "hf-regex-ignore-merges"
+
+_ATTR_OF_TYPE = {
+    TokenType.NORMAL: TokenAttr.NORMAL,
+    TokenType.CONTROL: TokenAttr.CONTROL,
+    TokenType.USER_DEFINED: TokenAttr.USER_DEFINED,
+    TokenType.UNUSED: TokenAttr.UNUSED,
+}
+
+
+def make_pretokenizer() -> HFPreTokenizer:
+    """The default of the hf-regex pre names: HF's ByteLevel(use_regex=true) alone (GPT-2's regex)."""
+    return HFPreTokenizer([SplitPass(GPT2_PATTERN)])
+
+
+def pretokenizer_for(vocabulary: Vocabulary) -> HFPreTokenizer:
+    """The passes the tokenizer.json of ``vocabulary`` describes."""
+    return HFPreTokenizer(vocabulary.metadata[PASSES])
+
+
+def _registered_patterns(registry) -> dict[str, str]:
+    """Pattern text -> a pre name, for registered pre-tokenizers that expose one pattern."""
+    cached = getattr(registry, "_bpetok_hf_patterns", None)
+    if cached is not None:
+        return cached
+    patterns: dict[str, str] = {}
+    for row in registry.rows():
+        if row.spec.for_vocabulary is not None or row.model != "gpt2":
+            continue
+        pattern = getattr(row.spec.factory(), "pattern", None)
+        if isinstance(pattern, str) and (pattern not in patterns or row.pre == row.spec.name):
+            patterns[pattern] = row.pre  # the family's own name when it is a pre name
+    try:
+        registry._bpetok_hf_patterns = patterns
+    except AttributeError:
+        pass
+    return patterns
+
+
+def _choose_pre(vocabulary: Vocabulary) -> str:
+    """A registered llama.cpp family with the file's pattern and ignore_merges, else hf-regex."""
+    from bpetok.plugins import get_registry
+
+    ignore_merges = vocabulary.metadata["hf.ignore_merges"]
+    registry = get_registry()
+    pre = family_of(vocabulary.metadata[PASSES], _registered_patterns(registry))
+    if pre is not None:
+        row = registry.get("gpt2", pre)
+        if row is not None and row.spec.ignore_merges == ignore_merges:
+            return pre
+    return HF_PRE_IGNORE_MERGES if ignore_merges else HF_PRE
+
+
+@hookimpl
+def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
+    if not is_tokenizer_json(path):
+        return None
+    vocabulary = read_tokenizer_json(path)
+    if vocabulary is not None:
+        vocabulary.pre = _choose_pre(vocabulary)
+    return vocabulary
+
+
+@hookimpl
+def bpetok_register_pretokenizers(register):
+    for pre, ignore_merges in ((HF_PRE, False), (HF_PRE_IGNORE_MERGES, True)):
+        register(
+            PreTokenizerSpec(
+                name="hf-regex",
+                pre_names=(pre,),
+                factory=make_pretokenizer,
+                for_vocabulary=pretokenizer_for,
+                clean_spaces=False,  # HF tokenizers' ByteLevel decoder leaves spaces alone
+                ignore_merges=ignore_merges,
+                description="a tokenizer.json's own Split/Digits/ByteLevel passes, HF tokenizers' semantics",
+            )
+        )
+
+
+@hookimpl(trylast=True)
+def bpetok_adjust_token_attributes(vocabulary: Vocabulary) -> None:
+    """HF cuts exactly the file's added tokens out of a text: undo llama.cpp's by-text overrides
+    (Qwen's ``</s>`` made CONTROL) for a tokenizer.json, keep its end-of-generation set."""
+    added = vocabulary.metadata.get(ADDED)
+    if vocabulary.metadata.get(MARK) is None or added is None:
+        return
+    attrs = [_ATTR_OF_TYPE.get(t, TokenAttr.UNDEFINED) for t in vocabulary.token_types]
+    for token_id, (_special, lstrip, rstrip) in added.items():
+        attrs[token_id] |= (TokenAttr.LSTRIP if lstrip else 0) | (TokenAttr.RSTRIP if rstrip else 0)
+    vocabulary.attrs[:] = attrs
+
+
+@hookimpl
+def bpetok_register_commands(subparsers) -> None:
+    """``bpetok export MODEL --format hf -o DIR`` (the command lives here, beside the format)."""
+    from bpetok_hf.cli import add_command
+
+    add_command(subparsers)

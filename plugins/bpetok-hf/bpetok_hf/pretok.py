@@ -1,0 +1,182 @@
+"""Pre-tokenizers a tokenizer.json describes, run with Hugging Face tokenizers' semantics.
+
+A byte-level BPE ``pre_tokenizer`` is a list of passes, each splitting every piece the previous
+pass left: ``Split`` (a regex, a delimiter behaviour, ``invert``), ``Digits`` and the regex of a
+``ByteLevel`` with ``use_regex``. :func:`read_passes` turns the JSON into :class:`SplitPass`
+values, refusing what cannot be reproduced; :func:`family_of` names the registered llama.cpp
+family whose pattern is the same text; :class:`HFPreTokenizer` runs the passes with the ``regex``
+package (``\\p{..}`` classes, as Oniguruma, the regex engine of HF tokenizers, has them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+from bpetok import VocabularyError
+
+__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "family_of", "GPT2_PATTERN", "BEHAVIORS"]
+
+# The regex of HF's ByteLevel pre-tokenizer with use_regex=true (GPT-2's).
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# Split behaviours whose pieces concatenate back to the text ("Removed" drops text: refused).
+BEHAVIORS = ("Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+
+# Patterns as Hugging Face's hub files write them, for llama.cpp families whose registered
+# pattern is llama.cpp's adapted form of the same regex (src/llama-vocab.cpp keeps the original
+# in a comment). Keys: the passes' regex texts; values: a tokenizer.ggml.pre name of the family.
+HUB_PATTERNS = {
+    (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ): "qwen2",
+    (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    ): "llama-bpe",
+    # SmolLM2 / StarCoder: Digits(individual_digits) then ByteLevel(use_regex).
+    (r"\p{N}", GPT2_PATTERN): "smollm",
+    (GPT2_PATTERN,): "gpt2",
+}
+
+
+@dataclass(frozen=True)
+class SplitPass:
+    """One pass: HF's ``Split(pattern, behavior, invert)`` over each piece."""
+
+    pattern: str
+    behavior: str = "Isolated"
+    invert: bool = False
+
+    def compile(self) -> regex.Pattern:
+        return regex.compile(self.pattern)
+
+
+def _refuse(path: str, where: str, what: str) -> VocabularyError:
+    return VocabularyError(
+        f"{path}: {where} is {what}; bpetok-hf reproduces pre-tokenizers made of Split, Digits and a final "
+        "ByteLevel (as Qwen, Llama 3 and SmolLM2 ship) and refuses others rather than give ids that differ "
+        "from Hugging Face tokenizers': convert this model to GGUF with llama.cpp's convert_hf_to_gguf.py instead"
+    )
+
+
+def read_passes(node, path: str, where: str = "pre_tokenizer") -> list[SplitPass]:
+    """The passes of a tokenizer.json ``pre_tokenizer``; exactly one ByteLevel, which comes last."""
+    if node is None:
+        raise _refuse(path, where, "null (no ByteLevel pre-tokenizer: not a byte-level BPE file)")
+    items = node.get("pretokenizers") if node.get("type") == "Sequence" else [node]
+    if not isinstance(items, list):
+        raise _refuse(path, where, f"a Sequence without a 'pretokenizers' list: {node!r:.80}")
+    passes: list[SplitPass] = []
+    byte_level = 0
+    for i, item in enumerate(items):
+        at = f"{where}.pretokenizers[{i}]" if node.get("type") == "Sequence" else where
+        kind = item.get("type") if isinstance(item, dict) else None
+        if byte_level:
+            raise _refuse(path, at, f"a {kind} after the ByteLevel pre-tokenizer")
+        if kind == "ByteLevel":
+            byte_level += 1
+            if item.get("add_prefix_space", False):
+                raise _refuse(path, f"{at}.add_prefix_space", "true (a space added before the text)")
+            if item.get("use_regex", True):
+                passes.append(SplitPass(GPT2_PATTERN))
+        elif kind == "Split":
+            pattern = item.get("pattern") or {}
+            if "Regex" in pattern:
+                text = pattern["Regex"]
+            elif "String" in pattern:
+                text = regex.escape(pattern["String"])
+            else:
+                raise _refuse(path, f"{at}.pattern", f"{pattern!r:.80}")
+            behavior = item.get("behavior", "Isolated")
+            if behavior not in BEHAVIORS:
+                raise _refuse(path, f"{at}.behavior", f"{behavior!r} (it drops text or is unknown)")
+            try:
+                regex.compile(text)
+            except regex.error as e:
+                raise _refuse(path, f"{at}.pattern", f"a regex the regex package cannot compile ({e})") from e
+            passes.append(SplitPass(text, behavior, bool(item.get("invert", False))))
+        elif kind == "Digits":
+            # HF's Digits: each number codepoint alone, or runs of them (char::is_numeric is \p{N}).
+            if item.get("individual_digits", False):
+                passes.append(SplitPass(r"\p{N}"))
+            else:
+                passes.append(SplitPass(r"\p{N}+", "Contiguous"))
+        else:
+            raise _refuse(path, at, f"pre-tokenizer type {kind!r}")
+    if not byte_level:
+        raise _refuse(path, where, "without a ByteLevel pre-tokenizer (not a byte-level BPE file)")
+    return passes
+
+
+def family_of(passes: list[SplitPass], registered: dict[str, str]) -> str | None:
+    """The pre name of a registered llama.cpp family splitting as ``passes`` do, by pattern text.
+
+    ``registered`` maps a registered pre-tokenizer's pattern text to one of its pre names (the
+    patterns bpetok's families run); :data:`HUB_PATTERNS` adds the hub's spelling of theirs.
+    """
+    if any(p.behavior != "Isolated" or p.invert for p in passes):
+        return None
+    texts = tuple(p.pattern for p in passes)
+    if len(texts) == 1 and texts[0] in registered:
+        return registered[texts[0]]
+    pre = HUB_PATTERNS.get(texts)
+    return pre if pre is not None and pre in registered.values() else None
+
+
+def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str) -> list[str]:
+    # HF's find_matches: every match, and the text between matches, as (start, end, is_match).
+    spans, prev = [], 0
+    for m in compiled.finditer(text):
+        start, end = m.span()
+        if start == end == prev and spans and spans[-1][2]:
+            continue  # Oniguruma's iterator allows no empty match right after a match; Python's does
+        if prev != start:
+            spans.append((prev, start, False))
+        spans.append((start, end, True))
+        prev = end
+    if prev != len(text):
+        spans.append((prev, len(text), False))
+    if invert:
+        spans = [(a, b, not is_match) for a, b, is_match in spans]
+    if behavior == "Isolated":
+        out = [(a, b) for a, b, _ in spans]
+    elif behavior == "MergedWithPrevious":
+        out, previous_match = [], False
+        for a, b, is_match in spans:
+            if is_match and not previous_match and out:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+            previous_match = is_match
+    elif behavior == "MergedWithNext":
+        out, previous_match = [], False
+        for a, b, is_match in reversed(spans):
+            if is_match and not previous_match and out:
+                out[-1] = (a, out[-1][1])
+            else:
+                out.append((a, b))
+            previous_match = is_match
+        out.reverse()
+    else:  # Contiguous: neighbouring spans of one kind merge (gaps too, after invert)
+        out, previous_match = [], False
+        for a, b, is_match in spans:
+            if is_match == previous_match and out:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+            previous_match = is_match
+    return [text[a:b] for a, b in out if a != b]
+
+
+class HFPreTokenizer:
+    """Split text as HF tokenizers' pre-tokenizer of a tokenizer.json does (its passes in order)."""
+
+    def __init__(self, passes: list[SplitPass]):
+        self.passes = list(passes)
+        self._compiled = [(p.compile(), p.behavior, p.invert) for p in self.passes]
+
+    def split(self, text: str) -> list[str]:
+        pieces = [text] if text else []
+        for compiled, behavior, invert in self._compiled:
+            pieces = [out for piece in pieces for out in _split_once(compiled, behavior, invert, piece)]
+        return pieces

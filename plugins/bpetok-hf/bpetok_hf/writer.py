@@ -1,0 +1,189 @@
+"""Write a bpetok vocabulary as Hugging Face ``tokenizer.json`` + ``tokenizer_config.json``.
+
+The tokenizer.json reproduces bpetok's ``encode(text, parse_special=True)``: the tokens bpetok
+cuts out of a text (CONTROL, USER_DEFINED, UNKNOWN attributes after llama.cpp's overrides) become
+``added_tokens`` (``special`` for CONTROL/UNKNOWN), the pre-tokenizer's pattern a ``Split`` before
+a ``ByteLevel``, the merges and ``ignore_merges`` the BPE model's, and BOS/EOS as llama.cpp adds
+them with ``add_special`` a ``TemplateProcessing``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from bpetok import BpetokError, TokenAttr, Tokenizer
+
+from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
+
+__all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
+
+_CUT_OUT = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
+
+
+class ExportError(BpetokError, ValueError):
+    """The vocabulary cannot be written as a tokenizer.json that gives bpetok's ids."""
+
+
+def _text(tok: Tokenizer, token_id: int) -> str:
+    data = tok.vocabulary.tokens[token_id]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ExportError(
+            f"{tok.vocabulary.path}: token {token_id} {data!r} is not valid UTF-8; a tokenizer.json "
+            "holds token texts as JSON strings"
+        ) from None
+
+
+def _passes(tok: Tokenizer) -> list[dict]:
+    """The pre-tokenizer as HF Split passes: the file's own, or the registered pattern."""
+    passes = tok.vocabulary.metadata.get(PASSES) if tok.vocabulary.metadata.get(MARK) else None
+    if passes is None:
+        pattern = getattr(tok.pretokenizer, "pattern", None)
+        if not isinstance(pattern, str):
+            raise ExportError(
+                f"{tok.vocabulary.path}: pre-tokenizer {tok.spec.name!r} (pre {tok.vocabulary.pre!r}) exposes no "
+                "regex pattern, so bpetok-hf cannot write it as a tokenizer.json Split"
+            )
+        return [_split(pattern, "Isolated", False)]
+    return [_split(p.pattern, p.behavior, p.invert) for p in passes]
+
+
+def _split(pattern: str, behavior: str, invert: bool) -> dict:
+    return {"type": "Split", "pattern": {"Regex": pattern}, "behavior": behavior, "invert": invert}
+
+
+def _byte_level() -> dict:
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+
+
+def _post_processor(tok: Tokenizer, added_text: dict[int, str]) -> dict:
+    bos, eos = tok.vocabulary.special_ids.get("bos"), tok.vocabulary.special_ids.get("eos")
+    first = bos if tok.add_bos and bos is not None else None
+    last = eos if tok.add_eos and eos is not None else None
+    if first is None and last is None:
+        return _byte_level()
+
+    def names(token_id):
+        return added_text.get(token_id) or _text(tok, token_id)
+
+    single, pair, specials = [], [], {}
+    for token_id, where in ((first, "start"), (last, "end")):
+        if token_id is None:
+            continue
+        name = names(token_id)
+        specials[name] = {"id": name, "ids": [token_id], "tokens": [name]}
+    a, b = {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}
+    head = [{"SpecialToken": {"id": names(first), "type_id": 0}}] if first is not None else []
+    tail = [{"SpecialToken": {"id": names(last), "type_id": 0}}] if last is not None else []
+    single = head + [a] + tail
+    pair = head + [a] + tail + [{**x} for x in head] + [b] + [{**x} for x in tail]
+    return {
+        "type": "Sequence",
+        "processors": [
+            _byte_level(),
+            {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials},
+        ],
+    }
+
+
+def tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json of a loaded byte-level BPE tokenizer, as a dict."""
+    vocab = tok.vocabulary
+    if vocab.model != "gpt2":
+        raise ExportError(
+            f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2) only"
+        )
+    from_hf = vocab.metadata.get(ADDED) if vocab.metadata.get(MARK) else None
+    model_vocab: dict[str, int] = {}
+    added = []
+    added_text: dict[int, str] = {}
+    for token_id in range(vocab.n_tokens):
+        attr = vocab.attrs[token_id]
+        text = _text(tok, token_id)
+        if from_hf is not None:
+            cut, special = token_id in from_hf, from_hf.get(token_id, (False,))[0]
+        else:
+            cut, special = bool(attr & _CUT_OUT), bool(attr & _SPECIAL)
+        # Every token goes in the model's vocab, added ones too: HF gives an added token whose
+        # text the model lacks a fresh id past the model's size, not the id the file names.
+        model_vocab[text] = token_id
+        if cut:
+            added_text[token_id] = text
+            added.append(
+                {
+                    "id": token_id,
+                    "content": text,
+                    "single_word": False,
+                    "lstrip": bool(attr & TokenAttr.LSTRIP),
+                    "rstrip": bool(attr & TokenAttr.RSTRIP),
+                    "normalized": not special,
+                    "special": special,
+                }
+            )
+    merges = []
+    for i, merge in enumerate(vocab.merges):
+        left, _, right = merge.decode("utf-8", "surrogatepass").partition(" ")
+        merges.append([left, right])
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*_passes(tok), _byte_level()]},
+        "post_processor": _post_processor(tok, added_text),
+        "decoder": _byte_level(),
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": tok.spec.ignore_merges,
+            "vocab": model_vocab,
+            "merges": merges,
+        },
+    }
+
+
+def tokenizer_config(tok: Tokenizer) -> dict:
+    """tokenizer_config.json for transformers: the special tokens, BOS/EOS flags, the chat template."""
+    vocab = tok.vocabulary
+    config: dict = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    for role in ("bos", "eos", "unk", "pad"):
+        token_id = vocab.special_ids.get(role)
+        if token_id is not None:
+            config[f"{role}_token"] = _text(tok, token_id)
+    config["add_bos_token"] = bool(tok.add_bos and vocab.special_ids.get("bos") is not None)
+    config["add_eos_token"] = bool(tok.add_eos and vocab.special_ids.get("eos") is not None)
+    config["clean_up_tokenization_spaces"] = False
+    config["model_max_length"] = 1_000_000_000_000_000_019_884_624_838_656  # transformers' "no limit"
+    template = vocab.metadata.get(CHAT_TEMPLATE)
+    if isinstance(template, bytes):
+        template = template.decode("utf-8", "replace")
+    if template:
+        config["chat_template"] = template
+    return config
+
+
+def export_hf(tok: Tokenizer, directory: str | os.PathLike) -> list[Path]:
+    """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``directory``; returns their paths."""
+    out = Path(directory)
+    data = tokenizer_json(tok)  # before touching the disk: a refusal leaves nothing behind
+    config = tokenizer_config(tok)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / "tokenizer.json", out / "tokenizer_config.json"]
+        for path, content in zip(paths, (data, config)):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(content, f, ensure_ascii=False, indent=2 if path.name != "tokenizer.json" else None)
+                f.write("\n")
+    except OSError as e:
+        raise ExportError(f"{out}: cannot write the tokenizer files ({e.strerror or e})") from e
+    return paths
