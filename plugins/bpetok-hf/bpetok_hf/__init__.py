@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bpetok import PreTokenizerSpec, TokenAttr, TokenType, Vocabulary, hookimpl
 
-from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass, family_of
+from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass, family_of, patterns_of
 from bpetok_hf.reader import ADDED, MARK, PASSES, is_tokenizer_json, read_tokenizer_json
 
 __version__ = "0.1.0"
@@ -41,18 +41,18 @@ def pretokenizer_for(vocabulary: Vocabulary) -> HFPreTokenizer:
     return HFPreTokenizer(vocabulary.metadata[PASSES])
 
 
-def _registered_patterns(registry) -> dict[str, str]:
-    """Pattern text -> a pre name, for registered pre-tokenizers that expose one pattern."""
+def _registered_patterns(registry) -> dict[tuple[str, ...], str]:
+    """Passes' pattern texts -> a pre name, for registered pre-tokenizers that expose them."""
     cached = getattr(registry, "_bpetok_hf_patterns", None)
     if cached is not None:
         return cached
-    patterns: dict[str, str] = {}
+    patterns: dict[tuple[str, ...], str] = {}
     for row in registry.rows():
         if row.spec.for_vocabulary is not None or row.model != "gpt2":
             continue
-        pattern = getattr(row.spec.factory(), "pattern", None)
-        if isinstance(pattern, str) and (pattern not in patterns or row.pre == row.spec.name):
-            patterns[pattern] = row.pre  # the family's own name when it is a pre name
+        texts = patterns_of(row.spec.factory())
+        if texts is not None and (texts not in patterns or row.pre == row.spec.name):
+            patterns[texts] = row.pre  # the family's own name when it is a pre name
     try:
         registry._bpetok_hf_patterns = patterns
     except AttributeError:

@@ -16,7 +16,7 @@ import regex
 
 from bpetok import VocabularyError
 
-__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "family_of", "GPT2_PATTERN", "BEHAVIORS"]
+__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "family_of", "patterns_of", "GPT2_PATTERN", "BEHAVIORS"]
 
 # The regex of HF's ByteLevel pre-tokenizer with use_regex=true (GPT-2's).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -108,17 +108,32 @@ def read_passes(node, path: str, where: str = "pre_tokenizer") -> list[SplitPass
     return passes
 
 
-def family_of(passes: list[SplitPass], registered: dict[str, str]) -> str | None:
+def patterns_of(pretokenizer) -> tuple[str, ...] | None:
+    """The regex passes a registered pre-tokenizer runs, when it exposes them: one ``pattern``
+    (``bpetok.pretok.CollapsedRegexPreTokenizer``) or ``passes`` that each have one (a regex
+    chain); None for a hand-written splitter."""
+    pattern = getattr(pretokenizer, "pattern", None)
+    if isinstance(pattern, str):
+        return (pattern,)
+    passes = getattr(pretokenizer, "passes", None)
+    if passes:
+        patterns = tuple(getattr(p, "pattern", None) for p in passes)
+        if all(isinstance(p, str) for p in patterns):
+            return patterns
+    return None
+
+
+def family_of(passes: list[SplitPass], registered: dict[tuple[str, ...], str]) -> str | None:
     """The pre name of a registered llama.cpp family splitting as ``passes`` do, by pattern text.
 
-    ``registered`` maps a registered pre-tokenizer's pattern text to one of its pre names (the
-    patterns bpetok's families run); :data:`HUB_PATTERNS` adds the hub's spelling of theirs.
+    ``registered`` maps a registered pre-tokenizer's passes (see :func:`patterns_of`) to one of
+    its pre names; :data:`HUB_PATTERNS` adds the hub's spelling of theirs.
     """
     if any(p.behavior != "Isolated" or p.invert for p in passes):
         return None
     texts = tuple(p.pattern for p in passes)
-    if len(texts) == 1 and texts[0] in registered:
-        return registered[texts[0]]
+    if texts in registered:
+        return registered[texts]
     pre = HUB_PATTERNS.get(texts)
     return pre if pre is not None and pre in registered.values() else None
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bpetok import BpetokError, TokenAttr, Tokenizer
 
+from bpetok_hf.pretok import patterns_of
 from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
 
 __all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
@@ -41,15 +42,17 @@ def _text(tok: Tokenizer, token_id: int) -> str:
 def _passes(tok: Tokenizer) -> list[dict]:
     """The pre-tokenizer as HF Split passes: the file's own, or the registered pattern."""
     passes = tok.vocabulary.metadata.get(PASSES) if tok.vocabulary.metadata.get(MARK) else None
-    if passes is None:
-        pattern = getattr(tok.pretokenizer, "pattern", None)
-        if not isinstance(pattern, str):
-            raise ExportError(
-                f"{tok.vocabulary.path}: pre-tokenizer {tok.spec.name!r} (pre {tok.vocabulary.pre!r}) exposes no "
-                "regex pattern, so bpetok-hf cannot write it as a tokenizer.json Split"
-            )
-        return [_split(pattern, "Isolated", False)]
-    return [_split(p.pattern, p.behavior, p.invert) for p in passes]
+    if passes is not None:
+        return [_split(p.pattern, p.behavior, p.invert) for p in passes]
+    # A registered family: its regexes, each run inside the pieces of the one before, are HF
+    # Splits in sequence (Isolated keeps the text between matches as pieces, as llama.cpp does).
+    patterns = patterns_of(tok.pretokenizer)
+    if patterns is None:
+        raise ExportError(
+            f"{tok.vocabulary.path}: pre-tokenizer {tok.spec.name!r} (pre {tok.vocabulary.pre!r}) is a hand-written "
+            "splitter with no regex bpetok-hf can write as tokenizer.json Splits; such a vocabulary cannot be exported"
+        )
+    return [_split(pattern, "Isolated", False) for pattern in patterns]
 
 
 def _split(pattern: str, behavior: str, invert: bool) -> dict:
