@@ -153,7 +153,7 @@ class _Round:
         missing = [k for k, found in enumerate(self.results) if found is None]
         if missing:  # a child died after taking a group (its reap told why)
             raise BpetokError(f"encode_batch: {len(missing)} group(s) of texts were lost with a worker process")
-        return [ids for group in self.results for ids in group]
+        return [ids for group in self.results if group is not None for ids in group]  # none is None (above)
 
     def fork(self, n_children: int) -> None:
         for _ in range(n_children):

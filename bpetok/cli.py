@@ -13,6 +13,8 @@ import argparse
 import json
 import sys
 
+import pluggy
+
 import bpetok
 from bpetok.errors import BpetokError
 
@@ -125,7 +127,7 @@ def _cmd_tokenize(args) -> int:
     return 0
 
 
-def build_parser(plugin_manager=None) -> argparse.ArgumentParser:
+def build_parser(plugin_manager: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
     """The ``bpetok`` parser: the commands below, then every ``bpetok_register_commands`` plugin's.
 
     :param plugin_manager: the manager whose plugins add commands (default: the process-wide one).

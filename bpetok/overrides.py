@@ -59,7 +59,8 @@ def resolve_special_ids(vocab: Vocabulary) -> None:
         ids["bos"] = ids["eos"] = 11  # llama.cpp's BPE default, really id 11
     given = {(role, key): value for role, key, value in vocab.special_id_keys}
     for role, key in SPECIAL_ID_KEYS:
-        if ids[role] is not None and ids[role] >= n:
+        current = ids[role]
+        if current is not None and current >= n:
             ids[role] = None
         value = given.get((role, key))
         if value is not None and value < n:
@@ -87,7 +88,7 @@ def _ids_by_text(vocab: Vocabulary, texts) -> dict[bytes, list[int]]:
 
 def autodetect_roles(vocab: Vocabulary) -> None:
     """Find EOT/EOM/FIM tokens by text for roles the file left unset, and mark them CONTROL."""
-    role_of = {}
+    role_of: dict[bytes, str] = {}
     for role, texts in AUTODETECTED_ROLES.items():
         for text in texts:
             role_of.setdefault(text, role)
@@ -147,7 +148,7 @@ def build_eog_set(vocab: Vocabulary) -> None:
     for token_id in _ids_containing(tokens, b"unused"):
         if attrs[token_id] & TokenAttr.CONTROL:
             attrs[token_id] |= TokenAttr.UNUSED
-    eog = {vocab.special_ids[r] for r in EOG_ROLES if vocab.special_ids[r] is not None}
+    eog = {i for i in (vocab.special_ids[r] for r in EOG_ROLES) if i is not None}
     by_text = {}
     for text, ids in _ids_by_text(vocab, EOG_TEXTS + GPT_OSS_USER_DEFINED).items():
         for token_id in ids:
@@ -158,8 +159,9 @@ def build_eog_set(vocab: Vocabulary) -> None:
                 attrs[token_id] |= TokenAttr.CONTROL  # even an ordinary BPE token such as Qwen's </s>
                 by_text[text] = token_id  # the last id of a repeated text, as a scan would keep
     for role in ("eos", "eot", "eom"):
-        if vocab.special_ids[role] is not None:
-            eog.add(vocab.special_ids[role])
+        role_id = vocab.special_ids[role]
+        if role_id is not None:
+            eog.add(role_id)
     in_eog = {tokens[i] for i in eog}
     has = lambda t: t.encode() in in_eog  # noqa: E731
     # Harmony (gpt-oss) and solar-open end their turns with <|return|>/<|call|>: <|end|> is not EOG.
@@ -188,8 +190,9 @@ def apply_strip_rules(vocab: Vocabulary) -> None:
         if mask is not None:
             vocab.attrs[mask] |= TokenAttr.LSTRIP
     elif "phi-3" in name or "phi3" in name:
-        needed = {t: vocab.id_of(t) for t in (b"</s>", b"<unk>", b"<s>", b"<|endoftext|>")}
-        missing = [t.decode() for t, i in needed.items() if i is None]
+        found = {t: vocab.id_of(t) for t in (b"</s>", b"<unk>", b"<s>", b"<|endoftext|>")}
+        missing = [t.decode() for t, i in found.items() if i is None]
+        needed = {t: i for t, i in found.items() if i is not None}
         if missing:
             raise VocabularyError(
                 f"{vocab.path}: a phi-3 vocabulary (general.name {name!r}) must have the tokens {missing}; "

@@ -303,21 +303,22 @@ class Tokenizer:
             ids.append(self._required_special("bos"))
         if text:
             fragments = self._partition(text, parse_special)
-            if len(fragments) == 1 and fragments[0].__class__ is not int:
-                ids += self._encode_ordinary(fragments[0])  # type: ignore[arg-type]
+            first = fragments[0]
+            if len(fragments) == 1 and isinstance(first, str):
+                ids += self._encode_ordinary(first)
             else:
                 # Text between specials repeats (a chat's "\n", "user\n"): encode each distinct
                 # short fragment once per call.
                 seen: dict[str, list[int]] = {}
                 for fragment in fragments:
-                    if fragment.__class__ is int:
-                        ids.append(fragment)  # type: ignore[arg-type]
+                    if isinstance(fragment, int):
+                        ids.append(fragment)
                         continue
-                    found = seen.get(fragment)  # type: ignore[arg-type]
+                    found = seen.get(fragment)
                     if found is None:
-                        found = self._encode_ordinary(fragment)  # type: ignore[arg-type]
-                        if len(fragment) <= _FRAGMENT_MEMO_LONGEST:  # type: ignore[arg-type]
-                            seen[fragment] = found  # type: ignore[index]
+                        found = self._encode_ordinary(fragment)
+                        if len(fragment) <= _FRAGMENT_MEMO_LONGEST:
+                            seen[fragment] = found
                     ids += found
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
@@ -519,7 +520,7 @@ class Tokenizer:
         known = list(map(cache.get, unique))
         new = list(compress(unique, map(operator.is_, known, repeat(None))))  # not cached ([] is: all bytes dropped)
         encoded = dict(zip(new, self.bpe.encode_pieces([p.encode("utf-8", "surrogatepass") for p in new])))
-        ids_of = dict(zip(unique, known))
+        ids_of: dict[str, list[int]] = dict(zip(unique, known))  # type: ignore[arg-type]  # None: in encoded
         ids_of.update(encoded)
         # Cut the pieces back into chunks (a piece never crosses a chunk boundary: that is the
         # space_chunks promise): chunk k ends at character offset sum(len(" " + part)) of the
@@ -603,12 +604,11 @@ class Tokenizer:
 
         ``token_id`` is anything :func:`operator.index` accepts (``int``, ``numpy.int64``), not a bool.
         """
-        if token_id.__class__ is not int:
-            token_id = as_int(token_id, "a token id")
-        piece = self._pieces.get(token_id)  # type: ignore[call-overload]
+        key = token_id if token_id.__class__ is int else as_int(token_id, "a token id")
+        piece = self._pieces.get(key)
         if piece is None:
-            token_id = self._check_id(token_id)
-            piece = self._pieces[token_id] = self._render(token_id)
+            key = self._check_id(key)
+            piece = self._pieces[key] = self._render(key)
         return piece
 
     def token_bytes(self, token_id: SupportsIndex) -> bytes:
@@ -633,7 +633,7 @@ class Tokenizer:
                     out += b"[UNK_BYTE_0x" + char.encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
             return bytes(out)
         if attr & TokenAttr.BYTE:
-            return bytes((_token_to_byte(text),))  # length checked at load (_check_byte_tokens)
+            return bytes((_token_to_byte(text) or 0,))  # never None: length checked at load (_check_byte_tokens)
         return b""
 
     def decode_bytes(self, ids: Iterable[SupportsIndex], *, skip_special: bool = False) -> bytes:
@@ -709,7 +709,7 @@ def _token_to_byte(text: bytes) -> int | None:
     """
     if len(text) < 3:
         return None
-    sign, digits = _STRTOL16.match(text[3:5]).groups()
+    sign, digits = _STRTOL16.match(text[3:5]).groups()  # type: ignore[union-attr]  # the pattern matches ""
     value = int(digits or b"0", 16)
     return (-value if sign == b"-" else value) & 0xFF
 
@@ -771,7 +771,7 @@ def _llama_utf8_errors(error: UnicodeDecodeError) -> tuple[str, int]:
 # Python's decoder and llama.cpp's agree on well-formed UTF-8 and resynchronise at the same byte,
 # so only the spans Python rejects need llama.cpp's rule; the rest is decoded in C.
 _LLAMA_UTF8_ERRORS = "bpetok-llama-utf8"
-codecs.register_error(_LLAMA_UTF8_ERRORS, _llama_utf8_errors)
+codecs.register_error(_LLAMA_UTF8_ERRORS, _llama_utf8_errors)  # type: ignore[arg-type]  # decoding only
 
 
 def _llama_utf8_chars(data: bytes):

@@ -27,6 +27,7 @@ tokenized exactly as with the base file (see docs/training.md for why merges can
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import io
 import lzma
@@ -37,7 +38,7 @@ import time
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from bpetok._args import as_int, check_flag, check_not_text
 from bpetok.errors import BpetokError
@@ -45,6 +46,9 @@ from bpetok.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from bpetok.vocab import TokenAttr, TokenType
+
+if TYPE_CHECKING:
+    from bpetok.tokenizer import Tokenizer
 
 __all__ = ["train", "extend", "TrainResult", "bpetok_register_commands"]
 
@@ -386,9 +390,9 @@ class TrainResult:
     seconds: float
     n_pin_tokens: int = 0  # tokens the pinned terms' merge chains added
 
-    def gguf_items(self) -> list:
+    def gguf_items(self) -> list[tuple[str, GGUFValueType, Any, GGUFValueType | None]]:
         T = GGUFValueType
-        items = [
+        items: list[tuple[str, GGUFValueType, Any, GGUFValueType | None]] = [
             ("general.architecture", T.STRING, ARCHITECTURE, None),
             ("general.name", T.STRING, f"bpetok {self.pre} {len(self.tokens)}", None),
             ("tokenizer.ggml.model", T.STRING, "gpt2", None),
@@ -413,7 +417,7 @@ class TrainResult:
 
         write_gguf(path, self.gguf_items())
 
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         """A :class:`bpetok.Tokenizer` over this vocabulary (no file needed)."""
         from bpetok.plugins import get_plugin_manager
         from bpetok.tokenizer import from_vocabulary
@@ -708,8 +712,11 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
                 continue
             # subtle: once the bare form is cut out of text, " term" would become " " + term, so
             # the spaced form is added too even when the base already has it as one token.
-            if bare is not None and (form == term or spaced is not None):
-                already[form] = bare if form == term else spaced
+            if bare is not None and form == term:
+                already[form] = bare
+                continue
+            if bare is not None and spaced is not None:
+                already[form] = spaced
                 continue
             data = form.encode("utf-8")
             existing = ids.get(data)
@@ -787,7 +794,7 @@ def _cmd_extend(args) -> int:
 
 
 @hookimpl
-def bpetok_register_commands(subparsers) -> None:
+def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``bpetok train`` and ``bpetok extend`` (a built-in plugin of the CLI hook)."""
     from bpetok.cli import positive_int
 

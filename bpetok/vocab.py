@@ -118,7 +118,7 @@ class Vocabulary:
     def __post_init__(self) -> None:
         if not self.attrs:
             # map(dict.get) rather than a comprehension: this runs over 150k tokens at load.
-            self.attrs = list(map(ATTR_OF_TYPE.get, self.token_types, repeat(TokenAttr.UNDEFINED)))
+            self.attrs = list(map(ATTR_OF_TYPE.get, self.token_types, repeat(TokenAttr.UNDEFINED)))  # type: ignore[arg-type]
 
     @property
     def n_tokens(self) -> int:
@@ -193,7 +193,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
     n = len(tokens)
     types = _expect(gguf, "tokenizer.ggml.token_type", GGUFValueType.ARRAY, GGUFValueType.INT32)
     if types is None:
-        token_types = [TokenType.NORMAL] * n  # llama.cpp: no type array means every token is NORMAL
+        token_types: list[int] = [TokenType.NORMAL] * n  # llama.cpp: no type array means every token is NORMAL
     elif len(types) < n:
         raise GGUFError(
             f"{path}: key 'tokenizer.ggml.token_type' has {len(types)} entries for {n} tokens; "
@@ -222,6 +222,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
                 dup = (i, t)
                 break
             seen.add(t)
+        assert dup is not None  # the index lost an entry, so some text repeats
         raise VocabularyError(
             f"{path}: token {dup[0]} {dup[1]!r} appears twice in 'tokenizer.ggml.tokens'; llama.cpp refuses such a "
             "vocabulary (each token text must be unique)"

@@ -12,7 +12,7 @@ result is not a token gets a *virtual* id (>= n_tokens) that remembers its text 
 from __future__ import annotations
 
 import heapq
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence, cast
 from itertools import repeat
 
 from bpetok.errors import VocabularyError
@@ -147,8 +147,9 @@ class BytePairModel:
         if None in merged_ids:  # results that are not tokens get virtual ids, in rank order
             merged_ids = [m if m is not None else self._symbol_id(lefts[r] + rights[r]) for r, m in enumerate(merged_ids)]
         stride, shift = self.stride, self.shift
-        keys = [a * stride + b for a, b in zip(left_ids, right_ids)]
-        values = [r << shift | m for r, m in enumerate(merged_ids)]
+        # (None was ruled out above; the casts tell the type checker so)
+        keys = [a * stride + b for a, b in zip(cast("list[int]", left_ids), cast("list[int]", right_ids))]
+        values = [r << shift | m for r, m in enumerate(cast("list[int]", merged_ids))]
         # subtle: a duplicate merge keeps its first (lowest) rank; dict() keeps the last value
         # of a key, so feed it in reverse.
         keys.reverse()
@@ -210,6 +211,7 @@ class BytePairModel:
 
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         longest = self.BATCH_LONGEST
+        batch: Sequence[int]
         if lengths.min() > 0 and lengths.max() <= longest and not self.ignore_merges:
             batch = range(len(pieces))  # the usual case: all of them
         else:
@@ -227,7 +229,7 @@ class BytePairModel:
             out[k] = symbols
         for k in set(range(len(pieces))).difference(batch):
             out[k] = self.encode_piece(pieces[k])
-        return out
+        return cast("list[list[int]]", out)  # every slot filled
 
     BATCH_LONGEST = 256
     _BATCH_TAIL = 100  # below this many unfinished pieces, a batch finishes them one by one

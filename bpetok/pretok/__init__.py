@@ -171,6 +171,7 @@ def expand_classes(pattern: str) -> str:
     out, in_bracket, i = [], False, 0
     while i < len(pattern):
         m = re.match(r"\\p\{(\w)\}|\\s|\\S|\\.|\[|\]|.", pattern[i:], re.S)
+        assert m is not None  # "." with re.S matches any character
         token = m.group(0)
         i += len(token)
         if token.startswith("\\p{") or token in ("\\s", "\\S"):
