@@ -26,10 +26,14 @@ import logging
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Mapping
 
 import bpetok
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 __all__ = [
     "DEFAULT_HOST",
@@ -337,7 +341,9 @@ def _dumps(payload) -> bytes:
         return json.dumps(payload, separators=(",", ":")).encode("ascii")
 
 
-def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_path: str | None = None):
+def create_app(
+    tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_path: str | None = None
+) -> Starlette:
     """The ASGI app serving ``tok``; bodies over ``max_body_bytes`` get 413 before they are read in full."""
     _require_server_extra()
     from starlette.applications import Starlette
@@ -351,7 +357,7 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
         raise BpetokError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
     info = props(tok, model_path if model_path is not None else tok.vocabulary.path)
 
-    def respond(payload, status: int = 200, headers: dict | None = None) -> Response:
+    def respond(payload, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
         return Response(_dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
     async def read_body(request: Request) -> bytes:
@@ -445,10 +451,11 @@ def create_app(tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_
     async def unhandled(request: Request, exc: Exception) -> Response:  # Starlette's backstop
         return server_error(request, exc)
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unhandled})
+    handlers: dict[Any, Any] = {HTTPException: http_error, Exception: unhandled}  # Starlette's handler union
+    return Starlette(routes=routes, exception_handlers=handlers)
 
 
-def app_from_env():
+def app_from_env() -> Starlette:
     """App factory for uvicorn workers: the model path and limit come from the environment.
 
     ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL`` and ``BPETOK_SERVE_MAX_BODY_BYTES`` and
@@ -532,13 +539,13 @@ def _run_workers(uvicorn, workers: int, options: dict) -> None:
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn < 0.30
-        Multiprocess(config, target=uvicorn.Server(config=config).run, sockets=[sock]).run()
+        Multiprocess(config, target=uvicorn.Server(config=config).run, sockets=[sock]).run()  # type: ignore[call-arg]
     else:
         Multiprocess(config, sockets=[sock]).run()
 
 
 @hookimpl
-def bpetok_register_commands(subparsers) -> None:
+def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``bpetok serve`` to the CLI (a built-in plugin of the CLI hook)."""
     from bpetok.cli import positive_int
 
