@@ -37,8 +37,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_HOST",
+    "DEFAULT_KEEP_ALIVE_TIMEOUT",
+    "DEFAULT_LIMIT_CONCURRENCY",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_PORT",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_SHUTDOWN_TIMEOUT",
     "RequestError",
     "bpetok_register_commands",
     "app_from_env",
@@ -53,11 +57,24 @@ __all__ = [
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080  # llama-server's default port
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+# Slow and stuck clients (docs/server.md, "Limits"): seconds for a request's head to arrive (after
+# the connection opens or the previous response) and, separately, for its body; seconds an idle
+# keep-alive connection stays open; connections served at once (more get 503); seconds SIGTERM
+# waits for running requests before cancelling them.
+DEFAULT_REQUEST_TIMEOUT = 30.0
+DEFAULT_KEEP_ALIVE_TIMEOUT = 5.0
+DEFAULT_LIMIT_CONCURRENCY = 256
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+# After refusing a body it did not read (413), how much more the server reads and discards so that
+# the client can finish sending and read the answer, and for how long at most.
+LINGER_BYTES = 64 * 1024 * 1024
+LINGER_SECONDS = 10.0
 
 # How `--workers N` hands the model to worker processes: uvicorn starts each worker from an import
 # string, so the app is built by app_from_env() from these variables.
 ENV_MODEL = "BPETOK_SERVE_MODEL"
 ENV_MAX_BODY_BYTES = "BPETOK_SERVE_MAX_BODY_BYTES"
+ENV_REQUEST_TIMEOUT = "BPETOK_SERVE_REQUEST_TIMEOUT"
 
 # Requests at least this large (characters to encode, ids to decode) run in a worker thread, so a
 # multi-megabyte request does not stall /health and the small requests queued behind it.
@@ -341,13 +358,56 @@ def _dumps(payload) -> bytes:
         return json.dumps(payload, separators=(",", ":")).encode("ascii")
 
 
+async def _in_daemon_thread(function, *args):
+    """``function(*args)`` in a thread of its own, awaited.
+
+    A daemon thread, unlike the thread pools of asyncio and anyio: when SIGTERM's grace period
+    (``--shutdown-timeout``) is over, uvicorn cancels the request and the process exits without
+    waiting for a long encode to finish; its result would go nowhere.
+    """
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def settle(result, error) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def work() -> None:
+        result = error = None
+        try:
+            result = function(*args)
+        except BaseException as e:  # handed to the awaiting request, which answers 500 for a bug
+            error = e
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: the server stopped, nobody is waiting
+            pass
+
+    threading.Thread(target=work, name="bpetok-request", daemon=True).start()
+    return await done
+
+
 def create_app(
-    tok: bpetok.Tokenizer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_path: str | None = None
+    tok: bpetok.Tokenizer,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    model_path: str | None = None,
+    body_timeout: float = DEFAULT_REQUEST_TIMEOUT,
 ) -> Starlette:
-    """The ASGI app serving ``tok``; bodies over ``max_body_bytes`` get 413 before they are read in full."""
+    """The ASGI app serving ``tok``; bodies over ``max_body_bytes`` get 413 before they are read in
+    full, bodies that take longer than ``body_timeout`` seconds to arrive get 408."""
     _require_server_extra()
+    import asyncio
+
+    import anyio
     from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
@@ -366,11 +426,18 @@ def create_app(
             raise too_large(int(declared))
         # Count while reading: a chunked body (no Content-Length) is cut off at the limit too.
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise too_large(None)
-            chunks.append(chunk)
+        with anyio.move_on_after(body_timeout) as deadline:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body_bytes:
+                    raise too_large(None)
+                chunks.append(chunk)
+        if deadline.cancelled_caught:
+            raise RequestError(
+                f"the request body did not arrive within {body_timeout:g} seconds ({size:,} bytes came); "
+                "send it at once (or start the server with a larger --request-timeout)",
+                status=408,
+            )
         return b"".join(chunks)
 
     def too_large(declared: int | None) -> RequestError:
@@ -386,17 +453,25 @@ def create_app(
             try:
                 data = parse_body(await read_body(request))
                 if size_of(data) >= _THREAD_THRESHOLD:
-                    result = await run_in_threadpool(handler, tok, data)
+                    result = await _in_daemon_thread(handler, tok, data)
                 else:
                     result = handler(tok, data)
                 return respond(result)
             except RequestError as e:
-                # subtle: after a 413 the connection stays open and uvicorn discards the rest of the
-                # body as it arrives (never buffering it). Closing instead would reset the socket
-                # under a client still sending, and it would never see the 413.
-                return respond(e.payload(), e.status)
+                # subtle: after a 413 or 408 the rest of the body is never read by the app. On a
+                # keep-alive connection uvicorn discards it as it arrives; when the connection is
+                # to close, BoundedH11Protocol lingers (reads and drops it, bounded) so that a
+                # client still sending its body reads the answer instead of a reset. A 408 closes:
+                # the client is too slow to be waited for again.
+                headers = {"connection": "close"} if e.status == 408 else None
+                return respond(e.payload(), e.status, headers)
             except ClientDisconnect:
                 return Response(status_code=400)  # nobody is listening any more
+            except asyncio.CancelledError:
+                # SIGTERM's grace period (--shutdown-timeout) is over and uvicorn cancels what
+                # still runs: the request ends here, so answer it (once) instead of a bare 500.
+                error = RequestError("the server is shutting down; send the request again", 503, "unavailable_error")
+                return respond(error.payload(), 503, {"connection": "close"})
             except BpetokError as e:  # the vocabulary cannot do what was asked (e.g. no BOS token)
                 return respond(RequestError(str(e)).payload(), 400)
             except Exception as e:  # a bug: answer, log it once, keep serving
@@ -456,9 +531,10 @@ def create_app(
 
 
 def app_from_env() -> Starlette:
-    """App factory for uvicorn workers: the model path and limit come from the environment.
+    """App factory for uvicorn workers: the model path and limits come from the environment.
 
-    ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL`` and ``BPETOK_SERVE_MAX_BODY_BYTES`` and
+    ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL``, ``BPETOK_SERVE_MAX_BODY_BYTES`` and
+    ``BPETOK_SERVE_REQUEST_TIMEOUT`` and
     starts uvicorn with ``bpetok.server:app_from_env`` (``factory=True``); it can be used directly:
     ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.server:app_from_env``.
     """
@@ -470,7 +546,12 @@ def app_from_env() -> Starlette:
         max_body_bytes = int(limit)
     except ValueError:
         raise BpetokError(f"{ENV_MAX_BODY_BYTES}={limit!r} is not a number of bytes") from None
-    return create_app(bpetok.from_gguf(path), max_body_bytes=max_body_bytes, model_path=path)
+    timeout = os.environ.get(ENV_REQUEST_TIMEOUT, str(DEFAULT_REQUEST_TIMEOUT))
+    try:
+        body_timeout = float(timeout)
+    except ValueError:
+        raise BpetokError(f"{ENV_REQUEST_TIMEOUT}={timeout!r} is not a number of seconds") from None
+    return create_app(bpetok.from_gguf(path), max_body_bytes=max_body_bytes, model_path=path, body_timeout=body_timeout)
 
 
 # -- the command ------------------------------------------------------------------------------------------
@@ -486,6 +567,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 86400 seconds")
+    return value
+
+
 def _cmd_serve(args) -> int:
     uvicorn = _require_server_extra()
     path = os.path.abspath(args.model)
@@ -497,15 +588,26 @@ def _cmd_serve(args) -> int:
         file=sys.stderr,
         flush=True,
     )
-    options = dict(host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+    options = dict(
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        http=_protocol(args.request_timeout),
+        timeout_keep_alive=args.keep_alive_timeout,
+        limit_concurrency=args.limit_concurrency,
+        timeout_graceful_shutdown=args.shutdown_timeout,
+    )
+    _check_fd_limit(args.limit_concurrency)
     try:
         if args.workers == 1:
-            app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path)
+            app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path, body_timeout=args.request_timeout)
             uvicorn.run(app, **options)
         else:
             # Workers are separate processes started from an import string; each loads the model itself.
             os.environ[ENV_MODEL] = path
             os.environ[ENV_MAX_BODY_BYTES] = str(args.max_body_bytes)
+            os.environ[ENV_REQUEST_TIMEOUT] = str(args.request_timeout)
             _run_workers(uvicorn, args.workers, options)
     except SystemExit as e:  # uvicorn logs why it could not start (e.g. the port is taken), then exits
         if e.code not in (0, None):
@@ -515,6 +617,40 @@ def _cmd_serve(args) -> int:
             ) from None
         raise
     return 0
+
+
+def _protocol(request_timeout: float):
+    """uvicorn's h11 protocol with a request-head timeout and a lingering close (bpetok.server_http)."""
+    import functools
+
+    from bpetok.server_http import BoundedH11Protocol
+
+    return functools.partial(
+        BoundedH11Protocol, request_timeout=request_timeout, linger_seconds=LINGER_SECONDS, linger_bytes=LINGER_BYTES
+    )
+
+
+def _check_fd_limit(limit_concurrency: int) -> None:
+    """Make room for ``limit_concurrency`` connections in the open-file limit, or say what to do.
+
+    Past the limit, accept() fails and nobody, /health included, is answered; uvicorn's 503 for
+    connections over --limit-concurrency needs a descriptor for each of them too.
+    """
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = limit_concurrency + 64  # the model file, the listening socket, logs, a margin
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        return
+    raise BpetokError(
+        f"--limit-concurrency {limit_concurrency} needs about {needed} open files but this process may open "
+        f"at most {hard} (ulimit -n); pass a smaller --limit-concurrency"
+    )
 
 
 def _run_workers(uvicorn, workers: int, options: dict) -> None:
@@ -572,4 +708,30 @@ def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
         help="uvicorn's log level (default info)",
     )
     p.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs time)")
+    p.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=DEFAULT_REQUEST_TIMEOUT,
+        help="seconds for a request's head to arrive, and then for its body; slower clients are disconnected "
+        f"(a late body gets 408) (default {DEFAULT_REQUEST_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=_seconds,
+        default=DEFAULT_KEEP_ALIVE_TIMEOUT,
+        help=f"seconds an idle keep-alive connection stays open (default {DEFAULT_KEEP_ALIVE_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--limit-concurrency",
+        type=positive_int,
+        default=DEFAULT_LIMIT_CONCURRENCY,
+        help=f"connections served at once (per worker); requests beyond get 503 (default {DEFAULT_LIMIT_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=DEFAULT_SHUTDOWN_TIMEOUT,
+        help="on SIGTERM or Ctrl-C, seconds to let running requests finish before they are cancelled "
+        f"(default {DEFAULT_SHUTDOWN_TIMEOUT:g})",
+    )
     p.set_defaults(func=_cmd_serve)

@@ -631,3 +631,167 @@ def test_apply_template_failure_names_the_line():
     ]
     with pytest.raises(bpetok.BpetokError, match=r"tokenizer.chat_template, line \d+"):
         apply_template_request(qwen2, {"messages": messages})
+
+
+# -- slow, stuck and over-limit clients (real TCP; every wait below is bounded) ------------------------
+
+
+def test_413_reaches_a_client_that_sends_connection_close(port):
+    # Python's urllib sends "Connection: close" and writes the whole body before reading: a
+    # server that closes at once resets the connection under it, and it never sees the 413.
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"content": "x" * 16_000_000}).encode()  # far more than the socket buffers hold
+    req = urllib.request.Request(f"http://{HOST}:{port}/tokenize", data=body)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(req, timeout=30)
+    assert caught.value.code == 413
+    error = json.loads(caught.value.read())["error"]
+    assert error["code"] == 413 and "--max-body-bytes" in error["message"]
+
+
+def _wait_closed(sock: socket.socket, limit: float) -> tuple[float, bytes]:
+    """Read until the server closes ``sock``: (seconds it took, what was received)."""
+    sock.settimeout(limit)
+    start, got = time.monotonic(), b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start, got
+
+
+def test_incomplete_requests_and_idle_connections_time_out(start_server):
+    srv = start_server("--request-timeout", "1", "--keep-alive-timeout", "1")
+    openings = {
+        "nothing": b"",
+        "half a head": b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Le",
+        "half a body": b'POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"content": ',
+        "a request, then idle": b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a request, then half a head": b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /hea",
+    }
+    socks = {}
+    for name, data in openings.items():
+        socks[name] = socket.create_connection((HOST, srv.port), timeout=30)
+        socks[name].sendall(data)
+    try:
+        for name, sock in socks.items():
+            took, got = _wait_closed(sock, 20)
+            assert took < 15, f"{name}: still open after {took:.1f}s"
+            if name == "half a body":
+                head, _, body = got.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 408"), got
+                assert json.loads(body)["error"]["code"] == 408
+            elif name.startswith("a request"):
+                assert got.startswith(b"HTTP/1.1 200") and got.count(b"HTTP/1.1") == 1, got
+            else:
+                assert got == b"", got
+    finally:
+        for sock in socks.values():
+            sock.close()
+    assert request(srv.port, "GET", "/health")[::2] == (200, {"status": "ok"})
+
+
+def test_sigterm_finishes_with_a_client_stuck_mid_request(start_server):
+    srv = start_server()  # default timeouts: only the shutdown can end these connections in time
+    stuck = socket.create_connection((HOST, srv.port), timeout=30)
+    stuck.sendall(b'POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"content": "')
+    half = socket.create_connection((HOST, srv.port), timeout=30)
+    half.sendall(b"GET /heal")
+    time.sleep(0.5)  # let the server read both
+    try:
+        start = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        try:
+            srv.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 20 s after SIGTERM:\n{srv.output()}") from None
+        # uvicorn re-raises the signal once it has shut down: "killed by SIGTERM", after a clean stop
+        assert srv.proc.returncode in (0, -signal.SIGTERM), srv.output()
+        assert time.monotonic() - start < 15 and "Finished server process" in srv.output()
+    finally:
+        stuck.close()
+        half.close()
+
+
+SLOW_SERVER = """
+import sys, time
+import bpetok
+from bpetok.cli import main
+
+def slow_encode(self, text, **kwargs):  # a request that runs far longer than the grace period
+    time.sleep(120)
+
+bpetok.Tokenizer.encode = slow_encode
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_cuts_a_running_request_at_the_shutdown_timeout(tmp_path):
+    srv = Server(tmp_path / "slow.log", "--shutdown-timeout", "1")
+    srv.proc.kill()  # started the plain way only to get a port and a log: restart with the slow encoder
+    srv.proc.wait(timeout=20)
+    cmd = [sys.executable, "-c", SLOW_SERVER, "serve", str(QWEN3), "--host", HOST, "--port", str(srv.port),
+           "--shutdown-timeout", "1"]
+    srv.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=srv.log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        srv.wait_healthy()
+        answers = []
+
+        def send():  # long enough to run in a worker thread
+            answers.append(request(srv.port, "POST", "/tokenize", {"content": "x" * 20_000}, timeout=60))
+
+        client = threading.Thread(target=send)
+        client.start()
+        time.sleep(1.0)  # the request is now sleeping in its thread
+        start = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        try:
+            srv.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 20 s after SIGTERM:\n{srv.output()}") from None
+        took = time.monotonic() - start
+        client.join(timeout=30)
+        assert took < 15 and srv.proc.returncode in (0, -signal.SIGTERM), srv.output()
+        assert_error(answers[0], 503, "shutting down")
+        assert "Traceback" not in srv.output()
+    finally:
+        srv.stop()
+
+
+def test_connections_over_the_limit_get_503(start_server):
+    srv = start_server("--limit-concurrency", "2")
+    held = [socket.create_connection((HOST, srv.port), timeout=30) for _ in range(2)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /heal")  # connected, request not complete yet
+        time.sleep(0.3)
+        status, _, _ = _raw_status(srv.port)
+        assert status == 503
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.3)
+    assert request(srv.port, "GET", "/health")[0] == 200
+
+
+def _raw_status(port: int) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        conn.request("GET", "/health")
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--request-timeout", "0"), ("--keep-alive-timeout", "soon"), ("--shutdown-timeout", "-1"),
+                      ("--limit-concurrency", "0")]
+)
+def test_limit_options_are_checked(option, value):
+    done = _run_cli("serve", str(QWEN3), option, value)
+    assert done.returncode == 2 and option in done.stderr

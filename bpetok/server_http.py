@@ -1,0 +1,139 @@
+"""uvicorn's h11 protocol with the bounds ``bpetok serve`` promises (imported only to serve).
+
+Two things uvicorn leaves open, closed here at the connection level, below the ASGI app:
+
+- **Request heads time out.** uvicorn arms its keep-alive timer only after a response, and any
+  byte received cancels it: a client that connects and sends nothing, or half a request line,
+  holds its connection (and a file descriptor) forever. Here the head of each request must
+  arrive within ``request_timeout`` seconds of the connection opening or of the previous
+  response, else the connection is closed. (The body's own timeout is the app's: a 408.)
+- **Lingering close.** When the server closes a connection while the client is still sending a
+  request body nobody read (a 413 to a client that sent ``Connection: close``, as Python's
+  urllib does), closing at once would reset the connection under the client's writes, and the
+  client would never read the answer. Here the server sends its answer, shuts down its sending
+  side, then reads and discards what still arrives, up to ``linger_bytes`` and
+  ``linger_seconds``, before closing, as nginx's lingering close does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["BoundedH11Protocol"]
+
+
+class _Transport:
+    """The connection's transport as uvicorn sees it: ``close()`` lingers while a body is unread."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedH11Protocol):
+        self._transport = transport
+        self._protocol = protocol
+        self._closing = False
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self._protocol._close_lingering()
+
+
+class BoundedH11Protocol(H11Protocol):
+    """:class:`H11Protocol` with a request-head timeout and a lingering close (module docstring).
+
+    uvicorn builds one per connection; pass ``functools.partial(BoundedH11Protocol, ...)`` as
+    ``uvicorn.Config(http=...)`` (a partial of this module-level class pickles, so ``--workers``
+    processes get it too).
+    """
+
+    def __init__(self, *args, request_timeout: float, linger_seconds: float, linger_bytes: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.request_timeout = request_timeout
+        self.linger_seconds = linger_seconds
+        self.linger_bytes = linger_bytes
+        self._raw: asyncio.Transport | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._waiting_after = None  # the cycle whose successor's head the timer waits for
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._lingered = -1  # bytes discarded while lingering; -1: not lingering
+
+    # -- the request-head timeout ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._raw = transport
+        super().connection_made(_Transport(transport, self))
+        self._wait_for_head()
+
+    def _wait_for_head(self) -> None:
+        self._cancel_head_timer()
+        self._waiting_after = self.cycle
+        self._head_timer = self.loop.call_later(self.request_timeout, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_arrived(self) -> bool:
+        # uvicorn makes a new RequestResponseCycle for each request head it parses
+        return self.cycle is not self._waiting_after
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._head_arrived() and not self._raw.is_closing():
+            self._raw.close()  # nothing to answer: the request never arrived
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingered >= 0:
+            self._lingered += len(data)
+            if self._lingered > self.linger_bytes:
+                self._raw.close()
+            return
+        super().data_received(data)
+        if self._head_timer is not None and self._head_arrived():
+            self._cancel_head_timer()
+
+    def on_response_complete(self) -> None:
+        if not self.transport.is_closing():
+            self._wait_for_head()
+        super().on_response_complete()  # may start a pipelined request at once
+        if self._head_timer is not None and self._head_arrived():
+            self._cancel_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+        super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """SIGTERM: uvicorn closes idle connections and lets running requests finish (its
+        ``timeout_graceful_shutdown`` bounds the wait). A request whose body is still arriving
+        has not started: it is dropped at once rather than waited for."""
+        if self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.SEND_BODY:
+            self._raw.close()
+            return
+        super().shutdown()
+
+    # -- lingering close ---------------------------------------------------------------------------
+
+    def _close_lingering(self) -> None:
+        """Close, after discarding the rest of a request body the client may still be sending."""
+        raw = self._raw
+        self._cancel_head_timer()
+        unread = self.conn.their_state is h11.SEND_BODY
+        if raw.is_closing() or not unread or not raw.can_write_eof():
+            raw.close()
+            return
+        self._lingered = 0
+        raw.write_eof()  # the answer is flushed first; the client reads it once its body is sent
+        raw.resume_reading()  # uvicorn pauses reading while a body waits for the app
+        self._linger_timer = self.loop.call_later(self.linger_seconds, raw.close)
+
