@@ -99,6 +99,9 @@ def _piece_json(data: bytes):
         return list(data)
 
 
+_OUTPUT_SLICE = 65536  # tokens formatted at a time by `bpetok tokenize`
+
+
 def _cmd_tokenize(args) -> int:
     tok = bpetok.from_file(args.model)
     if args.file is not None:
@@ -112,17 +115,19 @@ def _cmd_tokenize(args) -> int:
     # The raw bytes, invalid UTF-8 included: llama.cpp's ids for exactly what was given.
     ids = tok.encode_bytes(data, parse_special=not args.no_special)
     del data
+    # The JSON is written a slice of tokens at a time, never built whole: with --pieces, a list of
+    # dicts for a 60 MB input took 6 GB (docs/benchmarks.md, "tokenize --pieces").
     out = sys.stdout
-    if not args.pieces:
-        out.write(json.dumps({"tokens": ids}))
-        out.write("\n")
-        return 0
-    # One token object at a time: a list of dicts for a 60 MB input would take gigabytes.
     out.write('{"tokens": [')
-    for n, token_id in enumerate(ids):
-        if n:
+    for start in range(0, len(ids), _OUTPUT_SLICE):
+        part = ids[start : start + _OUTPUT_SLICE]
+        if args.pieces:
+            items = [json.dumps({"id": i, "piece": _piece_json(tok.piece(i))}, ensure_ascii=False) for i in part]
+        else:
+            items = map(str, part)
+        if start:
             out.write(", ")
-        out.write(json.dumps({"id": token_id, "piece": _piece_json(tok.piece(token_id))}, ensure_ascii=False))
+        out.write(", ".join(items))
     out.write("]}\n")
     return 0
 

@@ -20,8 +20,10 @@ the elements.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import tempfile
 from typing import Any, Iterable
 
 import numpy as np
@@ -95,10 +97,39 @@ def write_gguf(path: str | os.PathLike, items: Iterable[Item]) -> None:
     body = struct.pack("<4sIQQ", b"GGUF", GGUF_VERSION, 0, len(chunks)) + b"".join(chunks)
     # Tensor data would start at the next multiple of the alignment; llama.cpp seeks there.
     body += b"\0" * (-len(body) % ALIGNMENT)
-    tmp = os.fspath(path) + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(body)
-    os.replace(tmp, path)  # never leave a half-written file under the final name
+    _write_atomically(os.fspath(path), body)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory, then rename it.
+
+    Never a half-written file under the final name, and never a fixed temporary name (which
+    could be a user's file): ``tempfile`` picks an unused one, removed again if anything fails.
+    """
+    if os.path.isdir(path):
+        raise BpetokError(f"{path}: is a directory; give the name of the GGUF file to write, e.g. {os.path.join(path, 'vocab.gguf')}")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise BpetokError(f"{path}: exists and is not a regular file (a pipe or device?); give the name of a file to write")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    except FileNotFoundError:
+        raise BpetokError(f"{path}: cannot write it, the directory {directory} does not exist") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a written file is not
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(mask)
+    return mask
 
 
 def items_of(gguf: GGUFFile) -> list[Item]:

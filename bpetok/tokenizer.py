@@ -14,6 +14,7 @@ import gc
 import operator
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from typing import SupportsIndex
 from itertools import chain, compress, islice, repeat
@@ -68,8 +69,7 @@ def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginMan
 
     pm = plugin_manager or get_plugin_manager()
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file; pass the path of a GGUF model or vocabulary file")
+    _check_regular_file(path)
     vocab = pm.hook.bpetok_load_vocabulary(path=path)
     if vocab is None:
         raise BpetokError(
@@ -78,6 +78,26 @@ def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginMan
         )
     pm.hook.bpetok_adjust_token_attributes(vocabulary=vocab)
     return vocab
+
+
+def _check_regular_file(path: str) -> None:
+    """Refuse a path that is not a regular file, saying what it is (a FIFO would block the reader)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file; pass the path of a GGUF model or vocabulary file") from None
+    if stat.S_ISREG(mode):
+        return
+    kind = (
+        "a directory" if stat.S_ISDIR(mode)
+        else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+        else "a character device" if stat.S_ISCHR(mode)
+        else "a block device" if stat.S_ISBLK(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    why = "" if stat.S_ISDIR(mode) else " (a vocabulary is read with random access: it cannot be streamed in)"
+    raise BpetokError(f"{path}: is {kind}, not a file; pass the path of a GGUF model or vocabulary file{why}")
 
 
 def from_file(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:

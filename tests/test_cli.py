@@ -106,3 +106,49 @@ def test_corrupt_file_is_one_line(tmp_path):
 def test_module_entry_point():
     result = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], capture_output=True, timeout=60)
     assert result.stdout.decode().strip() == f"bpetok {bpetok.__version__}"
+
+
+def test_model_that_is_not_a_file_says_what_it_is(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "model.fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((tmp_path, "is a directory"), (fifo, "is a named pipe (FIFO)"), ("/dev/null", "is a character device")):
+        for command in (["info", str(path)], ["tokenize", str(path)]):
+            assert main(command) == 1
+            err = capsys.readouterr().err
+            assert err.startswith(f"bpetok: error: {path}: {kind}, not a file") and err.count("\n") == 1, err
+    with pytest.raises(bpetok.BpetokError, match="is a directory"):
+        bpetok.from_gguf(tmp_path)
+
+
+class _RecordingStdout:
+    """A stdout that keeps what is written and the size of the largest single write."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.largest = 0
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        self.largest = max(self.largest, len(text))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_tokenize_streams_its_output(tmp_path, monkeypatch, pieces):
+    # A 60 MB input with --pieces peaked at 6 GB when the whole JSON was built before printing.
+    text = "Hello world, this is a line of text. <|im_end|>\n" * 20_000  # 220,000 tokens
+    path = tmp_path / "in.txt"
+    path.write_text(text, encoding="utf-8")
+    out = _RecordingStdout()
+    monkeypatch.setattr("sys.stdout", out)
+    assert main(["tokenize", str(QWEN3), "--file", str(path), *(["--pieces"] if pieces else [])]) == 0
+    written = "".join(out.parts)
+    tokens = json.loads(written)["tokens"]
+    ids = [t["id"] for t in tokens] if pieces else tokens
+    assert ids == bpetok.from_gguf(QWEN3).encode(text)
+    assert out.largest < len(written) / 3, "the output was built whole, then written"

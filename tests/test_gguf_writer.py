@@ -98,3 +98,52 @@ def test_gguf_package_reads_a_trained_vocabulary(tmp_path):
     assert bytes(reader.fields["tokenizer.ggml.pre"].parts[-1]) == b"qwen2"
     ours = read_gguf(path)
     assert ours.metadata["tokenizer.ggml.eos_token_id"] == 269
+
+
+def test_a_users_file_named_like_a_temporary_is_never_touched(tmp_path):
+    path = tmp_path / "v.gguf"
+    mine = tmp_path / "v.gguf.tmp"  # the writer's old fixed temporary name
+    mine.write_bytes(b"my notes")
+    write_gguf(path, ITEMS)
+    assert mine.read_bytes() == b"my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.gguf", "v.gguf.tmp"]
+    assert read_gguf(path).metadata["test.u8"] == 255
+
+
+def test_a_failed_write_leaves_no_temporary_and_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "v.gguf"
+    path.write_bytes(b"old")
+    import bpetok.gguf_writer as writer
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer.os, "replace", fail)
+    with pytest.raises(OSError, match="No space left"):
+        write_gguf(path, ITEMS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.gguf"] and path.read_bytes() == b"old"
+
+
+def test_output_that_is_not_a_file_is_refused(tmp_path):
+    import os
+
+    with pytest.raises(bpetok.BpetokError, match="is a directory; give the name of the GGUF file"):
+        write_gguf(tmp_path, ITEMS)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(bpetok.BpetokError, match="exists and is not a regular file"):
+        write_gguf(fifo, ITEMS)
+    with pytest.raises(bpetok.BpetokError, match="does not exist"):
+        write_gguf(tmp_path / "no" / "v.gguf", ITEMS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_written_file_has_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "v.gguf"
+    write_gguf(path, ITEMS)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask

@@ -12,7 +12,7 @@ import bpetok
 from bpetok.cli import main
 from bpetok.gguf import read_gguf
 from bpetok.train import STRIDE, _PairCounts, _reference_merges, extend, train
-from helpers import QWEN3, load_cases
+from helpers import QWEN3, SMOLLM2, load_cases
 
 WORDS = ("the", "model", "tokenizer", "train", "lower", "lowest", "newer", "wider", "def", "self",
          "return", "import", "numpy", "QLoRA", "Unsloth", "é", "日本", "x_1", "café")
@@ -314,3 +314,17 @@ def test_random_pins_are_always_single_tokens(text, pins):
     for term in pins:
         assert len(tok.encode(term)) == 1 and len(tok.encode(" " + term)) == 1
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_cli_output_that_is_a_directory_leaves_nothing_behind(tmp_path, corpus_file, capsys):
+    # `-o DIR` used to write DIR.tmp, fail to rename it over the directory, and leave it there
+    target = tmp_path / "out"
+    target.mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv in (["train", str(corpus_file), "--vocab-size", "300", "-o", str(target)],
+                 ["extend", str(SMOLLM2), "--pin", "gradient", "-o", str(target)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"bpetok: error: {target}: is a directory") and err.count("\n") == 1, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        assert not any(target.iterdir())
