@@ -66,9 +66,10 @@ DEFAULT_KEEP_ALIVE_TIMEOUT = 5.0
 DEFAULT_LIMIT_CONCURRENCY = 256
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 # After refusing a body it did not read (413), how much more the server reads and discards so that
-# the client can finish sending and read the answer, and for how long at most.
+# the client can finish sending and read the answer: bytes, seconds in all, seconds without data.
 LINGER_BYTES = 64 * 1024 * 1024
 LINGER_SECONDS = 10.0
+LINGER_IDLE = 2.0
 
 # How `--workers N` hands the model to worker processes: uvicorn starts each worker from an import
 # string, so the app is built by app_from_env() from these variables.
@@ -626,7 +627,11 @@ def _protocol(request_timeout: float):
     from bpetok.server_http import BoundedH11Protocol
 
     return functools.partial(
-        BoundedH11Protocol, request_timeout=request_timeout, linger_seconds=LINGER_SECONDS, linger_bytes=LINGER_BYTES
+        BoundedH11Protocol,
+        request_timeout=request_timeout,
+        linger_seconds=LINGER_SECONDS,
+        linger_idle=LINGER_IDLE,
+        linger_bytes=LINGER_BYTES,
     )
 
 

@@ -12,7 +12,8 @@ Two things uvicorn leaves open, closed here at the connection level, below the A
   urllib does), closing at once would reset the connection under the client's writes, and the
   client would never read the answer. Here the server sends its answer, shuts down its sending
   side, then reads and discards what still arrives, up to ``linger_bytes`` and
-  ``linger_seconds``, before closing, as nginx's lingering close does.
+  ``linger_seconds`` in all and ``linger_idle`` seconds without data, before closing, as nginx's
+  lingering close does (its lingering_time and lingering_timeout).
 """
 
 from __future__ import annotations
@@ -53,15 +54,19 @@ class BoundedH11Protocol(H11Protocol):
     processes get it too).
     """
 
-    def __init__(self, *args, request_timeout: float, linger_seconds: float, linger_bytes: int, **kwargs):
+    def __init__(
+        self, *args, request_timeout: float, linger_seconds: float, linger_idle: float, linger_bytes: int, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.request_timeout = request_timeout
         self.linger_seconds = linger_seconds
+        self.linger_idle = linger_idle
         self.linger_bytes = linger_bytes
         self._raw: asyncio.Transport | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._waiting_after = None  # the cycle whose successor's head the timer waits for
         self._linger_timer: asyncio.TimerHandle | None = None
+        self._linger_idle_timer: asyncio.TimerHandle | None = None
         self._lingered = -1  # bytes discarded while lingering; -1: not lingering
 
     # -- the request-head timeout ---------------------------------------------------------------
@@ -95,6 +100,9 @@ class BoundedH11Protocol(H11Protocol):
             self._lingered += len(data)
             if self._lingered > self.linger_bytes:
                 self._raw.close()
+            else:
+                self._linger_idle_timer.cancel()
+                self._linger_idle_timer = self.loop.call_later(self.linger_idle, self._raw.close)
             return
         super().data_received(data)
         if self._head_timer is not None and self._head_arrived():
@@ -109,8 +117,9 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
-        if self._linger_timer is not None:
-            self._linger_timer.cancel()
+        for timer in (self._linger_timer, self._linger_idle_timer):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
@@ -136,4 +145,5 @@ class BoundedH11Protocol(H11Protocol):
         raw.write_eof()  # the answer is flushed first; the client reads it once its body is sent
         raw.resume_reading()  # uvicorn pauses reading while a body waits for the app
         self._linger_timer = self.loop.call_later(self.linger_seconds, raw.close)
+        self._linger_idle_timer = self.loop.call_later(self.linger_idle, raw.close)
 

@@ -679,7 +679,7 @@ def test_incomplete_requests_and_idle_connections_time_out(start_server):
     try:
         for name, sock in socks.items():
             took, got = _wait_closed(sock, 20)
-            assert took < 15, f"{name}: still open after {took:.1f}s"
+            assert took < 10, f"{name}: still open after {took:.1f}s"
             if name == "half a body":
                 head, _, body = got.partition(b"\r\n\r\n")
                 assert head.startswith(b"HTTP/1.1 408"), got
