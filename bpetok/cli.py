@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 
 import pluggy
 
@@ -121,6 +122,7 @@ def _cmd_tokenize(args) -> int:
     out.write('{"tokens": [')
     for start in range(0, len(ids), _OUTPUT_SLICE):
         part = ids[start : start + _OUTPUT_SLICE]
+        items: Iterable[str]
         if args.pieces:
             items = [json.dumps({"id": i, "piece": _piece_json(tok.piece(i))}, ensure_ascii=False) for i in part]
         else:

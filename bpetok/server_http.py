@@ -19,6 +19,7 @@ Two things uvicorn leaves open, closed here at the connection level, below the A
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -62,9 +63,9 @@ class BoundedH11Protocol(H11Protocol):
         self.linger_seconds = linger_seconds
         self.linger_idle = linger_idle
         self.linger_bytes = linger_bytes
-        self._raw: asyncio.Transport | None = None
+        self._raw: asyncio.Transport  # the real transport, set by connection_made
         self._head_timer: asyncio.TimerHandle | None = None
-        self._waiting_after = None  # the cycle whose successor's head the timer waits for
+        self._waiting_after: object = None  # the cycle whose successor's head the timer waits for
         self._linger_timer: asyncio.TimerHandle | None = None
         self._linger_idle_timer: asyncio.TimerHandle | None = None
         self._lingered = -1  # bytes discarded while lingering; -1: not lingering
@@ -73,7 +74,7 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._raw = transport
-        super().connection_made(_Transport(transport, self))
+        super().connection_made(cast(asyncio.Transport, _Transport(transport, self)))
         self._wait_for_head()
 
     def _wait_for_head(self) -> None:
@@ -101,7 +102,8 @@ class BoundedH11Protocol(H11Protocol):
             if self._lingered > self.linger_bytes:
                 self._raw.close()
             else:
-                self._linger_idle_timer.cancel()
+                if self._linger_idle_timer is not None:
+                    self._linger_idle_timer.cancel()
                 self._linger_idle_timer = self.loop.call_later(self.linger_idle, self._raw.close)
             return
         super().data_received(data)

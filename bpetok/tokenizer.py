@@ -780,8 +780,10 @@ def _beyond_unicode_error(data: bytes) -> InputError:
     raise AssertionError("no sequence past U+10FFFF")  # unreachable: the caller's decode found one
 
 
-def _llama_utf8_errors(error: UnicodeDecodeError) -> tuple[str, int]:
+def _llama_utf8_errors(error: UnicodeError) -> tuple[str, int]:
     """Codec error handler: where Python's strict decoder stops, llama.cpp's next step."""
+    if not isinstance(error, UnicodeDecodeError):  # registered for decoding only
+        raise error
     cpt, length = _llama_cpt_at(error.object, error.start)
     if cpt > 0x10FFFF:
         raise _BeyondUnicode(error.start, cpt)
