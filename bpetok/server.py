@@ -580,6 +580,7 @@ def _seconds(text: str) -> float:
 
 def _cmd_serve(args) -> int:
     uvicorn = _require_server_extra()
+    _check_fd_limit(args.limit_concurrency)
     path = os.path.abspath(args.model)
     tok = bpetok.from_gguf(path)  # fail here, with bpetok's message, before any worker starts
     url = f"http://{args.host}:{args.port}"
@@ -599,7 +600,6 @@ def _cmd_serve(args) -> int:
         limit_concurrency=args.limit_concurrency,
         timeout_graceful_shutdown=args.shutdown_timeout,
     )
-    _check_fd_limit(args.limit_concurrency)
     try:
         if args.workers == 1:
             app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path, body_timeout=args.request_timeout)

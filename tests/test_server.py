@@ -795,3 +795,18 @@ def _raw_status(port: int) -> tuple[int, dict, bytes]:
 def test_limit_options_are_checked(option, value):
     done = _run_cli("serve", str(QWEN3), option, value)
     assert done.returncode == 2 and option in done.stderr
+
+
+def test_limit_concurrency_must_fit_the_open_file_limit():
+    import resource
+
+    def low_fd_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    cmd = [sys.executable, "-m", "bpetok.cli", "serve", str(QWEN3), "--port", str(free_port()), "--limit-concurrency", "1000"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=low_fd_limit)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "bpetok: error: --limit-concurrency 1000 needs about 1064 open files but this process may open at most 128 "
+        "(ulimit -n); pass a smaller --limit-concurrency"
+    ]
