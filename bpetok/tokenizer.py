@@ -793,7 +793,7 @@ def _llama_utf8_errors(error: UnicodeError) -> tuple[str, int]:
 # Python's decoder and llama.cpp's agree on well-formed UTF-8 and resynchronise at the same byte,
 # so only the spans Python rejects need llama.cpp's rule; the rest is decoded in C.
 _LLAMA_UTF8_ERRORS = "bpetok-llama-utf8"
-codecs.register_error(_LLAMA_UTF8_ERRORS, _llama_utf8_errors)  # type: ignore[arg-type]  # decoding only
+codecs.register_error(_LLAMA_UTF8_ERRORS, _llama_utf8_errors)
 
 
 def _llama_utf8_chars(data: bytes):
