@@ -35,7 +35,7 @@ HUB_PATTERNS = {
     ): "llama-bpe",
     # SmolLM2 / StarCoder: Digits(individual_digits) then ByteLevel(use_regex).
     (r"\p{N}", GPT2_PATTERN): "smollm",
-    (GPT2_PATTERN,): "gpt2",
+    (GPT2_PATTERN,): "gpt-2",  # llama.cpp's pre name for GPT-2
 }
 
 
