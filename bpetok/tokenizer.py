@@ -158,14 +158,21 @@ class Tokenizer:
                 path=vocabulary.path,
                 token_to_id=vocabulary.token_index(),
             )
+        if not spec.bos_default and not any(
+            role == "bos" and value < vocabulary.n_tokens for role, _, value in vocabulary.special_id_keys
+        ):
+            # llama.cpp has no default BOS id for this pre-tokenizer type (GLM-4), and the file
+            # names none. The overrides ran before the type was known: drop their default here
+            # (a new dict, so a vocabulary shared with another tokenizer keeps its own).
+            vocabulary.special_ids = {**vocabulary.special_ids, "bos": None}
         self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
         self.add_eos = vocabulary.flags.get("add_eos", False)
         self._build_special_table()
         self._check_byte_tokens()
         self._pieces: dict[int, bytes] = {}
         self._cache: dict[str, list[int]] = {}
-        # The optional fast protocol of a pre-tokenizer (see bpetok.pretok.PreTokenizer).
-        self._space_chunks = bool(getattr(self.pretokenizer, "space_chunks", False))
+        # The spec's fast-path promise (see bpetok.pretok.PreTokenizerSpec.space_chunks).
+        self._space_chunks = spec.space_chunks
         self._chunks: dict[str, list[int]] = {}
         self._heads: dict[str, list[int]] = {}
         self._chunk_chars = 0  # characters held as keys of _chunks and _heads

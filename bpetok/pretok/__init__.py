@@ -25,21 +25,16 @@ __all__ = [
     "PreTokenizer",
     "PreTokenizerSpec",
     "CollapsedRegexPreTokenizer",
+    "RegexChainPreTokenizer",
+    "Splitter",
     "collapse",
     "expand_classes",
 ]
 
 
 class PreTokenizer(Protocol):
-    """What the engine calls: ``split``. Optional, for speed, a pre-tokenizer may also offer:
-
-    - ``space_chunks = True``: a promise that a space whose preceding character is not
-      whitespace (``not c.isspace()``) always starts a piece, and that the pieces from there on do not depend on the
-      text before it (no look-behind). The engine then cuts text at such spaces and caches each
-      chunk's ids (``" word,"``), which makes most of a text dictionary lookups. Patterns in
-      which a space can only start a piece or sit inside a whitespace run keep it (GPT-2's,
-      qwen2's, smollm's); tests/test_fast.py checks the promise for every registered spec.
-    """
+    """What the engine calls: ``split``. Whether the engine may cut text at spaces first (its
+    fast path) is declared on the spec (:attr:`PreTokenizerSpec.space_chunks`)."""
 
     def split(self, text: str) -> list[str]:
         """Return the pieces of ``text``, in order; they concatenate to ``text``."""
@@ -50,11 +45,22 @@ class PreTokenizerSpec:
     """What a plugin registers: a pre-tokenizer and the llama.cpp flags that go with it.
 
     ``pre_names`` are the ``tokenizer.ggml.pre`` values it handles for ``model``; each
-    (model, pre) pair is one registry key. The flags mirror llama.cpp's per-pre-type settings:
+    (model, pre) pair is one registry key (``""`` is a file with no ``pre`` key). The flags
+    mirror llama.cpp's per-pre-type settings (``llama_vocab::impl::load``):
 
     - ``clean_spaces``: the detokenizer removes a space before ``?!.,`` and around ``'``.
     - ``ignore_merges``: a piece that is already a token is emitted whole, without BPE.
     - ``add_bos``: the default of ``tokenizer.ggml.add_bos_token`` when the file has no such key.
+    - ``add_sep``: the default of ``tokenizer.ggml.add_sep_token`` (llama.cpp reports it to
+      embedding callers; tokenizing never adds a SEP for a BPE vocabulary).
+    - ``bos_default``: False where llama.cpp has no default BOS id (GLM-4), so a file without
+      ``tokenizer.ggml.bos_token_id`` has no BOS.
+    - ``space_chunks``: a promise that a space whose preceding character is not whitespace
+      (``not c.isspace()``) always starts a piece, and that the pieces from there on do not depend
+      on the text before it. The engine then cuts text at such spaces and caches each chunk's
+      ids (``" word,"``), which makes most of a text dictionary lookups. tests/test_fast.py
+      checks the promise for every registered spec.
+    - ``llama_type``: llama.cpp's name for the type (``LLAMA_VOCAB_PRE_TYPE_<llama_type>``).
 
     ``for_vocabulary``, when set, builds the pre-tokenizer from the loaded vocabulary instead of
     ``factory()``: for a pre name that stands for pre-tokenizers the file itself describes (a
@@ -69,6 +75,10 @@ class PreTokenizerSpec:
     clean_spaces: bool = True
     ignore_merges: bool = False
     add_bos: bool = False
+    add_sep: bool = False
+    bos_default: bool = True
+    space_chunks: bool = False
+    llama_type: str = ""
     description: str = ""
     for_vocabulary: Callable[[Vocabulary], PreTokenizer] | None = None
     # Filled in by the registry: which plugin registered this spec.
@@ -158,6 +168,9 @@ CLASS_BODIES = {
     # llama.cpp's whitespace: ASCII \t..\r and space; non-ASCII whitespace collapses to \xd6.
     "s": "\t-\r " + NON_ASCII_WHITESPACE,
 }
+# llama.cpp collapses every letter to one placeholder, so its letter subclasses are all \p{L}.
+for _sub in ("Lu", "Ll", "Lt", "Lm", "Lo"):
+    CLASS_BODIES[_sub] = CLASS_BODIES["L"]
 
 
 def expand_classes(pattern: str) -> str:
@@ -170,7 +183,7 @@ def expand_classes(pattern: str) -> str:
     """
     out, in_bracket, i = [], False, 0
     while i < len(pattern):
-        m = re.match(r"\\p\{(\w)\}|\\s|\\S|\\.|\[|\]|.", pattern[i:], re.S)
+        m = re.match(r"\\p\{(\w+)\}|\\s|\\S|\\.|\[|\]|.", pattern[i:], re.S)
         assert m is not None  # "." with re.S matches any character
         token = m.group(0)
         i += len(token)
@@ -206,6 +219,13 @@ class CollapsedRegexPreTokenizer:
         self.regex = re.compile(expand_classes(pattern))
         self.space_chunks = space_chunks
 
+    @classmethod
+    def from_compiled(cls, regex: re.Pattern) -> "CollapsedRegexPreTokenizer":
+        """One over an already compiled pattern for collapsed text (see :mod:`bpetok.pretok.chain`)."""
+        self = cls.__new__(cls)
+        self.pattern, self.regex, self.space_chunks = regex.pattern, regex, False
+        return self
+
     def split(self, text: str) -> list[str]:
         pieces = self.regex.findall(collapse(text))
         if text.isascii():
@@ -224,3 +244,7 @@ class CollapsedRegexPreTokenizer:
                 pieces[i] = text[at:end]
                 at, done = end, i + 1
         return pieces
+
+
+# The regex-chain mechanism lives in its own module; it builds on the collapsed text above.
+from bpetok.pretok.chain import RegexChainPreTokenizer, Splitter  # noqa: E402
