@@ -203,7 +203,8 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         token_types = types[:n].tolist()
     merges = _expect(gguf, "tokenizer.ggml.merges", GGUFValueType.ARRAY, GGUFValueType.STRING)
     if merges is None:
-        if model == "gpt2":
+        # llama.cpp lets a kimi-k2 file go without merges (its BPE then merges nothing).
+        if model == "gpt2" and pre != "kimi-k2":
             raise GGUFError(f"{path}: key 'tokenizer.ggml.merges' is missing; a gpt2 (BPE) vocabulary needs merges")
         merges = []
     # llama.cpp reads strings as C strings (truncated at a NUL) and renames empty tokens. Each

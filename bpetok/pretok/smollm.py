@@ -1,13 +1,18 @@
-"""llama.cpp's smollm pre-tokenizer (SmolLM/SmolLM2, StarCoder, Refact, Command-R).
+"""llama.cpp's smollm pre-tokenizer (SmolLM/SmolLM2, StarCoder, Refact, Command-R, CodeShell, EXAONE...).
 
 llama.cpp runs two passes (src/llama-vocab.cpp, the STARCODER/SMOLLM branch): first ``\\p{N}`` cuts
 every number codepoint out on its own, then GPT-2's pattern runs inside each remaining piece. The
 piece ends are hard: a space before a digit stays alone, and a whitespace run that ends at a digit
-is kept whole. One regex over collapsed text gives the same pieces.
+is kept whole. One regex over collapsed text gives the same pieces (the two-pass chain is
+:data:`PASSES`; tests/test_pretok_chain.py holds the two to each other).
 """
 
 from bpetok.hookspecs import hookimpl
 from bpetok.pretok import CollapsedRegexPreTokenizer, PreTokenizerSpec
+from bpetok.pretok.gpt2 import GPT2
+
+# llama.cpp's passes, as src/llama-vocab.cpp lists them.
+PASSES = [r"\p{N}", GPT2]
 
 PATTERN = (
     r"\p{N}"  # pass 1: each number codepoint is a piece of its own
@@ -21,28 +26,34 @@ PATTERN = (
 
 
 def make_pretokenizer() -> CollapsedRegexPreTokenizer:
-    # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
-    return CollapsedRegexPreTokenizer(PATTERN, space_chunks=True)
+    return CollapsedRegexPreTokenizer(PATTERN)
+
+
+# (llama.cpp type, pre names, clean_spaces) for every type llama.cpp runs these two passes for.
+TYPES = [
+    ("SMOLLM", ("smollm",), False),
+    ("COMMAND_R", ("command-r",), False),
+    ("STARCODER", ("starcoder",), True),
+    ("REFACT", ("refact",), True),
+    ("CODESHELL", ("codeshell",), True),
+    ("EXAONE", ("exaone",), True),
+    ("MINERVA", ("minerva-7b",), True),
+    ("MELLUM2", ("mellum2",), True),
+]
 
 
 @hookimpl
 def bpetok_register_pretokenizers(register):
-    # Pre names llama.cpp maps to this two-pass splitter, with their clean_spaces flag.
-    register(
-        PreTokenizerSpec(
-            name="smollm",
-            pre_names=("smollm", "command-r"),
-            factory=make_pretokenizer,
-            clean_spaces=False,
-            description="SmolLM2: digits cut out first, then GPT-2's pattern",
+    for llama_type, names, clean_spaces in TYPES:
+        register(
+            PreTokenizerSpec(
+                name="smollm",
+                pre_names=names,
+                factory=make_pretokenizer,
+                clean_spaces=clean_spaces,
+                # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
+                space_chunks=True,
+                llama_type=llama_type,
+                description="SmolLM2: digits cut out first, then GPT-2's pattern",
+            )
         )
-    )
-    register(
-        PreTokenizerSpec(
-            name="smollm",
-            pre_names=("starcoder", "refact"),
-            factory=make_pretokenizer,
-            clean_spaces=True,
-            description="smollm splitting with the detokenizer's space cleanup",
-        )
-    )
