@@ -1,8 +1,8 @@
 """Record llama.cpp's ``token_to_piece`` for every id of a GGUF vocabulary, with llama-cpp-python.
 
 Writes ``[[id, hex(piece with special=True), hex(piece with special=False)], ...]`` as gzipped JSON
-(the format of bpetok's tests/data/*.dump.json.gz), and prints the end-of-generation ids and the
-add_bos default llama.cpp reports, for the tests to compare with. From this plugin's directory::
+(the format of tests/data/*.dump.json.gz), and prints the end-of-generation ids and the
+add_bos default llama.cpp reports, for the tests to compare with::
 
     python scripts/record_pieces.py /tmp/llama-bpe.gguf -o tests/data/llama-bpe.dump.json.gz
 """
