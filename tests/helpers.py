@@ -18,3 +18,32 @@ def load_cases(name: str) -> list[dict]:
     """llama.cpp's ids for 5,800 texts: {"text", "special", "ids"} per case."""
     with gzip.open(DATA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def read_vectors(name: str) -> list[tuple[str, list[int]]]:
+    """llama.cpp's own tests/ggml-vocab-NAME.gguf.inp/.out (test-tokenizer-0's format): each input
+    is followed by a separator line; one line of ids per input."""
+    base = LLAMA_TESTS / f"ggml-vocab-{name}.gguf"
+    inputs = base.with_suffix(".gguf.inp").read_bytes().decode("utf-8").split("\n__ggml_vocab_test__\n")[:-1]
+    outputs = base.with_suffix(".gguf.out").read_text(encoding="utf-8").split("\n")[: len(inputs)]
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(inputs, outputs)]
+
+
+def gguf_with_pre(src: pathlib.Path, dst: pathlib.Path, pre: str) -> pathlib.Path:
+    """A copy of the GGUF vocabulary ``src`` with only ``tokenizer.ggml.pre`` changed ("" drops the key).
+
+    The same copy scripts/record_reference_cases.py --pretok records llama.cpp's ids on.
+    """
+    from bpetok.gguf import GGUFValueType, read_gguf
+    from bpetok.gguf_writer import items_of, write_gguf
+
+    items = [item for item in items_of(read_gguf(src)) if item[0] != "tokenizer.ggml.pre"]
+    if pre:
+        items.insert(1, ("tokenizer.ggml.pre", GGUFValueType.STRING, pre, None))
+    write_gguf(dst, items)
+    return dst
+
+
+def read_inputs(path: pathlib.Path) -> list[str]:
+    """Texts in llama.cpp's .inp format (each followed by a ``__ggml_vocab_test__`` line)."""
+    return path.read_bytes().decode("utf-8").split("\n__ggml_vocab_test__\n")[:-1]
