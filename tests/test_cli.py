@@ -10,7 +10,7 @@ import pytest
 
 import bpetok
 from bpetok.cli import main
-from helpers import LLAMA_TESTS, QWEN3, SMOLLM2
+from helpers import LLAMA_TESTS, QWEN3, SMOLLM2, gguf_with_pre
 
 
 def run(*args, stdin: bytes = b""):
@@ -83,7 +83,6 @@ def test_tokenize_piece_that_is_not_utf8_is_a_byte_list(capsys, tmp_path):
     "args, message",
     [
         (["info", "missing.gguf"], "missing.gguf: no such file"),
-        (["info", str(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz")], "'falcon'"),
         (["tokenize", str(QWEN3), "--file", "missing.txt"], "missing.txt: cannot read"),
     ],
 )
@@ -93,6 +92,14 @@ def test_errors_are_one_line_without_traceback(args, message):
     err = result.stderr.decode()
     assert err.startswith("bpetok: error: ") and message in err
     assert "Traceback" not in err
+
+
+def test_unknown_pre_is_one_line(tmp_path):
+    path = gguf_with_pre(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz", tmp_path / "unknown.gguf", "no-such-pre")
+    result = run("info", path)
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.startswith("bpetok: error: ") and "Traceback" not in err
+    assert "'no-such-pre'" in err and "Installed:" in err
 
 
 def test_corrupt_file_is_one_line(tmp_path):

@@ -13,7 +13,7 @@ from bpetok.plugins import DISABLE_ENV, PreTokenizerRegistry, make_plugin_manage
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.pretok import qwen2 as qwen2_plugin
 from bpetok.pretok import smollm as smollm_plugin
-from helpers import LLAMA_TESTS, QWEN3, SMOLLM2
+from helpers import LLAMA_TESTS, QWEN3, SMOLLM2, gguf_with_pre
 
 
 @pytest.fixture
@@ -255,7 +255,9 @@ def test_builtin_pretokenizers_come_from_bpetok_s_own_entry_points():
     """The installed bpetok declares qwen2 and smollm in its entry-point group (pyproject.toml)."""
     eps = importlib.metadata.distribution("bpetok").entry_points
     declared = {ep.name: ep.value for ep in eps if ep.group == "bpetok"}
-    assert declared == {"qwen2": "bpetok.pretok.qwen2", "smollm": "bpetok.pretok.smollm"}
+    families = ("default", "gpt2", "smollm", "llama3", "qwen2", "deepseek", "gpt4o", "tekken", "bloom", "chameleon",
+                "superbpe", "kimi_k2", "afmoe")
+    assert declared == {name: f"bpetok.pretok.{name}" for name in families}
     row = PreTokenizerRegistry(make_plugin_manager()).get("gpt2", "qwen2")
     assert (row.distribution, row.version) == ("bpetok", importlib.metadata.version("bpetok"))
 
@@ -325,12 +327,13 @@ def test_a_command_plugin_that_fails_to_load_is_reported_by_the_cli(monkeypatch,
 # -- refusals ----------------------------------------------------------------------------------
 
 
-def test_unknown_pre_is_refused_with_what_is_installed():
+def test_unknown_pre_is_refused_with_what_is_installed(tmp_path):
+    path = gguf_with_pre(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz", tmp_path / "unknown.gguf", "no-such-pre")
     with pytest.raises(bpetok.UnsupportedVocabularyError) as info:
-        bpetok.from_gguf(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz")
+        bpetok.from_gguf(path)
     message = str(info.value)
     assert isinstance(info.value, ValueError)
-    assert "'falcon'" in message and "ggml-vocab-falcon.gguf.gz" in message
+    assert "'no-such-pre'" in message and "unknown.gguf" in message
     assert "qwen2" in message and "smollm" in message and "plugin" in message
 
 
