@@ -38,11 +38,14 @@ def _cmd_list_pretokenizers(args) -> int:
             "name": row.pre,
             "model": row.model,
             "pretokenizer": row.spec.name,
+            "llama_type": row.spec.llama_type,
             "plugin": row.spec.plugin,
             "distribution": row.distribution,
             "version": row.version,
             "clean_spaces": row.spec.clean_spaces,
             "ignore_merges": row.spec.ignore_merges,
+            "add_bos": row.spec.add_bos,
+            "space_chunks": row.spec.space_chunks,
             "description": row.spec.description,
         }
         for row in get_registry().rows()
@@ -50,8 +53,9 @@ def _cmd_list_pretokenizers(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    headers = ("name", "model", "pretokenizer", "plugin", "distribution", "version")
-    table = [headers] + [tuple(str(r[h] if r[h] is not None else "-") for h in headers) for r in rows]
+    headers = ("name", "model", "pretokenizer", "llama_type", "plugin", "distribution", "version")
+    # The empty name is a file without tokenizer.ggml.pre (llama.cpp's default type).
+    table = [headers] + [tuple(str(r[h] if r[h] not in (None, "") else "-") for h in headers) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
     for line in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
@@ -69,6 +73,7 @@ def _cmd_info(args) -> int:
         "model": vocab.model,
         "pre": vocab.pre,
         "pretokenizer": tok.spec.name,
+        "llama_type": tok.spec.llama_type,
         "plugin": tok.spec.plugin,
         "n_tokens": tok.n_tokens,
         "n_merges": len(vocab.merges),

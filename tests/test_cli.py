@@ -31,8 +31,18 @@ def test_list_pretokenizers_json_lists_the_builtins_with_their_distribution():
 def test_list_pretokenizers_table(capsys):
     assert main(["list-pretokenizers"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:3] == ["name", "model", "pretokenizer"]
+    assert out[0].split()[:4] == ["name", "model", "pretokenizer", "llama_type"]
     assert any(line.split()[0] == "smollm" for line in out[1:])
+    lines = {line.split()[0]: line.split() for line in out[1:]}
+    assert lines["llama4"][:4] == ["llama4", "gpt2", "gpt4o", "GPT4O"]
+    assert lines["-"][:4] == ["-", "gpt2", "default", "DEFAULT"]  # a file without tokenizer.ggml.pre
+    assert len(lines) == 88  # llama.cpp's 87 byte-level pre names and the missing key
+
+
+def test_info_names_the_llama_cpp_type(capsys):
+    assert main(["info", str(LLAMA_TESTS / "ggml-vocab-falcon.gguf.gz"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["pre"], info["pretokenizer"], info["llama_type"]) == ("falcon", "default", "FALCON")
 
 
 def test_info_json_reports_counts_and_special_ids(capsys):
