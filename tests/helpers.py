@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import pathlib
@@ -47,3 +48,34 @@ def gguf_with_pre(src: pathlib.Path, dst: pathlib.Path, pre: str) -> pathlib.Pat
 def read_inputs(path: pathlib.Path) -> list[str]:
     """Texts in llama.cpp's .inp format (each followed by a ``__ggml_vocab_test__`` line)."""
     return path.read_bytes().decode("utf-8").split("\n__ggml_vocab_test__\n")[:-1]
+
+
+@contextlib.contextmanager
+def sharing_bpe_models():
+    """Within it, tokenizers built from the same token list share one BPE model per ignore_merges
+    value. The model depends on the tokens and merges, not on the pre-tokenizer, and building it
+    (0.8 s for 150k tokens) would otherwise dominate tests that try every pre-tokenizer family."""
+    import bpetok.tokenizer
+
+    models = {}
+    real = bpetok.tokenizer.BytePairModel
+
+    def shared(tokens, merges, *, ignore_merges=False, **kwargs):
+        key = (id(tokens), ignore_merges)
+        if key not in models:
+            models[key] = (tokens, real(tokens, merges, ignore_merges=ignore_merges, **kwargs))
+        return models[key][1]
+
+    bpetok.tokenizer.BytePairModel = shared
+    try:
+        yield
+    finally:
+        bpetok.tokenizer.BytePairModel = real
+
+
+def with_pre(vocabulary, pre: str):
+    """The vocabulary as loaded from a copy of its file with tokenizer.ggml.pre = ``pre`` (the
+    load-time overrides that read pre only concern <mask> tokens, which the test vocabularies lack)."""
+    import dataclasses
+
+    return dataclasses.replace(vocabulary, pre=pre, special_ids=dict(vocabulary.special_ids))

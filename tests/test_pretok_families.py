@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 
@@ -22,7 +21,8 @@ import bpetok
 import bpetok.gguf
 import bpetok.tokenizer
 from bpetok.plugins import get_registry
-from helpers import DATA, LLAMA_TESTS, gguf_with_pre, load_cases, read_inputs, read_vectors
+from helpers import (DATA, LLAMA_TESTS, gguf_with_pre, load_cases, read_inputs, read_vectors, sharing_bpe_models,
+                     with_pre)
 
 QWEN2 = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"
 
@@ -156,28 +156,8 @@ def texts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def qwen2_vocabulary():
-    """The qwen2 test vocabulary, loaded once, with one BPE model per ignore_merges value shared by
-    every tokenizer built here: the model depends on the tokens and merges, not on the
-    pre-tokenizer, and building it (0.8 s) would otherwise be most of this module's time."""
-    models = {}
-    real = bpetok.tokenizer.BytePairModel
-
-    def shared(tokens, merges, *, ignore_merges=False, **kwargs):
-        key = (id(tokens), ignore_merges)
-        if key not in models:
-            models[key] = real(tokens, merges, ignore_merges=ignore_merges, **kwargs)
-        return models[key]
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(bpetok.tokenizer, "BytePairModel", shared)
-    yield bpetok.load_vocabulary(QWEN2)
-    patch.undo()
-
-
-def with_pre(vocabulary, pre: str):
-    """The vocabulary as loaded from a copy of its file with tokenizer.ggml.pre = ``pre`` (the
-    load-time overrides that read pre only concern <mask> tokens, which qwen2's has none of)."""
-    return dataclasses.replace(vocabulary, pre=pre, special_ids=dict(vocabulary.special_ids))
+    with sharing_bpe_models():
+        yield bpetok.load_vocabulary(QWEN2)
 
 
 @pytest.mark.parametrize("pre", RECORDED)
@@ -229,30 +209,33 @@ VOCAB_PRE = {"gpt-2": "gpt-2", "mpt": "mpt", "falcon": "falcon", "deepseek-llm":
              "deepseek-coder": "deepseek-coder", "gpt-neox": ""}
 
 
-@pytest.fixture(scope="module", params=sorted(VOCAB_PRE) + ["qwen35"])
-def test_vocab(request, tmp_path_factory):
-    name = request.param
-    if name == "qwen35":  # llama.cpp's qwen35 test vocabulary is its qwen2 one with pre "qwen35"
-        path = gguf_with_pre(QWEN2, tmp_path_factory.mktemp("qwen35") / "ggml-vocab-qwen35.gguf", "qwen35")
-    else:
-        path = LLAMA_TESTS / f"ggml-vocab-{name}.gguf.gz"
-    tok = bpetok.from_gguf(path)
-    assert tok.vocabulary.pre == VOCAB_PRE.get(name, name)
-    return name, tok
+_tokenizers: dict[str, bpetok.Tokenizer] = {}
 
 
-def test_llama_cpp_vectors(test_vocab):
-    name, tok = test_vocab
-    if name == "gpt-neox":
-        pytest.skip("llama.cpp ships no .inp/.out for gpt-neox; its oracle cases are checked below")
+def _tokenizer(name: str, tmp_path_factory) -> bpetok.Tokenizer:
+    if name not in _tokenizers:
+        if name == "qwen35":  # llama.cpp's qwen35 test vocabulary is its qwen2 one with pre "qwen35"
+            path = gguf_with_pre(QWEN2, tmp_path_factory.mktemp("qwen35") / "ggml-vocab-qwen35.gguf", "qwen35")
+        else:
+            path = LLAMA_TESTS / f"ggml-vocab-{name}.gguf.gz"
+        tok = _tokenizers[name] = bpetok.from_gguf(path)
+        assert tok.vocabulary.pre == VOCAB_PRE.get(name, name)
+    return _tokenizers[name]
+
+
+# gpt-neox: llama.cpp ships no .inp/.out for it; its oracle cases are checked.
+@pytest.mark.parametrize("name", sorted(set(VOCAB_PRE) - {"gpt-neox"}) + ["qwen35"])
+def test_llama_cpp_vectors(name, tmp_path_factory):
+    tok = _tokenizer(name, tmp_path_factory)
     vectors = read_vectors(name)
     assert len(vectors) >= 46
     for text, expected in vectors:
         assert tok.encode(text, parse_special=False) == expected, text
 
 
-def test_oracle_cases(test_vocab):
-    name, tok = test_vocab
+@pytest.mark.parametrize("name", sorted(VOCAB_PRE) + ["qwen35"])
+def test_oracle_cases(name, tmp_path_factory):
+    tok = _tokenizer(name, tmp_path_factory)
     cases = load_cases(name)
     assert len(cases) == 290
     wrong = [c["text"] for c in cases if tok.encode(c["text"], parse_special=c["special"]) != c["ids"]]
