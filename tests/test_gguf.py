@@ -113,7 +113,7 @@ def test_fast_string_arrays_match_the_plain_reference(path, monkeypatch):
     assert fast.types == reference.types
     for key in fast.metadata:
         assert plain(fast.metadata[key]) == plain(reference.metadata[key]), key
-    assert len(fast.metadata["tokenizer.ggml.tokens"]) > 40_000
+    assert len(fast.metadata["tokenizer.ggml.tokens"]) > 30_000  # deepseek-coder has 32,256
 
 
 # -- cross-check against the gguf package --------------------------------------------------------
@@ -180,7 +180,7 @@ def test_shipped_vocabularies_match_the_gguf_package(path, tmp_path):
     # The values the tokenizer depends on, spelled out.
     ours = read_gguf(plain_path)
     tokens = ours.metadata["tokenizer.ggml.tokens"]
-    assert len(tokens) == len(ours.metadata["tokenizer.ggml.token_type"]) > 40_000
+    assert len(tokens) == len(ours.metadata["tokenizer.ggml.token_type"]) > 30_000
     assert ours.metadata["tokenizer.ggml.model"] == b"gpt2"
     assert ours.types["tokenizer.ggml.eos_token_id"] == (T.UINT32, None)
 
