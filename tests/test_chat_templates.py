@@ -24,7 +24,7 @@ from chat_cases import CONTINUE_CASES, CONVERSATIONS, TOKENS, load_templates, re
 from helpers import LLAMA_TESTS, QWEN3
 
 TEMPLATES = load_templates()
-LLAMA_BPE = os.path.join(os.path.dirname(__file__), "..", "plugins", "bpetok-llama3", "tests", "data", "ggml-vocab-llama-bpe.gguf.gz")
+LLAMA_BPE = LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz"
 
 
 def test_all_71_templates_are_here():
