@@ -89,11 +89,10 @@ def corpus_snippets(corpus_dir: str, rng: random.Random, per_file: int, size: in
     return snippets
 
 
-def pretok_texts(corpus_dir: str, seed: int = 13) -> list[str]:
-    """The inputs of tests/data/pretok/: edge cases, fuzz from many Unicode ranges, prose/code/multilingual."""
-    rng = random.Random(seed)
+def pretok_fuzz(rng: random.Random, count: int) -> list[str]:
+    """``count`` random strings from PRETOK_RANGES (special-token snippets mixed in)."""
     fuzz = []
-    for _ in range(100):
+    for _ in range(count):
         parts = []
         for _ in range(rng.randint(1, 10)):
             if rng.random() < 0.15:
@@ -102,7 +101,13 @@ def pretok_texts(corpus_dir: str, seed: int = 13) -> list[str]:
                 lo, hi = rng.choice(PRETOK_RANGES)
                 parts.append("".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 8))))
         fuzz.append("".join(parts))
-    return PRETOK_EDGE_CASES + fuzz + corpus_snippets(corpus_dir, rng, 15, 160)
+    return fuzz
+
+
+def pretok_texts(corpus_dir: str, seed: int = 13) -> list[str]:
+    """The inputs of tests/data/pretok/: edge cases, fuzz from many Unicode ranges, prose/code/multilingual."""
+    rng = random.Random(seed)
+    return PRETOK_EDGE_CASES + pretok_fuzz(rng, 100) + corpus_snippets(corpus_dir, rng, 15, 160)
 
 
 def write_inputs(path: str, texts: list[str]) -> None:

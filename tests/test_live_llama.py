@@ -17,7 +17,9 @@ import shutil
 import pytest
 
 import bpetok
-from helpers import VOCABS
+import bpetok.tokenizer
+from bpetok.plugins import get_registry
+from helpers import LLAMA_TESTS, VOCABS, gguf_with_pre, sharing_bpe_models, with_pre
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -66,3 +68,27 @@ def test_lone_surrogates_tokenize_as_their_bytes(pair):
     for text in ["\ud800", "a\udfffb", "x\ud83d\ude00"]:
         data = text.encode("utf-8", "surrogatepass")
         assert tok.encode(text) == llama.tokenize(data, add_bos=False, special=True)
+
+
+# -- every pre-tokenizer family, a few per run ------------------------------------------------------
+
+QWEN2_TEST_VOCAB = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"
+FAMILY_PRES = [row.pre for row in get_registry().rows() if row.pre == row.spec.pre_names[0]]
+
+
+def test_fresh_random_sample_matches_llama_cpp_for_some_families(tmp_path):
+    """Six families drawn at random each run, 100 fresh random texts each (both parse_special), on a
+    copy of the qwen2 test vocabulary with that family's pre; tests/test_pretok_families.py checks
+    every family on recorded cases every run."""
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    with sharing_bpe_models():
+        vocab = bpetok.load_vocabulary(QWEN2_TEST_VOCAB)
+        for pre in rng.sample(FAMILY_PRES, 6):
+            path = gguf_with_pre(QWEN2_TEST_VOCAB, tmp_path / f"{pre or 'default'}.gguf", pre)
+            llama = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+            tok = bpetok.tokenizer.from_vocabulary(with_pre(vocab, pre))
+            for text in record.random_texts(rng, 50) + record.pretok_fuzz(rng, 50):
+                for special in (False, True):
+                    expected = record.llama_ids(llama, text, special)
+                    assert tok.encode(text, parse_special=special) == expected, f"seed {seed}, {pre}: {text!r}"
