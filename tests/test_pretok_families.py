@@ -240,3 +240,20 @@ def test_oracle_cases(name, tmp_path_factory):
     assert len(cases) == 290
     wrong = [c["text"] for c in cases if tok.encode(c["text"], parse_special=c["special"]) != c["ids"]]
     assert not wrong, f"{len(wrong)} of {len(cases)} differ from llama.cpp, first: {wrong[0]!r}"
+
+
+# llama_vocab_bos / llama_vocab_get_add_bos of llama.cpp b11434 (llama-cpp-python 0.3.36) on a copy
+# of the qwen2 test vocabulary without tokenizer.ggml.bos_token_id, with this pre.
+NO_BOS_KEY = {"glm4": (None, False), "chatglm-bpe": (None, False), "gpt-2": (11, False), "tekken": (11, True)}
+
+
+@pytest.mark.parametrize("pre", sorted(NO_BOS_KEY))
+def test_default_bos_id_follows_the_type(pre, tmp_path):
+    from bpetok.gguf import GGUFValueType, read_gguf
+    from bpetok.gguf_writer import items_of, write_gguf
+
+    skip = ("tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id")
+    items = [item for item in items_of(read_gguf(QWEN2)) if item[0] not in skip]
+    write_gguf(tmp_path / "vocab.gguf", items + [("tokenizer.ggml.pre", GGUFValueType.STRING, pre, None)])
+    tok = bpetok.from_gguf(tmp_path / "vocab.gguf")
+    assert (tok.special_ids["bos"], tok.add_bos) == NO_BOS_KEY[pre]
