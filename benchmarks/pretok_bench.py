@@ -52,7 +52,8 @@ def best_cpu(fn, repeat: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", help="a text file (.xz allowed)")
-    parser.add_argument("--vocab", default=str(DEFAULT_VOCAB), help="a gpt2-model GGUF (default: the qwen2 test vocabulary)")
+    parser.add_argument("--vocab", default=str(DEFAULT_VOCAB),
+                        help="a gpt2-model GGUF (default: the qwen2 test vocabulary)")
     parser.add_argument("--chars", type=int, default=300_000, help="characters of the corpus to use")
     parser.add_argument("--repeat", type=int, default=3, help="split timings: best of this many")
     parser.add_argument("--pre", nargs="*", help="pre names to time (default: one per registered spec)")

@@ -22,7 +22,9 @@ from helpers import DATA, LLAMA_TESTS, load_cases, read_vectors
 
 LLAMA_BPE = LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz"
 # llama.cpp src/llama-vocab.cpp: every pre name mapped to LLAMA_VOCAB_PRE_TYPE_LLAMA3.
-LLAMA3_PRE_NAMES = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"}
+LLAMA3_PRE_NAMES = {
+    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano",
+}
 
 
 @pytest.fixture(scope="module")

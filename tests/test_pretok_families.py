@@ -193,7 +193,8 @@ def test_kimi_k2_loads_without_merges_as_llama_cpp_does(tmp_path):
     from bpetok.gguf import read_gguf
     from bpetok.gguf_writer import items_of, write_gguf
 
-    items = [item for item in items_of(read_gguf(QWEN2)) if item[0] not in ("tokenizer.ggml.merges", "tokenizer.ggml.pre")]
+    skip = ("tokenizer.ggml.merges", "tokenizer.ggml.pre")
+    items = [item for item in items_of(read_gguf(QWEN2)) if item[0] not in skip]
     path = tmp_path / "vocab.gguf"
     write_gguf(path, items + [("tokenizer.ggml.pre", bpetok.gguf.GGUFValueType.STRING, "kimi-k2", None)])
     tok = bpetok.from_gguf(path)

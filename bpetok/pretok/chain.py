@@ -41,7 +41,9 @@ from bpetok.pretok import (
 )
 from bpetok.pretok.unicode_data import WHITESPACE
 
-__all__ = ["RegexChainPreTokenizer", "RegexPass", "Splitter", "chain_spec", "register_view", "translate", "uses_classes"]
+__all__ = [
+    "RegexChainPreTokenizer", "RegexPass", "Splitter", "chain_spec", "register_view", "translate", "uses_classes",
+]
 
 # The class names llama.cpp's unicode_regex_split recognises (k_ucat_enum); naming any of them
 # sends a pattern to the collapsed text. The letter subclasses collapse to \p{L}: llama.cpp has
@@ -189,7 +191,8 @@ class RegexChainPreTokenizer:
     Instances keep no state between calls: one may serve many tokenizers (:func:`chain_spec`
     shares one per list of passes).
 
-    >>> RegexChainPreTokenizer([r"\\p{N}", r"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"]).split("it's 42!")
+    >>> gpt2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+    >>> RegexChainPreTokenizer([r"\\p{N}", gpt2]).split("it's 42!")
     ['it', "'s", ' ', '4', '2', '!']
     """
 

@@ -20,5 +20,6 @@ CHAMELEON = [
 
 @hookimpl
 def bpetok_register_pretokenizers(register):
-    register(chain_spec("chameleon", "CHAMELEON", ("chameleon",), CHAMELEON, clean_spaces=False, add_bos=True, space_chunks=True,
+    register(chain_spec("chameleon", "CHAMELEON", ("chameleon",), CHAMELEON, clean_spaces=False, add_bos=True,
+                        space_chunks=True,
                         description="Chameleon: image/sentinel tokens, isolated digits and punctuation, GPT-2"))

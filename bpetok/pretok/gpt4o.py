@@ -24,11 +24,13 @@ GPT4O = (
 GRANITE_EMB_MULTI = GPT4O.replace(r"(?=[\p{L}])", r"(?=[\p{L}\p{M}])")
 CASED_WORDS = (
     rf"[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]*[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]+{CONTRACTION}?"
-    rf"|[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]+[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]*{CONTRACTION}?"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]+"
+    rf"[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]*{CONTRACTION}?"
 )
 TINY_AYA = [GROUP_DIGITS, CASED_WORDS + REST]
 YOUTU = [
-    r"[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c\u3001-\u303f\ufe30-\ufe4f]+"
+    r"[\uac00-\ud7a3\u3131-\u318e]+"
+    r"|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c\u3001-\u303f\ufe30-\ufe4f]+"
     r"|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
     CASED_WORDS + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ]

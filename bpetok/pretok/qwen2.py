@@ -2,8 +2,8 @@
 
 One pass of llama.cpp's custom qwen2 splitter (src/unicode.cpp), which implements this regex with
 llama.cpp's own classes: case-insensitive contractions, an optional one-codepoint prefix before a
-letter run, every digit on its own, punctuation runs that keep trailing newlines. The other types here are one-pattern variations on
-it, run as llama.cpp runs them (the qwen35 one with llama.cpp's custom qwen35 splitter, which
+letter run, every digit on its own, punctuation runs that keep trailing newlines. The other types
+here are one-pattern variations on it, run as llama.cpp runs them (the qwen35 one with llama.cpp's custom qwen35 splitter, which
 implements its regex; laguna's after a first pass that cuts newline runs out).
 """
 

@@ -16,5 +16,6 @@ TEKKEN = (
 
 @hookimpl
 def bpetok_register_pretokenizers(register):
-    register(chain_spec("tekken", "TEKKEN", ("tekken",), [TEKKEN], clean_spaces=False, ignore_merges=True, space_chunks=True,
+    register(chain_spec("tekken", "TEKKEN", ("tekken",), [TEKKEN], clean_spaces=False, ignore_merges=True,
+                        space_chunks=True,
                         add_bos=True, description="Mistral tekken: case-split words, one digit per piece"))
