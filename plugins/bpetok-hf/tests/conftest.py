@@ -27,8 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]  # bpetok's repository
 
 
 def _find(name: str) -> pathlib.Path:
-    """A file of bpetok's test data (llama-bpe's lived in plugins/bpetok-llama3 before the core)."""
-    for folder in ("tests/data", "plugins/bpetok-llama3/tests/data"):
+    """A file of bpetok's test data (llama-bpe's GGUF is in tests/data/llama.cpp-tests since llama3 joined the core)."""
+    for folder in ("tests/data", "tests/data/llama.cpp-tests", "plugins/bpetok-llama3/tests/data"):
         path = ROOT / folder / name
         if path.is_file():
             return path
