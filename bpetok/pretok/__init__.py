@@ -159,7 +159,7 @@ def _collapse_array(text: str) -> str:
 
 
 # Character-class bodies over collapsed text, for use inside [...].
-CLASS_BODIES = {
+CLASS_BODIES: dict[str, str] = {
     "L": "A-Za-z" + LETTER,
     "N": "0-9" + NUMBER,
     "P": r"!-#%-*,-/:-;?-@\[-\]_{}" + PUNCTUATION,
