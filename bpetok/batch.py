@@ -92,7 +92,9 @@ def _encode_round(tok, texts, ends, lo, hi, parse_special, workers) -> list[list
         return tok._encode_many(texts[lo:hi], parse_special)
     # A cold tokenizer builds the batched BPE's tables (importing numpy) on first use: do it
     # once here rather than once in every process.
-    tok.bpe._batch_tables()
+    batch_tables = getattr(tok.bpe, "_batch_tables", None)  # byte-level BPE only
+    if batch_tables is not None:
+        batch_tables()
     slots, size = [], 0
     for start, stop in groups:
         chars = ends[stop - 1] - (ends[start - 1] if start else 0)

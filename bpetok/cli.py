@@ -53,12 +53,36 @@ def _cmd_list_pretokenizers(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    headers = ("name", "model", "pretokenizer", "llama_type", "plugin", "distribution", "version")
-    # The empty name is a file without tokenizer.ggml.pre (llama.cpp's default type).
+    _print_table(rows, ("name", "model", "pretokenizer", "llama_type", "plugin", "distribution", "version"))
+    return 0
+
+
+def _print_table(rows: list[dict], headers: tuple[str, ...]) -> None:
+    # An empty cell shows as '-' (the empty pre name is a file without tokenizer.ggml.pre: llama.cpp's default type).
     table = [headers] + [tuple(str(r[h] if r[h] not in (None, "") else "-") for h in headers) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
     for line in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+
+
+def _cmd_list_models(args) -> int:
+    from bpetok.plugins import get_model_registry
+
+    rows = [
+        {
+            "name": row.name,
+            "plugin": row.spec.plugin,
+            "distribution": row.distribution,
+            "version": row.version,
+            "pretokenized": row.spec.pretokenized,
+            "description": row.spec.description,
+        }
+        for row in get_model_registry().rows()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    _print_table(rows, ("name", "plugin", "distribution", "version", "description"))
     return 0
 
 
@@ -72,9 +96,10 @@ def _cmd_info(args) -> int:
         "path": vocab.path,
         "model": vocab.model,
         "pre": vocab.pre,
-        "pretokenizer": tok.spec.name,
-        "llama_type": tok.spec.llama_type,
-        "plugin": tok.spec.plugin,
+        "model_plugin": tok.model_spec.plugin,
+        "pretokenizer": tok.spec.name if tok.spec is not None else None,
+        "llama_type": tok.spec.llama_type if tok.spec is not None else None,
+        "plugin": tok.spec.plugin if tok.spec is not None else None,
         "n_tokens": tok.n_tokens,
         "n_merges": len(vocab.merges),
         "token_types": dict(sorted(types.items())),
@@ -82,6 +107,7 @@ def _cmd_info(args) -> int:
         "eog_ids": sorted(tok.eog_ids),
         "add_bos": tok.add_bos,
         "add_eos": tok.add_eos,
+        "add_space_prefix": tok.add_space_prefix,
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -93,6 +119,8 @@ def _cmd_info(args) -> int:
             value = ", ".join(map(str, value)) or "-"
         elif isinstance(value, int) and not isinstance(value, bool):
             value = f"{value:,}"
+        elif value is None:
+            value = "-"
         print(f"{key + ':':16} {value}")
     return 0
 
@@ -144,7 +172,7 @@ def build_parser(plugin_manager: pluggy.PluginManager | None = None) -> argparse
 
     :param plugin_manager: the manager whose plugins add commands (default: the process-wide one).
     """
-    parser = argparse.ArgumentParser(prog="bpetok", description="llama.cpp-exact byte-level BPE tokenizer.")
+    parser = argparse.ArgumentParser(prog="bpetok", description="llama.cpp-exact BPE tokenizer.")
     parser.add_argument("--version", action="version", version=f"bpetok {bpetok.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -152,6 +180,10 @@ def build_parser(plugin_manager: pluggy.PluginManager | None = None) -> argparse
     p = sub.add_parser("list-pretokenizers", help="list installed pre-tokenizers and their plugins")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_list_pretokenizers)
+
+    p = sub.add_parser("list-models", help="list installed tokenizer models and their plugins")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_list_models)
 
     p = sub.add_parser("info", help="describe a GGUF vocabulary")
     p.add_argument("model", metavar="MODEL.gguf")

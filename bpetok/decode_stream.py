@@ -62,13 +62,19 @@ class DecodeStream:
         self.skip_special = skip_special = check_flag(skip_special, "decode_stream(skip_special=...)")
         # token_bytes hides control and unknown tokens, as decode(skip_special=True) does
         self._bytes_of = tokenizer.token_bytes if skip_special else tokenizer.piece
-        self._clean_spaces = tokenizer.spec.clean_spaces
+        self._clean_spaces = tokenizer.clean_spaces
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._held = b""  # bytes a clean_spaces rewrite may still change
+        # Where the model adds a space prefix, decode drops the first piece's leading space.
+        self._first = tokenizer.add_space_prefix
 
     def step(self, token_id: int) -> str:
         """Take one id; return the text that became complete (often ``""``)."""
         data = self._bytes_of(token_id)
+        if self._first:
+            self._first = False
+            if data[:1] == b" ":
+                data = data[1:]
         if not self._clean_spaces:
             return self._decoder.decode(data)
         from bpetok.tokenizer import _clean_spaces
@@ -90,4 +96,5 @@ class DecodeStream:
         self._held = b""
         text = self._decoder.decode(tail, final=True)
         self._decoder.reset()
+        self._first = self.tokenizer.add_space_prefix
         return text

@@ -1,7 +1,7 @@
 """Hook specifications: the contract between bpetok's engine and its plugins.
 
 Data flows one way through these hooks:
-load a vocabulary -> adjust token attributes -> (special tokens, pre-tokenizer, BPE) -> ids.
+load a vocabulary -> adjust token attributes -> (special tokens, pre-tokenizer, model) -> ids.
 One more hook, outside that flow, adds subcommands to the ``bpetok`` command line.
 
 Implementations may accept any subset of the arguments below (pluggy passes them by name), so
@@ -17,6 +17,7 @@ import pluggy
 if TYPE_CHECKING:
     import argparse
 
+    from bpetok.models import ModelSpec
     from bpetok.pretok import PreTokenizerSpec
     from bpetok.vocab import Vocabulary
 
@@ -38,6 +39,21 @@ def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
 
     :param path: the file to read.
     :returns: the vocabulary, or None when the file is not in this loader's format.
+    """
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+@hookspec
+def bpetok_register_models(register: Callable[[ModelSpec], None]) -> None:
+    """Register tokenizer models, one per ``tokenizer.ggml.model`` value (``gpt2``, ``llama``...).
+
+    Called once per plugin manager, the first time a model is looked up or listed. Registering
+    a model name another plugin already registered raises :class:`bpetok.PluginError` naming
+    both plugins.
+
+    :param register: call it with one :class:`bpetok.models.ModelSpec` per model.
     """
 
 

@@ -52,11 +52,12 @@ EOG_ROLES = ("fim_pad", "fim_rep", "fim_sep")
 
 
 def resolve_special_ids(vocab: Vocabulary) -> None:
-    """Defaults, then the file's keys in llama.cpp's order (an out-of-range id keeps the default)."""
+    """The model's defaults, then the file's keys in llama.cpp's order (an out-of-range id keeps the default)."""
     n = vocab.n_tokens
     ids: dict[str, int | None] = dict.fromkeys(SPECIAL_ROLES)
-    if vocab.model == "gpt2":
-        ids["bos"] = ids["eos"] = 11  # llama.cpp's BPE default, really id 11
+    # The model's defaults (its ModelSpec.special_ids, e.g. gpt2's bos = eos = 11), which the
+    # engine puts in place before this hook runs.
+    ids.update((role, i) for role, i in vocab.special_ids.items() if role in ids)
     given = {(role, key): value for role, key, value in vocab.special_id_keys}
     for role, key in SPECIAL_ID_KEYS:
         current = ids[role]

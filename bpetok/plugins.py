@@ -1,4 +1,4 @@
-"""The plugin manager: built-in plugins, entry-point plugins, and the pre-tokenizer registry.
+"""The plugin manager: built-in plugins, entry-point plugins, and the model and pre-tokenizer registries.
 
 The built-in plugins (:data:`BUILTIN_PLUGINS`) implement the same hooks a third-party plugin does,
 including ``bpetok_register_commands`` for the CLI's ``train``, ``extend`` and ``serve``.
@@ -12,21 +12,32 @@ from __future__ import annotations
 
 import importlib
 import os
+import weakref
 from dataclasses import dataclass, replace
 
 import pluggy
 
 from bpetok import hookspecs
 from bpetok.errors import PluginError
+from bpetok.models import ModelSpec
 from bpetok.pretok import PreTokenizerSpec
 
-__all__ = ["get_plugin_manager", "make_plugin_manager", "PreTokenizerRegistry", "get_registry", "reset"]
+__all__ = [
+    "get_plugin_manager",
+    "make_plugin_manager",
+    "PreTokenizerRegistry",
+    "ModelRegistry",
+    "get_registry",
+    "get_model_registry",
+    "reset",
+]
 
 DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
 
-# bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, and the
-# modules that add CLI subcommands (bpetok_register_commands): train, serve, chat.
-BUILTIN_PLUGINS = ("bpetok.vocab", "bpetok.overrides", "bpetok.server", "bpetok.train", "bpetok.chat")
+# bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, the
+# built-in tokenizer models (bpetok_register_models), and the modules that add CLI subcommands
+# (bpetok_register_commands): train, serve, chat.
+BUILTIN_PLUGINS = ("bpetok.vocab", "bpetok.overrides", "bpetok.models.gpt2", "bpetok.server", "bpetok.train", "bpetok.chat")
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:
@@ -65,26 +76,62 @@ class RegisteredPreTokenizer:
     version: str | None
 
 
-class PreTokenizerRegistry:
-    """(model, pre) -> pre-tokenizer spec, filled through ``bpetok_register_pretokenizers``."""
+@dataclass(frozen=True)
+class RegisteredModel:
+    """One model registry row: a ``tokenizer.ggml.model`` value and the spec that serves it."""
+
+    name: str
+    spec: ModelSpec
+    distribution: str | None
+    version: str | None
+
+
+class _Registry:
+    """Rows filled through one ``register`` hook, each registration tagged with its plugin.
+
+    Each implementation is called through pluggy (a subset hook caller holding only its
+    plugin), so an implementation that takes fewer arguments than the spec works, as
+    hookspecs.py promises, and each ``register`` call knows which plugin made it.
+    """
+
+    hook_name = ""
+    spec_type: type = object
 
     def __init__(self, pm: pluggy.PluginManager):
-        self._rows: dict[tuple[str, str], RegisteredPreTokenizer] = {}
+        self._rows: dict = {}
         dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
-        # Call each implementation on its own so every registration knows its plugin.
-        for impl in pm.hook.bpetok_register_pretokenizers.get_hookimpls():
+        for impl in getattr(pm.hook, self.hook_name).get_hookimpls():
             dist = dists.get(impl.plugin_name)
-            dist_name = dist.metadata["name"] if dist is not None else None
-            version = dist.version if dist is not None else None
+            dist_name = dist.metadata["name"] if dist is not None else _BUILTIN_DISTRIBUTION.get(impl.plugin_name)
+            version = dist.version if dist is not None else (_bpetok_version() if dist_name else None)
 
-            def register(spec: PreTokenizerSpec, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
-                if not isinstance(spec, PreTokenizerSpec):
+            def register(spec, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
+                if not isinstance(spec, self.spec_type):
                     raise PluginError(
-                        f"plugin {_plugin!r} registered a {type(spec).__name__}, expected a bpetok.PreTokenizerSpec"
+                        f"plugin {_plugin!r} registered a {type(spec).__name__}, expected a "
+                        f"bpetok.{self.spec_type.__name__}"
                     )
                 self._add(replace(spec, plugin=_plugin), _dist, _ver)
 
-            impl.function(register=register)
+            others = [p for p in pm.get_plugins() if p is not impl.plugin]
+            pm.subset_hook_caller(self.hook_name, remove_plugins=others)(register=register)
+
+    def _add(self, spec, distribution: str | None, version: str | None) -> None:
+        raise NotImplementedError
+
+    def rows(self) -> list:
+        """Every row, sorted by key."""
+        return [self._rows[k] for k in sorted(self._rows)]
+
+    def keys(self) -> list:
+        return sorted(self._rows)
+
+
+class PreTokenizerRegistry(_Registry):
+    """(model, pre) -> pre-tokenizer spec, filled through ``bpetok_register_pretokenizers``."""
+
+    hook_name = "bpetok_register_pretokenizers"
+    spec_type = PreTokenizerSpec
 
     def _add(self, spec: PreTokenizerSpec, distribution: str | None, version: str | None) -> None:
         if not spec.pre_names:
@@ -103,16 +150,58 @@ class PreTokenizerRegistry:
     def get(self, model: str, pre: str) -> RegisteredPreTokenizer | None:
         return self._rows.get((model, pre))
 
-    def rows(self) -> list[RegisteredPreTokenizer]:
-        """Every key, sorted by (model, pre)."""
-        return [self._rows[k] for k in sorted(self._rows)]
 
-    def keys(self) -> list[tuple[str, str]]:
-        return sorted(self._rows)
+class ModelRegistry(_Registry):
+    """``tokenizer.ggml.model`` value -> model spec, filled through ``bpetok_register_models``."""
+
+    hook_name = "bpetok_register_models"
+    spec_type = ModelSpec
+
+    def _add(self, spec: ModelSpec, distribution: str | None, version: str | None) -> None:
+        taken = self._rows.get(spec.name)
+        if taken is not None:
+            raise PluginError(
+                f"tokenizer model {spec.name!r} is registered by both plugin {taken.spec.plugin!r} and plugin "
+                f"{spec.plugin!r}; uninstall one, or block one with {DISABLE_ENV}={spec.plugin}"
+            )
+        self._rows[spec.name] = RegisteredModel(spec.name, spec, distribution, version)
+
+    def get(self, name: str) -> RegisteredModel | None:
+        return self._rows.get(name)
+
+    def describe(self) -> str:
+        """The installed models and their plugins, for error messages."""
+        return ", ".join(f"{row.name} ({row.spec.plugin})" for row in self.rows()) or "none"
+
+
+# Plugins registered by make_plugin_manager itself (not through an entry point) belong to bpetok.
+_BUILTIN_DISTRIBUTION = {name: "bpetok" for name in BUILTIN_PLUGINS}
+
+
+def _bpetok_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bpetok")
+    except PackageNotFoundError:
+        return None
+
+
+# One registry of each kind per plugin manager, rebuilt only when its set of plugins changes.
+_registries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _registry_for(pm: pluggy.PluginManager, kind: type) -> _Registry:
+    plugins = pm.list_name_plugin()
+    cached = _registries.setdefault(pm, {}).get(kind)
+    if cached is not None and cached[0] == plugins:
+        return cached[1]
+    registry = kind(pm)
+    _registries[pm][kind] = (plugins, registry)
+    return registry
 
 
 _pm: pluggy.PluginManager | None = None
-_registry: PreTokenizerRegistry | None = None
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -123,14 +212,17 @@ def get_plugin_manager() -> pluggy.PluginManager:
     return _pm
 
 
-def get_registry() -> PreTokenizerRegistry:
-    global _registry
-    if _registry is None:
-        _registry = PreTokenizerRegistry(get_plugin_manager())
-    return _registry
+def get_registry(plugin_manager: pluggy.PluginManager | None = None) -> PreTokenizerRegistry:
+    """The pre-tokenizer registry of ``plugin_manager`` (default: the process-wide one)."""
+    return _registry_for(plugin_manager or get_plugin_manager(), PreTokenizerRegistry)
+
+
+def get_model_registry(plugin_manager: pluggy.PluginManager | None = None) -> ModelRegistry:
+    """The model registry of ``plugin_manager`` (default: the process-wide one)."""
+    return _registry_for(plugin_manager or get_plugin_manager(), ModelRegistry)
 
 
 def reset() -> None:
-    """Forget the process-wide manager and registry (tests; after installing a plugin)."""
-    global _pm, _registry
-    _pm = _registry = None
+    """Forget the process-wide manager and its registries (tests; after installing a plugin)."""
+    global _pm
+    _pm = None

@@ -330,7 +330,7 @@ def props(tok: bpetok.Tokenizer, model_path: str) -> dict:
         "build_info": f"bpetok {bpetok.__version__}",
         "model": vocab.model,
         "pre": vocab.pre,
-        "pretokenizer": tok.spec.name,
+        "pretokenizer": tok.spec.name if tok.spec is not None else None,
         "n_tokens": tok.n_tokens,
         "special_ids": special,
         "eog_ids": sorted(tok.eog_ids),

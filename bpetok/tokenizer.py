@@ -1,9 +1,10 @@
 """The tokenizer: llama.cpp's ``llama_tokenize`` and ``token_to_piece`` over a loaded vocabulary.
 
 Data flows one way: a vocabulary is loaded and its attributes adjusted (plugins), then for each
-call special tokens are cut out of the text (longest first), each remaining fragment is
-pre-tokenized (the plugin named by ``tokenizer.ggml.pre``) and each piece is byte-level BPE'd.
-Nothing here knows about a particular model.
+call special tokens are cut out of the text (longest first) and each remaining fragment goes to
+the tokenizer model registered for ``tokenizer.ggml.model`` (a plugin): split first by the
+pre-tokenizer registered for ``tokenizer.ggml.pre`` when the model asks for it (byte-level BPE),
+whole otherwise (SentencePiece-style). Nothing here knows about a particular model.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pluggy
 
 from bpetok._args import as_int, check_flag, check_not_text
 from bpetok.errors import BpetokError, InputError, UnsupportedVocabularyError, VocabularyError
-from bpetok.models.gpt2 import CHAR_TO_BYTE, BytePairModel
+from bpetok.models import ModelSpec
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
@@ -76,7 +77,7 @@ def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginMan
             f"{path}: no installed vocabulary loader recognises this file; bpetok reads GGUF files "
             "(a loader plugin can add other formats)"
         )
-    pm.hook.bpetok_adjust_token_attributes(vocabulary=vocab)
+    _prepare(vocab, pm)
     return vocab
 
 
@@ -100,6 +101,35 @@ def _check_regular_file(path: str) -> None:
     raise BpetokError(f"{path}: is {kind}, not a file; pass the path of a GGUF model or vocabulary file{why}")
 
 
+def _prepare(vocab: Vocabulary, pm: pluggy.PluginManager) -> ModelSpec:
+    """The model spec for ``vocab``; the first time, also the model's defaults and the
+    attribute-override hook, applied to the vocabulary in place.
+
+    The one place the hook runs, once per vocabulary, whether it came from a file or was built
+    in memory (the trainer's): llama.cpp's special ids start from the model's defaults, so the
+    model is found first, and an unknown one is refused here, at load.
+    """
+    from bpetok.plugins import get_model_registry
+
+    registry = get_model_registry(pm)
+    row = registry.get(vocab.model)
+    if row is None:
+        raise UnsupportedVocabularyError(
+            f"{vocab.path}: no installed tokenizer model handles tokenizer.ggml.model={vocab.model!r}. "
+            f"Installed: {registry.describe()}. A plugin can provide it: install a package that registers "
+            f"model {vocab.model!r} through the bpetok_register_models hook in the 'bpetok' entry-point "
+            "group (see docs/hooks.md)"
+        )
+    spec = row.spec
+    if not vocab.attributes_adjusted:
+        if spec.pre is not None:
+            vocab.pre = spec.pre  # llama.cpp's rule for this model, whatever the file says
+        vocab.special_ids = dict(spec.special_ids)
+        pm.hook.bpetok_adjust_token_attributes(vocabulary=vocab)
+        vocab.attributes_adjusted = True
+    return spec
+
+
 def from_file(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
     """Load a tokenizer from any vocabulary file a loader plugin reads (GGUF built in; e.g. a
     Hugging Face ``tokenizer.json`` with bpetok-hf); the pre-tokenizer is picked by its (model, pre).
@@ -119,11 +149,15 @@ def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager |
 
 
 def from_vocabulary(vocab: Vocabulary, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
-    """A tokenizer for a vocabulary whose attributes are adjusted (see :func:`load_vocabulary`),
-    with the pre-tokenizer registered for its (model, pre)."""
-    from bpetok.plugins import PreTokenizerRegistry, get_registry
+    """A tokenizer for a vocabulary, with the model registered for its ``model`` and (when the
+    model splits text first) the pre-tokenizer registered for its (model, pre)."""
+    return Tokenizer(vocab, plugin_manager=plugin_manager)
 
-    registry = PreTokenizerRegistry(plugin_manager) if plugin_manager is not None else get_registry()
+
+def _find_pretokenizer(vocab: Vocabulary, pm: pluggy.PluginManager) -> PreTokenizerSpec:
+    from bpetok.plugins import get_registry
+
+    registry = get_registry(pm)
     row = registry.get(vocab.model, vocab.pre)
     if row is None:
         installed = ", ".join(f"{pre} ({model})" for model, pre in registry.keys()) or "none"
@@ -133,7 +167,7 @@ def from_vocabulary(vocab: Vocabulary, *, plugin_manager: pluggy.PluginManager |
             f"package that registers pre-tokenizer {vocab.pre!r} for model {vocab.model!r} through the "
             "'bpetok' entry-point group (see docs/plugins.md)"
         )
-    return Tokenizer(vocab, row.spec)
+    return row.spec
 
 
 class Tokenizer:
@@ -144,35 +178,57 @@ class Tokenizer:
     'Hi <|im_end|>'
     """
 
-    def __init__(self, vocabulary: Vocabulary, spec: PreTokenizerSpec):
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        spec: PreTokenizerSpec | None = None,
+        *,
+        plugin_manager: pluggy.PluginManager | None = None,
+    ):
+        """``spec``: the pre-tokenizer (default: the one registered for the vocabulary's
+        (model, pre), when its model splits text first). The model is the one registered for
+        ``vocabulary.model``; the attribute overrides run here if they have not yet."""
+        from bpetok.plugins import get_plugin_manager
+
+        pm = plugin_manager or get_plugin_manager()
+        self.model_spec = model_spec = _prepare(vocabulary, pm)
+        if spec is None and model_spec.pretokenized:
+            spec = _find_pretokenizer(vocabulary, pm)
         self.vocabulary = vocabulary
         self.spec = spec
-        self.pretokenizer = spec.for_vocabulary(vocabulary) if spec.for_vocabulary else spec.factory()
+        if spec is None:
+            self.pretokenizer = None
+        else:
+            self.pretokenizer = spec.for_vocabulary(vocabulary) if spec.for_vocabulary else spec.factory()
         # The tables are a few hundred thousand small objects that all live on: collecting
         # while building them is wasted time.
         with _gc_paused():
-            self.bpe = BytePairModel(
-                vocabulary.tokens,
-                vocabulary.merges,
-                ignore_merges=spec.ignore_merges,
-                path=vocabulary.path,
-                token_to_id=vocabulary.token_index(),
-            )
-        if not spec.bos_default and not any(
+            self.model = model_spec.factory(vocabulary, spec)
+        # The pretokenized path below (caches, chunks, batches) calls the model as ``bpe``.
+        self.bpe = self.model
+        self._pretokenized = model_spec.pretokenized and self.pretokenizer is not None
+        if spec is not None and not spec.bos_default and not any(
             role == "bos" and value < vocabulary.n_tokens for role, _, value in vocabulary.special_id_keys
         ):
             # llama.cpp has no default BOS id for this pre-tokenizer type (GLM-4), and the file
             # names none. The overrides ran before the type was known: drop their default here
             # (a new dict, so a vocabulary shared with another tokenizer keeps its own).
             vocabulary.special_ids = {**vocabulary.special_ids, "bos": None}
-        self.add_bos = vocabulary.flags.get("add_bos", spec.add_bos)
+
+        def default(flag: str) -> bool:  # the model's default, else the pre-tokenizer's
+            value = getattr(model_spec, flag)
+            return bool(value if value is not None else getattr(spec, flag, False))
+
+        self.add_bos = vocabulary.flags.get("add_bos", default("add_bos"))
         self.add_eos = vocabulary.flags.get("add_eos", False)
+        self.clean_spaces = default("clean_spaces")
+        self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
         self._check_byte_tokens()
         self._pieces: dict[int, bytes] = {}
         self._cache: dict[str, list[int]] = {}
         # The spec's fast-path promise (see bpetok.pretok.PreTokenizerSpec.space_chunks).
-        self._space_chunks = spec.space_chunks
+        self._space_chunks = spec is not None and spec.space_chunks
         self._chunks: dict[str, list[int]] = {}
         self._heads: dict[str, list[int]] = {}
         self._chunk_chars = 0  # characters held as keys of _chunks and _heads
@@ -211,7 +267,7 @@ class Tokenizer:
             key = bytes(text)
         else:
             raise TypeError(f"id() takes a token's text (str or bytes), not {type(text).__name__}")
-        return self.bpe.token_to_id.get(key)
+        return self.vocabulary.token_index().get(key)
 
     # -- special tokens ----------------------------------------------------------------------------
 
@@ -328,7 +384,9 @@ class Tokenizer:
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))
-        if text:
+        if text and not self._pretokenized:
+            ids += self._encode_fragments(self._partition(text, parse_special))
+        elif text:
             fragments = self._partition(text, parse_special)
             first = fragments[0]
             if len(fragments) == 1 and isinstance(first, str):
@@ -405,6 +463,8 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"count() takes a str, not {type(text).__name__}")
         parse_special = check_flag(parse_special, "count(parse_special=...)")
+        if not self._pretokenized:
+            return len(self.encode(text, parse_special=parse_special))
         total = 0
         seen: dict[str, int] = {}  # as in encode: each distinct short fragment counted once per call
         for fragment in self._partition(text, parse_special) if text else ():
@@ -469,6 +529,22 @@ class Tokenizer:
                 with _gc_paused():
                     self._fill_chunks(missing)
         return [self.encode(t, parse_special=parse_special) for t in texts]
+
+    def _encode_fragments(self, fragments: list[str | int]) -> list[int]:
+        """Ids of partitioned text for a model that takes whole fragments: each fragment is told
+        whether it starts the text or follows a special token (where SentencePiece-style models
+        add their space prefix)."""
+        ids: list[int] = []
+        encode_fragment = self.model.encode_fragment
+        at_start = True
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                ids.append(fragment)
+                at_start = True
+            else:
+                ids += encode_fragment(fragment, at_start)
+                at_start = False
+        return ids
 
     def _encode_ordinary(self, text: str) -> list[int]:
         """Ids of text without special tokens: space chunks when the pre-tokenizer allows them."""
@@ -599,6 +675,8 @@ class Tokenizer:
     def encode_reference(self, text: str, *, parse_special: bool = True) -> list[int]:
         """:meth:`encode` the plain way: no caches, no chunks, the reference BPE (for tests)."""
         parse_special = check_flag(parse_special, "encode_reference(parse_special=...)")
+        if not self._pretokenized:
+            return self._encode_fragments(self._partition(text, parse_special) if text else [])
         ids: list[int] = []
         for fragment in self._partition(text, parse_special) if text else ():
             if isinstance(fragment, int):
@@ -651,14 +729,7 @@ class Tokenizer:
         if attr & _SPECIAL:
             return text  # raw text, no byte decoding
         if attr & TokenAttr.NORMAL:
-            out = bytearray()
-            for char in _llama_utf8_chars(text):
-                b = CHAR_TO_BYTE.get(char)
-                if b is not None:
-                    out.append(b)
-                else:  # outside GPT-2's alphabet: llama.cpp's marker, with the whole token text
-                    out += b"[UNK_BYTE_0x" + char.encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
-            return bytes(out)
+            return self.model.normal_piece(text)
         if attr & TokenAttr.BYTE:
             return bytes((_token_to_byte(text) or 0,))  # never None: length checked at load (_check_byte_tokens)
         return b""
@@ -677,8 +748,13 @@ class Tokenizer:
             raise TypeError(f"decode() takes a sequence of token ids, not {type(ids).__name__}") from None
         skip_special = check_flag(skip_special, "decode(skip_special=...)")
         piece = self.token_bytes if skip_special else self.piece
-        data = b"".join([piece(i) for i in ids])
-        if self.spec.clean_spaces:
+        pieces = [piece(i) for i in ids]
+        data = b"".join(pieces)
+        # llama.cpp drops one leading space of the first piece where the model adds a space
+        # prefix (even after a BOS, which it keeps: its remove_special is false here).
+        if self.add_space_prefix and pieces and pieces[0][:1] == b" ":
+            data = data[1:]
+        if self.clean_spaces:
             data = _clean_spaces(data)
         return data
 

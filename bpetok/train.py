@@ -419,7 +419,6 @@ class TrainResult:
 
     def tokenizer(self) -> Tokenizer:
         """A :class:`bpetok.Tokenizer` over this vocabulary (no file needed)."""
-        from bpetok.plugins import get_plugin_manager
         from bpetok.tokenizer import from_vocabulary
         from bpetok.vocab import Vocabulary
 
@@ -433,8 +432,7 @@ class TrainResult:
             vocab.special_id_keys = [("bos", "tokenizer.ggml.bos_token_id", first),
                                      ("eos", "tokenizer.ggml.eos_token_id", first)]
         vocab.flags["add_bos"] = False
-        get_plugin_manager().hook.bpetok_adjust_token_attributes(vocabulary=vocab)
-        return from_vocabulary(vocab)
+        return from_vocabulary(vocab)  # runs the attribute overrides, as loading a file does
 
 
 def train(

@@ -95,6 +95,7 @@ class Vocabulary:
     - ``tokens[i]``: token text as stored (bytes; byte-level tokens in GPT-2's printable alphabet).
     - ``token_types[i]``: the stored :class:`TokenType` value.
     - ``merges``: merge strings in rank order (``b"\\xc4\\xa0 t"``).
+    - ``scores``: ``tokenizer.ggml.scores`` (SentencePiece-style models merge by score), or empty.
     - ``special_id_keys``: (role, key, id) for each special-id key the file sets, in llama.cpp's order.
     - ``special_ids``: role (``bos``, ``eos``, ``fim_pre``...) -> id or None, resolved by the overrides.
     - ``flags``: ``add_bos``, ``add_eos``... as given by the file (absent when not given).
@@ -114,6 +115,9 @@ class Vocabulary:
     metadata: dict[str, Any] = field(default_factory=dict)
     attrs: list[int] = field(default_factory=list)
     eog_ids: set[int] = field(default_factory=set)
+    scores: list[float] = field(default_factory=list)
+    # Set once the attribute-override hook has run on this vocabulary (it runs once only).
+    attributes_adjusted: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.attrs:
@@ -183,6 +187,22 @@ def _text(value: bytes, path: str, key: str) -> str:
         raise GGUFError(f"{path}: key {key!r} is not valid UTF-8") from e
 
 
+def _read_scores(gguf, n: int) -> list[float]:
+    """``tokenizer.ggml.scores`` as llama.cpp reads them: float32 or int32, at least one per token."""
+    key = "tokenizer.ggml.scores"
+    if key not in gguf.types:
+        return []
+    actual, elem = gguf.types[key]
+    if actual != GGUFValueType.ARRAY or elem not in (GGUFValueType.FLOAT32, GGUFValueType.INT32):
+        raise GGUFError(f"{gguf.path}: key {key!r} must be an array of float32 or int32 (llama.cpp refuses it too)")
+    values = gguf.metadata[key]
+    if len(values) < n:
+        raise GGUFError(
+            f"{gguf.path}: key {key!r} has {len(values)} entries for {n} tokens; the file is corrupt: re-convert the model"
+        )
+    return [float(v) for v in values[:n].tolist()]
+
+
 def load_gguf_vocabulary(path: str) -> Vocabulary:
     """Read the tokenizer of a GGUF file as llama.cpp does."""
     gguf = read_gguf(path, want=_wanted, numpy=False)  # no numpy import: ~0.07 s of a cold load
@@ -201,6 +221,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         )
     else:
         token_types = types[:n].tolist()
+    scores = _read_scores(gguf, n)
     merges = _expect(gguf, "tokenizer.ggml.merges", GGUFValueType.ARRAY, GGUFValueType.STRING)
     if merges is None:
         # llama.cpp lets a kimi-k2 file go without merges (its BPE then merges nothing).
@@ -255,6 +276,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         tokens=tokens,
         token_types=token_types,
         merges=merges,
+        scores=scores,
         special_id_keys=special_id_keys,
         flags=flags,
         metadata=metadata,

@@ -46,6 +46,21 @@ def test_info_names_the_llama_cpp_type(capsys):
     assert (info["pre"], info["pretokenizer"], info["llama_type"]) == ("falcon", "default", "FALCON")
 
 
+def test_list_models_json_lists_the_builtins_with_their_plugin():
+    result = run("list-models", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["gpt2"]["plugin"] == "bpetok.models.gpt2" and rows["gpt2"]["distribution"] == "bpetok"
+    assert rows["gpt2"]["pretokenized"] is True
+
+
+def test_list_models_table(capsys):
+    assert main(["list-models"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:2] == ["name", "plugin"]
+    assert any(line.split()[:2] == ["gpt2", "bpetok.models.gpt2"] for line in out[1:])
+
+
 def test_info_json_reports_counts_and_special_ids(capsys):
     assert main(["info", str(QWEN3), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

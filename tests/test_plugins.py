@@ -141,6 +141,133 @@ def test_third_party_pretokenizer_is_used_for_its_pre_name(pm, temporary_plugin,
     assert tok.decode(tok.encode(" 123 abc")) == " 123 abc"
 
 
+# -- bpetok_register_models ----------------------------------------------------------------------
+
+
+class CharacterModel:
+    """A toy model: one id per character that is a token, whole fragments at a time."""
+
+    def __init__(self, vocabulary, pretokenizer):
+        self.index = vocabulary.token_index()
+        self.starts = []
+
+    def encode_fragment(self, text, at_start):
+        self.starts.append(at_start)
+        return [self.index[c.encode()] for c in text if c.encode() in self.index]
+
+    def normal_piece(self, text):
+        return text.upper()
+
+
+def _toy_vocabulary(model="chars"):
+    return bpetok.Vocabulary(
+        path="toy.gguf", model=model, pre="", tokens=[b"a", b"b", b"<sep>"], token_types=[1, 1, 3], merges=[],
+    )
+
+
+def test_register_models_adds_a_model_the_tokenizer_calls(pm, temporary_plugin):
+    from bpetok.models import ModelSpec
+    from bpetok.plugins import get_model_registry
+
+    class Plugin:
+        @hookimpl
+        def bpetok_register_models(self, register):
+            register(ModelSpec(name="chars", factory=CharacterModel, pretokenized=False, special_ids={"bos": 2}))
+
+    temporary_plugin(Plugin(), "chars-plugin")
+    row = get_model_registry(pm).get("chars")
+    assert row.spec.plugin == "chars-plugin" and get_model_registry(pm).get("gpt2").spec.plugin == "bpetok.models.gpt2"
+    tok = bpetok.Tokenizer(_toy_vocabulary(), plugin_manager=pm)
+    assert tok.spec is None and tok.vocabulary.special_ids["bos"] == 2  # the model's default
+    assert tok.encode("ab<sep>ba") == [0, 1, 2, 1, 0]
+    assert tok.model.starts == [True, True]  # the text's start, then after a special token
+    assert tok.decode([0, 2, 1]) == "A<sep>B"
+
+
+def test_unknown_model_is_refused_with_what_is_installed(pm):
+    with pytest.raises(bpetok.UnsupportedVocabularyError) as info:
+        bpetok.Tokenizer(_toy_vocabulary("bert"), plugin_manager=pm)
+    message = str(info.value)
+    assert "'bert'" in message and "toy.gguf" in message
+    assert "gpt2 (bpetok.models.gpt2)" in message and "bpetok_register_models" in message
+
+
+def test_duplicate_model_names_both_plugins(pm, temporary_plugin):
+    from bpetok.models import ModelSpec
+    from bpetok.plugins import get_model_registry
+
+    class Rival:
+        @hookimpl
+        def bpetok_register_models(self, register):
+            register(ModelSpec(name="gpt2", factory=CharacterModel))
+
+    temporary_plugin(Rival(), "rival")
+    with pytest.raises(bpetok.PluginError) as info:
+        get_model_registry(pm)
+    assert "'gpt2'" in str(info.value) and "'rival'" in str(info.value) and "bpetok.models.gpt2" in str(info.value)
+
+
+# -- the contract: calls through pluggy, one registry per manager, overrides run once ------------------
+
+
+def test_implementations_may_take_a_subset_of_the_arguments(pm, temporary_plugin):
+    """hookspecs.py promises it: the registries call implementations through pluggy."""
+    from bpetok.plugins import get_model_registry, get_registry
+
+    called = []
+
+    class NoArguments:
+        @hookimpl
+        def bpetok_register_pretokenizers(self):
+            called.append("pretokenizers")
+
+        @hookimpl
+        def bpetok_register_models(self):
+            called.append("models")
+
+    temporary_plugin(NoArguments(), "no-arguments")
+    assert get_registry(pm).get("gpt2", "qwen2") is not None
+    assert get_model_registry(pm).get("gpt2") is not None
+    assert sorted(called) == ["models", "pretokenizers"]
+
+
+def test_one_registry_per_plugin_manager(pm, temporary_plugin):
+    from bpetok.plugins import get_model_registry, get_registry
+
+    assert get_registry(pm) is get_registry(pm) and get_model_registry(pm) is get_model_registry(pm)
+    other = make_plugin_manager(load_entry_points=False)
+    assert get_registry(other) is not get_registry(pm)
+    before = get_registry(pm)
+
+    class Plugin:
+        @hookimpl
+        def bpetok_register_pretokenizers(self, register):
+            register(PreTokenizerSpec(name="words", pre_names=("words",), factory=WordSplitter))
+
+    temporary_plugin(Plugin(), "words-plugin")  # a new plugin: the registry is rebuilt once
+    after = get_registry(pm)
+    assert after is not before and after.get("gpt2", "words") is not None and get_registry(pm) is after
+
+
+def test_attribute_overrides_run_once_whoever_builds_the_tokenizer(pm, temporary_plugin):
+    calls = []
+
+    class Counter:
+        @hookimpl
+        def bpetok_adjust_token_attributes(self, vocabulary):
+            calls.append(vocabulary.path)
+
+    temporary_plugin(Counter(), "counter")
+    vocab = bpetok.load_vocabulary(SMOLLM2, plugin_manager=pm)
+    tok = bpetok.Tokenizer(vocab, plugin_manager=pm)
+    bpetok.Tokenizer(vocab, tok.spec, plugin_manager=pm)
+    assert calls == [str(SMOLLM2)]
+    # A vocabulary built in memory (as the trainer does) gets them from the Tokenizer itself.
+    fresh = _vocabulary(["a", "b", "<|im_end|>"], types=[1, 1, 3])
+    tok = bpetok.Tokenizer(fresh, plugin_manager=pm)
+    assert calls == [str(SMOLLM2), "test.gguf"] and tok.eog_ids == {2}
+
+
 # -- bpetok_load_vocabulary ----------------------------------------------------------------------
 
 

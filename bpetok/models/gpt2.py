@@ -16,8 +16,10 @@ from typing import Any, NamedTuple, Sequence, cast
 from itertools import repeat
 
 from bpetok.errors import VocabularyError
+from bpetok.hookspecs import hookimpl
+from bpetok.models import ModelSpec
 
-__all__ = ["BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "BytePairModel"]
+__all__ = ["BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "decode_token_text", "BytePairModel"]
 
 
 def _gpt2_byte_chars() -> list[str]:
@@ -646,6 +648,10 @@ class BytePairModel:
             i = nxt[i]
         return out
 
+    def normal_piece(self, text: bytes) -> bytes:
+        """The bytes of a NORMAL token: its GPT-2 characters decoded (:func:`decode_token_text`)."""
+        return decode_token_text(text)
+
     def _emit(self, symbols: list[int]) -> list[int]:
         n = self.n_tokens
         if max(symbols, default=0) < n:
@@ -675,3 +681,75 @@ def _ranges(starts, lengths):
 
     total = int(lengths.sum())
     return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
+
+
+def decode_token_text(text: bytes) -> bytes:
+    """A byte-level token's text (GPT-2's printable characters) back to the bytes it stands for.
+
+    A character outside GPT-2's alphabet gives llama.cpp's marker, with the whole token text
+    (llama-vocab.cpp, ``llama_decode_text``).
+
+    >>> decode_token_text("Ġhi".encode())
+    b' hi'
+    """
+    out = bytearray()
+    for char in _llama_utf8_chars(text):
+        b = CHAR_TO_BYTE.get(char)
+        if b is not None:
+            out.append(b)
+        else:
+            out += b"[UNK_BYTE_0x" + char.encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
+    return bytes(out)
+
+
+def _llama_utf8_chars(data: bytes):
+    """Split bytes into characters the way llama.cpp decodes UTF-8: an invalid byte is U+FFFD, one byte at a time."""
+    try:
+        yield from data.decode("utf-8", "surrogatepass")
+        return
+    except UnicodeDecodeError:
+        pass
+    i, n = 0, len(data)
+    while i < n:
+        b = data[i]
+        length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
+        if length == 1:
+            yield chr(b)
+            i += 1
+            continue
+        tail = data[i + 1 : i + length]
+        if length and len(tail) == length - 1 and all(0x80 <= c < 0xC0 for c in tail):
+            cp = b & (0x7F >> length)
+            for c in tail:
+                cp = (cp << 6) | (c & 0x3F)
+            yield chr(cp) if cp < 0x110000 else "\ufffd"
+            i += length
+        else:
+            yield "\ufffd"
+            i += 1
+
+
+# -- the model's registration (bpetok_register_models) ------------------------------------------
+
+
+def _build_model(vocabulary, pretokenizer) -> BytePairModel:
+    return BytePairModel(
+        vocabulary.tokens,
+        vocabulary.merges,
+        ignore_merges=pretokenizer.ignore_merges,
+        path=vocabulary.path,
+        token_to_id=vocabulary.token_index(),
+    )
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    register(
+        ModelSpec(
+            name="gpt2",
+            factory=_build_model,
+            # llama.cpp's BPE default: BOS and EOS are id 11 unless the file says otherwise.
+            special_ids={"bos": 11, "eos": 11},
+            description="byte-level BPE over GPT-2's byte alphabet, split by the pre-tokenizer of tokenizer.ggml.pre",
+        )
+    )
