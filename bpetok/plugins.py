@@ -36,8 +36,19 @@ DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
 
 # bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, the
 # built-in tokenizer models (bpetok_register_models), and the modules that add CLI subcommands
+
+# bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, the
+# built-in tokenizer models (bpetok_register_models), and the modules that add CLI subcommands
 # (bpetok_register_commands): train, serve, chat.
-BUILTIN_PLUGINS = ("bpetok.vocab", "bpetok.overrides", "bpetok.models.gpt2", "bpetok.server", "bpetok.train", "bpetok.chat")
+BUILTIN_PLUGINS = (
+    "bpetok.vocab",
+    "bpetok.overrides",
+    "bpetok.models.gpt2",
+    "bpetok.models.llama",
+    "bpetok.server",
+    "bpetok.train",
+    "bpetok.chat",
+)
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:

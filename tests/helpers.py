@@ -12,7 +12,11 @@ DATA = pathlib.Path(__file__).parent / "data"
 QWEN3 = DATA / "ggml-vocab-qwen3.gguf.gz"
 SMOLLM2 = DATA / "ggml-vocab-smollm2.gguf.gz"
 LLAMA_TESTS = DATA / "llama.cpp-tests"
-VOCABS = {"qwen3": QWEN3, "smollm2": SMOLLM2}
+LLAMA_SPM = LLAMA_TESTS / "ggml-vocab-llama-spm.gguf.gz"
+PHI3 = LLAMA_TESTS / "ggml-vocab-phi-3.gguf.gz"
+BAICHUAN = LLAMA_TESTS / "ggml-vocab-baichuan.gguf.gz"
+# Every vocabulary with llama.cpp's ids ({name}.jsonl.gz) and pieces ({name}.dump.json.gz) here.
+VOCABS = {"qwen3": QWEN3, "smollm2": SMOLLM2, "llama-spm": LLAMA_SPM, "phi-3": PHI3, "baichuan": BAICHUAN}
 
 
 def load_cases(name: str) -> list[dict]:

@@ -93,3 +93,31 @@ def test_fresh_random_sample_matches_llama_cpp_for_some_families(tmp_path):
                 for special in (False, True):
                     expected = record.llama_ids(llama, text, special)
                     assert tok.encode(text, parse_special=special) == expected, f"seed {seed}, {pre}: {text!r}"
+
+
+def detokenize(llama, ids: list[int]) -> bytes:
+    """llama.cpp's llama_detokenize(remove_special=false, unparse_special=true), what decode_bytes mirrors."""
+    array = (llama_cpp.llama_token * len(ids))(*ids)
+    buf = ctypes.create_string_buffer(64 * len(ids) + 64)
+    n = llama_cpp.llama_detokenize(llama._model.vocab, array, len(ids), buf, len(buf), False, True)
+    assert n >= 0
+    return buf.raw[:n]
+
+
+def test_random_id_sequences_decode_as_llama_detokenize(pair):
+    tok, llama = pair
+    rng = random.Random()
+    bos = tok.special_ids["bos"]
+    for _ in range(300):
+        ids = [rng.randrange(tok.n_tokens) for _ in range(rng.randrange(1, 8))]
+        if bos is not None and rng.random() < 0.3:
+            ids[0] = bos
+        assert tok.decode_bytes(ids) == detokenize(llama, ids), ids
+
+
+def test_add_special_and_eog_set_match_llama_cpp(pair):
+    tok, llama = pair
+    for text in ["Hello world", "", " x"]:
+        assert tok.encode(text, add_special=True) == llama.tokenize(text.encode(), add_bos=True, special=True)
+    vocab = llama._model.vocab
+    assert tok.eog_ids == {i for i in range(tok.n_tokens) if llama_cpp.llama_vocab_is_eog(vocab, i)}

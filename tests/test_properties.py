@@ -24,7 +24,13 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 
 def _bytes_have_tokens(tok, text: str) -> bool:
-    return all(tok.id(BYTE_TO_CHAR[b]) is not None for b in text.encode("utf-8", "surrogatepass"))
+    """Every byte of the text has a fallback token (the model's ``byte_ids``: a token id, or
+    None / a virtual id where the vocabulary has none), and no ``▁`` where the model writes
+    spaces as ``▁`` (it decodes to a space)."""
+    if tok.vocabulary.model != "gpt2" and "\u2581" in text:
+        return False
+    byte_ids = tok.model.byte_ids
+    return all(byte_ids[b] is not None and byte_ids[b] < tok.n_tokens for b in text.encode("utf-8", "surrogatepass"))
 
 
 @SETTINGS

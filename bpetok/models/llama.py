@@ -1,0 +1,154 @@
+"""SentencePiece-style BPE, llama.cpp's ``llama`` model (src/llama-vocab.cpp, ``llm_tokenizer_spm_session``).
+
+Llama 2, Mistral 7B, Mixtral, Gemma 1-3, Phi-3, Yi, Baichuan and InternLM GGUFs say
+``tokenizer.ggml.model = llama``. There is no pre-tokenizer: each fragment of text between special
+tokens gets a space in front where llama.cpp adds one (``add_space_prefix``, at the start of the
+text and after a special token), its spaces become ``▁`` (U+2581), and then:
+
+- every character is a symbol; every adjacent pair whose concatenation is a token is queued by
+  that token's score;
+- the highest score is merged first, the leftmost on ties, and the merged symbol's new pairs are
+  queued, until the queue is empty;
+- each final symbol that is a token is emitted; any other (a character with no token of its own)
+  falls back to its UTF-8 bytes, each ``<0xXX>``'s id (or, failing that, the one-byte token's).
+
+llama.cpp keeps a reverse-merge map to re-split a merged symbol that is not a token, but a merge
+only ever forms a token, so that branch never runs; this module has no such map.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from bpetok.errors import BpetokError
+from bpetok.hookspecs import hookimpl
+from bpetok.models import ModelSpec
+
+__all__ = ["SentencePieceModel", "SPACE", "byte_token_ids"]
+
+SPACE = "\u2581"  # "▁", SentencePiece's visible space
+_SPACE_BYTES = SPACE.encode()
+ADD_SPACE_PREFIX = True  # llama.cpp's default for this model; tokenizer.ggml.add_space_prefix overrides
+
+
+def byte_token_ids(token_to_id: dict[bytes, int]) -> list[int | None]:
+    """Each byte's fallback token as llama.cpp's ``byte_to_token`` finds it for SentencePiece
+    vocabularies: ``<0xXX>`` (upper-case hex), else the one-byte token, else None."""
+    out: list[int | None] = []
+    for b in range(256):
+        token_id = token_to_id.get(b"<0x%02X>" % b)
+        if token_id is None:
+            token_id = token_to_id.get(bytes((b,)))
+        out.append(token_id)
+    return out
+
+
+class SentencePieceModel:
+    """Score-ordered merges over the characters of one fragment (see the module docstring)."""
+
+    def __init__(self, vocabulary, pretokenizer=None):
+        self.path = vocabulary.path
+        index = vocabulary.token_index()
+        self.n_tokens = vocabulary.n_tokens
+        # Text -> id over str: symbols are whole characters, so only valid UTF-8 texts can match.
+        self.ids: dict[str, int] = {}
+        for text, token_id in index.items():
+            try:
+                self.ids[text.decode("utf-8", "surrogatepass")] = token_id
+            except UnicodeDecodeError:
+                continue
+        scores = vocabulary.scores
+        self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
+        self.byte_ids = byte_token_ids(index)
+        self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
+
+    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
+        """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""
+        if self.add_space_prefix and at_start:
+            text = " " + text
+        return self.encode_escaped(text.replace(" ", SPACE))
+
+    def encode_escaped(self, text: str) -> list[int]:
+        """llama.cpp's ``llm_tokenizer_spm_session::tokenize`` on text whose spaces are already ``▁``."""
+        count = len(text)
+        if count == 0:
+            return []
+        ids, scores = self.ids, self.scores
+        start = list(range(count))
+        size = [1] * count  # characters in each symbol; 0 once merged into its left neighbour
+        nxt = list(range(1, count + 1))
+        prv = list(range(-1, count - 1))
+        heap: list[tuple[float, int, int, int]] = []  # (-score, left, right, size of the pair)
+
+        for left in range(count - 1):
+            token_id = ids.get(text[left : left + 2])
+            if token_id is not None:
+                heap.append((-scores[token_id], left, left + 1, 2))
+        heapq.heapify(heap)
+        push, pop = heapq.heappush, heapq.heappop
+        while heap:
+            _, left, right, pair_size = pop(heap)
+            # Stale: one side was merged away, or a side grew since this pair was queued.
+            if not size[left] or not size[right] or size[left] + size[right] != pair_size:
+                continue
+            size[left] = pair_size
+            size[right] = 0
+            after = nxt[left] = nxt[right]
+            if after < count:
+                prv[after] = left
+            before = prv[left]
+            if before >= 0:
+                total = size[before] + pair_size
+                token_id = ids.get(text[start[before] : start[before] + total])
+                if token_id is not None:
+                    push(heap, (-scores[token_id], before, left, total))
+            if after < count:
+                total = pair_size + size[after]
+                token_id = ids.get(text[start[left] : start[left] + total])
+                if token_id is not None:
+                    push(heap, (-scores[token_id], left, after, total))
+
+        out: list[int] = []
+        i = 0
+        while i < count:
+            symbol = text[start[i] : start[i] + size[i]]
+            token_id = ids.get(symbol)
+            if token_id is not None:
+                out.append(token_id)
+            else:
+                out += self._byte_fallback(symbol)
+            i = nxt[i]
+        return out
+
+    def _byte_fallback(self, symbol: str) -> list[int]:
+        out = []
+        for b in symbol.encode("utf-8", "surrogatepass"):
+            token_id = self.byte_ids[b]
+            if token_id is None:
+                # llama.cpp's byte_to_token throws here (std::map::at): no ids to reproduce.
+                raise BpetokError(
+                    f"{self.path}: the text needs byte {b:#04x}, which has no <0x{b:02X}> token in this vocabulary; "
+                    "llama.cpp cannot tokenize it either"
+                )
+            out.append(token_id)
+        return out
+
+    def normal_piece(self, text: bytes) -> bytes:
+        """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
+        return text.replace(_SPACE_BYTES, b" ")
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    register(
+        ModelSpec(
+            name="llama",
+            factory=SentencePieceModel,
+            pretokenized=False,
+            special_ids={"bos": 1, "eos": 2, "unk": 0},
+            add_bos=True,
+            clean_spaces=False,
+            add_space_prefix=ADD_SPACE_PREFIX,
+            description="SentencePiece-style BPE: merges by token score, ▁ for spaces, <0xXX> byte fallback",
+        )
+    )
