@@ -440,7 +440,12 @@ class Tokenizer:
         # subtle: specials are cut from the raw bytes, before decoding. surrogateescape keeps each
         # invalid byte as its own U+DC80..U+DCFF, so a special (well-formed UTF-8) matches in the
         # escaped text exactly where it matches in the bytes; an overlong "<" does not join one.
-        for fragment in self._partition(data.decode("utf-8", "surrogateescape"), parse_special):
+        fragments = self._partition(data.decode("utf-8", "surrogateescape"), parse_special)
+        if not self._pretokenized:  # the model reads the fragments' raw bytes itself
+            raw = [f if isinstance(f, int) else f.encode("utf-8", "surrogateescape") for f in fragments]
+            ids += self._encode_fragments(raw, self.model.encode_fragment_bytes)
+            fragments = []
+        for fragment in fragments:
             if isinstance(fragment, int):
                 ids.append(fragment)
                 continue
@@ -530,12 +535,13 @@ class Tokenizer:
                     self._fill_chunks(missing)
         return [self.encode(t, parse_special=parse_special) for t in texts]
 
-    def _encode_fragments(self, fragments: list[str | int]) -> list[int]:
+    def _encode_fragments(self, fragments: list, encode_fragment=None) -> list[int]:
         """Ids of partitioned text for a model that takes whole fragments: each fragment is told
         whether it starts the text or follows a special token (where SentencePiece-style models
-        add their space prefix)."""
+        add their space prefix). ``encode_fragment``: the model's method to call (default
+        ``encode_fragment``; :meth:`encode_bytes` passes raw bytes to ``encode_fragment_bytes``)."""
         ids: list[int] = []
-        encode_fragment = self.model.encode_fragment
+        encode_fragment = encode_fragment or self.model.encode_fragment
         at_start = True
         for fragment in fragments:
             if isinstance(fragment, int):
@@ -877,20 +883,6 @@ def _llama_utf8_errors(error: UnicodeError) -> tuple[str, int]:
 # so only the spans Python rejects need llama.cpp's rule; the rest is decoded in C.
 _LLAMA_UTF8_ERRORS = "bpetok-llama-utf8"
 codecs.register_error(_LLAMA_UTF8_ERRORS, _llama_utf8_errors)
-
-
-def _llama_utf8_chars(data: bytes):
-    """Split bytes into characters the way llama.cpp decodes UTF-8: an invalid byte is U+FFFD, one byte at a time."""
-    try:
-        yield from data.decode("utf-8", "surrogatepass")
-        return
-    except UnicodeDecodeError:
-        pass
-    i, n = 0, len(data)
-    while i < n:
-        cpt, length = _llama_cpt_at(data, i)
-        yield chr(cpt) if cpt < 0x110000 else "\ufffd"
-        i += length
 
 
 _CLEAN_1 = re.compile(rb" ([?!.,])")

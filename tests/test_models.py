@@ -122,3 +122,19 @@ def test_bert_and_t5_stay_refused():
     vocab = bpetok.Vocabulary(path="t5.gguf", model="t5", pre="", tokens=[b"a"], token_types=[1], merges=[])
     with pytest.raises(bpetok.UnsupportedVocabularyError, match="'t5'"):
         bpetok.Tokenizer(vocab)
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"a\xffb", [263, 258, 101]),  # 0xFF starts a "4-byte" symbol: it takes the b with it
+        (b"\xe4\xb8a", [29871, 231, 187, 100]),
+        (b"\xc0\xbc x", [29871, 195, 191, 921]),
+        (b"x</s>\xff yz", [921, 2, 29871, 258, 229, 153, 132, 12339]),
+        (b"ab\xe4", [633, 231]),
+        (b"\x80\x80 hi", [29871, 131, 131, 7251]),
+    ],
+)
+def test_invalid_utf8_bytes_as_llama_cpp_reads_them(llama_spm, data, expected):
+    """The SentencePiece session works on raw bytes (unicode_len_utf8 of each symbol's first byte)."""
+    assert llama_spm.encode_bytes(data) == expected

@@ -445,7 +445,6 @@ def test_a_command_plugin_that_fails_to_load_is_reported_by_the_cli(monkeypatch,
     dist = FakeDistribution("bpetok-broken", "0.1", [Broken("broken", None)])
     monkeypatch.setattr(importlib.metadata, "distributions", lambda: [dist])
     monkeypatch.setattr(plugins, "_pm", None)
-    monkeypatch.setattr(plugins, "_registry", None)
     assert cli.main(["list-pretokenizers"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("bpetok: error: ") and "missing_dependency" in err and DISABLE_ENV in err

@@ -19,6 +19,7 @@ only ever forms a token, so that branch never runs; this module has no such map.
 from __future__ import annotations
 
 import heapq
+from itertools import accumulate, repeat
 
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
@@ -43,20 +44,37 @@ def byte_token_ids(token_to_id: dict[bytes, int]) -> list[int | None]:
     return out
 
 
+# unicode_len_utf8: a sequence's length from its first byte's high nibble (continuation bytes: 1).
+_LENGTH_OF_NIBBLE = (1,) * 12 + (2, 2, 3, 4)
+
+
+def _symbol_starts(data: bytes) -> list[int]:
+    """Where each symbol starts: every character of well-formed UTF-8; llama.cpp's rule otherwise.
+
+    >>> _symbol_starts("a▁é".encode()), _symbol_starts(b"a\\xffbcde")
+    ([0, 1, 4], [0, 1, 5])
+    """
+    try:
+        text = data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        starts, i, n = [], 0, len(data)
+        while i < n:
+            starts.append(i)
+            i += _LENGTH_OF_NIBBLE[data[i] >> 4]
+        return starts
+    if len(text) == len(data):
+        return list(range(len(data)))
+    lengths = map(len, map(str.encode, text, repeat("utf-8"), repeat("surrogatepass")))
+    return [0, *accumulate(lengths)][:-1]
+
+
 class SentencePieceModel:
     """Score-ordered merges over the characters of one fragment (see the module docstring)."""
 
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
-        index = vocabulary.token_index()
+        self.ids = index = vocabulary.token_index()
         self.n_tokens = vocabulary.n_tokens
-        # Text -> id over str: symbols are whole characters, so only valid UTF-8 texts can match.
-        self.ids: dict[str, int] = {}
-        for text, token_id in index.items():
-            try:
-                self.ids[text.decode("utf-8", "surrogatepass")] = token_id
-            except UnicodeDecodeError:
-                continue
         scores = vocabulary.scores
         self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
         self.byte_ids = byte_token_ids(index)
@@ -64,26 +82,32 @@ class SentencePieceModel:
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""
-        if self.add_space_prefix and at_start:
-            text = " " + text
-        return self.encode_escaped(text.replace(" ", SPACE))
+        return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
 
-    def encode_escaped(self, text: str) -> list[int]:
-        """llama.cpp's ``llm_tokenizer_spm_session::tokenize`` on text whose spaces are already ``▁``."""
-        count = len(text)
-        if count == 0:
+    def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session
+        works on bytes, a symbol being as long as its first byte says (``unicode_len_utf8``)."""
+        if self.add_space_prefix and at_start:
+            data = b" " + data
+        return self.encode_escaped(data.replace(b" ", _SPACE_BYTES))
+
+    def encode_escaped(self, data: bytes) -> list[int]:
+        """llama.cpp's ``llm_tokenizer_spm_session::tokenize`` on bytes whose spaces are already ``▁``."""
+        if not data:
             return []
         ids, scores = self.ids, self.scores
-        start = list(range(count))
-        size = [1] * count  # characters in each symbol; 0 once merged into its left neighbour
+        start = _symbol_starts(data)
+        count = len(start)
+        start.append(len(data))
+        size = [start[i + 1] - start[i] for i in range(count)]  # bytes; 0 once merged leftwards
         nxt = list(range(1, count + 1))
         prv = list(range(-1, count - 1))
-        heap: list[tuple[float, int, int, int]] = []  # (-score, left, right, size of the pair)
+        heap: list[tuple[float, int, int, int]] = []  # (-score, left, right, bytes of the pair)
 
         for left in range(count - 1):
-            token_id = ids.get(text[left : left + 2])
+            token_id = ids.get(data[start[left] : start[left + 2]])
             if token_id is not None:
-                heap.append((-scores[token_id], left, left + 1, 2))
+                heap.append((-scores[token_id], left, left + 1, start[left + 2] - start[left]))
         heapq.heapify(heap)
         push, pop = heapq.heappush, heapq.heappop
         while heap:
@@ -99,19 +123,19 @@ class SentencePieceModel:
             before = prv[left]
             if before >= 0:
                 total = size[before] + pair_size
-                token_id = ids.get(text[start[before] : start[before] + total])
+                token_id = ids.get(data[start[before] : start[before] + total])
                 if token_id is not None:
                     push(heap, (-scores[token_id], before, left, total))
             if after < count:
                 total = pair_size + size[after]
-                token_id = ids.get(text[start[left] : start[left] + total])
+                token_id = ids.get(data[start[left] : start[left] + total])
                 if token_id is not None:
                     push(heap, (-scores[token_id], left, after, total))
 
         out: list[int] = []
         i = 0
         while i < count:
-            symbol = text[start[i] : start[i] + size[i]]
+            symbol = data[start[i] : start[i] + size[i]]
             token_id = ids.get(symbol)
             if token_id is not None:
                 out.append(token_id)
@@ -120,9 +144,9 @@ class SentencePieceModel:
             i = nxt[i]
         return out
 
-    def _byte_fallback(self, symbol: str) -> list[int]:
+    def _byte_fallback(self, symbol: bytes) -> list[int]:
         out = []
-        for b in symbol.encode("utf-8", "surrogatepass"):
+        for b in symbol:
             token_id = self.byte_ids[b]
             if token_id is None:
                 # llama.cpp's byte_to_token throws here (std::map::at): no ids to reproduce.
