@@ -3,7 +3,8 @@
 Writes one JSON object per line to a gzipped file, ``{"hex": str, "special": bool, "ids": [int] | null}``:
 ``ids`` are ``llama_tokenize(vocab, bytes.fromhex(hex), add_special=false, parse_special=special)``,
 or null where llama.cpp aborts the process on the input (a sequence that decodes past U+10FFFF:
-``unicode_cpt_to_utf8`` throws and nothing catches it). Those are checked in a subprocess.
+``unicode_cpt_to_utf8`` throws and nothing catches it; SentencePiece vocabularies read raw bytes
+and never abort). Those are checked in a subprocess.
 
     pip install -e '.[llama]'
     python scripts/record_malformed_utf8.py MODEL.gguf OUT.jsonl.gz [--random 300] [--seed 0]
@@ -113,9 +114,13 @@ def main() -> None:
             rows.append({"hex": data.hex(), "special": special, "ids": llama.tokenize(data, add_bos=False, special=special)})
     for data in BEYOND + [b"ab" + BEYOND[0] + b"<|im_end|>"]:
         for special in (False, True):
-            if not aborts(args.model, data, special):
-                sys.exit(f"expected llama.cpp to abort on {data!r} (special={special}); it did not")
-            rows.append({"hex": data.hex(), "special": special, "ids": None})
+            # A byte-level BPE vocabulary aborts (its pre-tokenizer decodes code points); a
+            # SentencePiece one reads raw bytes and tokenizes them: record what llama.cpp does.
+            if aborts(args.model, data, special):
+                ids = None
+            else:
+                ids = llama.tokenize(data, add_bos=False, special=special)
+            rows.append({"hex": data.hex(), "special": special, "ids": ids})
     with gzip.open(args.out, "wt", encoding="utf-8") as out:
         for row in rows:
             out.write(json.dumps(row) + "\n")
