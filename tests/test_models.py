@@ -1,4 +1,4 @@
-"""Tokenizer models beyond gpt2: SentencePiece-style BPE (``llama``), through the models hook.
+"""Tokenizer models beyond gpt2: SentencePiece-style BPE (``llama``) and ``gemma4``, through the models hook.
 
 Expected ids and texts are llama.cpp b11434's (llama-cpp-python 0.3.36: ``Llama.tokenize(text,
 add_bos=False, special=True)`` and ``llama_detokenize(ids, remove_special=False,
@@ -12,9 +12,10 @@ import json
 import pytest
 
 import bpetok
+from bpetok.errors import InputError
 from bpetok.gguf import GGUFValueType, read_gguf
 from bpetok.gguf_writer import items_of, write_gguf
-from helpers import LLAMA_SPM, PHI3
+from helpers import GEMMA4, LLAMA_SPM, PHI3
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +139,74 @@ def test_bert_and_t5_stay_refused():
 def test_invalid_utf8_bytes_as_llama_cpp_reads_them(llama_spm, data, expected):
     """The SentencePiece session works on raw bytes (unicode_len_utf8 of each symbol's first byte)."""
     assert llama_spm.encode_bytes(data) == expected
+
+
+def test_serve_answers_for_a_sentencepiece_vocabulary(tmp_path, phi3):
+    from helpers import load_cases
+    from test_server import Server, request
+
+    srv = Server(tmp_path / "server.log", model=PHI3)
+    try:
+        srv.wait_healthy()
+        props = request(srv.port, "GET", "/props")[2]
+        assert (props["model"], props["pretokenizer"], props["add_bos"]) == ("llama", None, True)
+        assert props["bos_token"] == "<s>" and props["eog_ids"] == [2, 32000, 32007]
+        for case in load_cases("phi-3")[::50]:
+            body = {"content": case["text"], "parse_special": case["special"]}
+            assert request(srv.port, "POST", "/tokenize", body)[2]["tokens"] == case["ids"], case
+        answer = request(srv.port, "POST", "/tokenize", {"content": "<|user|>\nHi<|end|>", "add_special": True})[2]
+        assert answer["tokens"] == [1, 32010, 6324, 32007]
+        detokenized = request(srv.port, "POST", "/detokenize", {"tokens": answer["tokens"]})[2]["content"]
+        assert detokenized == phi3.decode(answer["tokens"]) == "<s><|user|> Hi<|end|>"
+    finally:
+        srv.stop()
+
+
+# -- gemma4 ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gemma4() -> bpetok.Tokenizer:
+    return bpetok.from_gguf(GEMMA4)
+
+
+def test_gemma4_arrives_through_the_hook(gemma4):
+    assert gemma4.model_spec.plugin == "bpetok.models.gemma4" and gemma4.spec is None
+    assert gemma4.vocabulary.pre == "gemma4"  # llama.cpp's rule: the file has no pre key
+    assert gemma4.add_bos and not gemma4.add_space_prefix and gemma4.clean_spaces
+    assert gemma4.eog_ids == {1, 50, 106}
+
+
+def test_gemma4_decode_cleans_spaces_as_llama_cpp_does(gemma4):
+    assert gemma4.decode([236781, 2360, 570]) == "x? y"  # "x ? y": clean_spaces, as for BPE models
+    assert gemma4.decode([2, 9259, 1902]) == "<bos>Hello world"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # llama.cpp b11434's ids (llama-cpp-python 0.3.36, add_bos=False, special=True)
+        ("Hello world", [9259, 1902]),
+        ("\n\n\n", [109]),  # a newline run that is a token: whole
+        ("a\n\n b", [236746, 108, 518]),
+        ("<|turn>user\nHi<turn|>\n", [105, 2364, 107, 10979, 106, 107]),
+        ("  two  spaces ", [138, 13498, 138, 35220, 236743]),
+        ("😀 ok", [242398, 7546]),
+    ],
+)
+def test_gemma4_ids(gemma4, text, expected):
+    assert gemma4.encode(text) == expected
+
+
+def test_gemma4_forces_bos_even_when_the_file_says_false(tmp_path):
+    items = [item for item in items_of(read_gguf(GEMMA4)) if item[0] != "tokenizer.ggml.add_bos_token"]
+    items.append(("tokenizer.ggml.add_bos_token", GGUFValueType.BOOL, False, None))
+    write_gguf(tmp_path / "gemma4-no-bos.gguf", items)
+    tok = bpetok.from_gguf(tmp_path / "gemma4-no-bos.gguf")
+    assert tok.add_bos and tok.encode("Hello world", add_special=True) == [2, 9259, 1902]
+
+
+def test_gemma4_refuses_what_llama_cpp_aborts_on(gemma4):
+    with pytest.raises(InputError, match="overlong encoding of a space"):
+        gemma4.encode_bytes(b"\xc0\xa0x")
+    assert gemma4.encode_bytes(b"x \xc0\x8a\n y") == [236781, 236743, 108, 570]  # an overlong newline splits
