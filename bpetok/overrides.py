@@ -212,8 +212,19 @@ def apply_strip_rules(vocab: Vocabulary) -> None:
             vocab.attrs[mask] |= TokenAttr.LSTRIP
 
 
+# Pre names llama.cpp maps to LLAMA_VOCAB_PRE_TYPE_GEMMA4, for which it turns add_bos on even when
+# the file says false (its "workaround for Gemma 4", llama.cpp PR 21500).
+BOS_FORCED_PRES = ("gemma4", "granite-embed-multi-311m")
+
+
+def force_bos(vocab: Vocabulary) -> None:
+    if vocab.pre in BOS_FORCED_PRES:
+        vocab.flags["add_bos"] = True
+
+
 @hookimpl(tryfirst=True)
 def bpetok_adjust_token_attributes(vocabulary: Vocabulary) -> None:
+    force_bos(vocabulary)
     resolve_special_ids(vocabulary)
     autodetect_roles(vocabulary)
     build_eog_set(vocabulary)

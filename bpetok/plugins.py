@@ -45,6 +45,7 @@ BUILTIN_PLUGINS = (
     "bpetok.overrides",
     "bpetok.models.gpt2",
     "bpetok.models.llama",
+    "bpetok.models.gemma4",
     "bpetok.server",
     "bpetok.train",
     "bpetok.chat",

@@ -86,15 +86,35 @@ def past_unicode(data: bytes) -> bool:
     return False
 
 
-def aborts(model: str, data: bytes, special: bool) -> bool:
-    """Whether llama.cpp kills the process tokenizing ``data`` (run in a child process)."""
-    code = (
-        "import sys; from llama_cpp import Llama\n"
-        "l = Llama(sys.argv[1], vocab_only=True, verbose=False)\n"
-        "l.tokenize(bytes.fromhex(sys.argv[2]), add_bos=False, special=sys.argv[3] == '1')\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, model, data.hex(), "1" if special else "0"], capture_output=True)
-    return proc.returncode < 0 and b"invalid codepoint" in proc.stderr
+# A child that tokenizes "HEX SPECIAL" lines from stdin and answers one JSON line each, so that
+# a case on which llama.cpp aborts (it kills the process) is found without losing the others.
+_CHILD = (
+    "import sys, json; from llama_cpp import Llama\n"
+    "l = Llama(sys.argv[1], vocab_only=True, verbose=False)\n"
+    "for line in sys.stdin:\n"
+    "    hex_, special = line.split()\n"
+    "    ids = l.tokenize(bytes.fromhex(hex_), add_bos=False, special=special == '1')\n"
+    "    print('IDS', json.dumps(ids), flush=True)\n"
+)
+
+
+def tokenize_all(model: str, cases: list[tuple[bytes, bool]]) -> list[list[int] | None]:
+    """llama.cpp's ids for every case, None where it aborts (the child is restarted after it)."""
+    results: list[list[int] | None] = []
+    while len(results) < len(cases):
+        todo = cases[len(results):]
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, model],
+            input="".join(f"{data.hex()} {int(special)}\n" for data, special in todo),
+            capture_output=True, text=True,
+        )
+        answers = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("IDS ")]
+        results += answers
+        if proc.returncode != 0:
+            if proc.returncode > 0 or not (b"invalid codepoint" in proc.stderr.encode() or "GGML_ASSERT" in proc.stderr):
+                sys.exit(f"the llama.cpp child failed unexpectedly ({proc.returncode}):\n{proc.stderr[-2000:]}")
+            results.append(None)  # the case after the last answer killed it
+    return results
 
 
 def main() -> None:
@@ -105,26 +125,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from llama_cpp import Llama
-
-    llama = Llama(args.model, vocab_only=True, verbose=False)
-    rows = []
-    for data in fixed_cases() + random_cases(random.Random(args.seed), args.random):
-        for special in (False, True):
-            rows.append({"hex": data.hex(), "special": special, "ids": llama.tokenize(data, add_bos=False, special=special)})
-    for data in BEYOND + [b"ab" + BEYOND[0] + b"<|im_end|>"]:
-        for special in (False, True):
-            # A byte-level BPE vocabulary aborts (its pre-tokenizer decodes code points); a
-            # SentencePiece one reads raw bytes and tokenizes them: record what llama.cpp does.
-            if aborts(args.model, data, special):
-                ids = None
-            else:
-                ids = llama.tokenize(data, add_bos=False, special=special)
-            rows.append({"hex": data.hex(), "special": special, "ids": ids})
+    inputs = fixed_cases() + random_cases(random.Random(args.seed), args.random)
+    inputs += BEYOND + [b"ab" + BEYOND[0] + b"<|im_end|>"]
+    cases = [(data, special) for data in inputs for special in (False, True)]
+    ids = tokenize_all(args.model, cases)
+    # Every sequence past U+10FFFF aborts a byte-level BPE vocabulary (its pre-tokenizer decodes
+    # code points); a SentencePiece one reads raw bytes and tokenizes it; gemma4 also aborts on an
+    # overlong space. Whatever llama.cpp did is recorded.
+    rows = [{"hex": data.hex(), "special": special, "ids": found} for (data, special), found in zip(cases, ids)]
     with gzip.open(args.out, "wt", encoding="utf-8") as out:
         for row in rows:
             out.write(json.dumps(row) + "\n")
-    print(f"wrote {len(rows)} cases to {args.out}")
+    aborted = sum(row["ids"] is None for row in rows)
+    print(f"wrote {len(rows)} cases ({aborted} on which llama.cpp aborts) to {args.out}")
 
 
 if __name__ == "__main__":

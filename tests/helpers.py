@@ -15,8 +15,10 @@ LLAMA_TESTS = DATA / "llama.cpp-tests"
 LLAMA_SPM = LLAMA_TESTS / "ggml-vocab-llama-spm.gguf.gz"
 PHI3 = LLAMA_TESTS / "ggml-vocab-phi-3.gguf.gz"
 BAICHUAN = LLAMA_TESTS / "ggml-vocab-baichuan.gguf.gz"
+GEMMA4 = LLAMA_TESTS / "ggml-vocab-gemma-4.gguf.gz"
 # Every vocabulary with llama.cpp's ids ({name}.jsonl.gz) and pieces ({name}.dump.json.gz) here.
-VOCABS = {"qwen3": QWEN3, "smollm2": SMOLLM2, "llama-spm": LLAMA_SPM, "phi-3": PHI3, "baichuan": BAICHUAN}
+VOCABS = {"qwen3": QWEN3, "smollm2": SMOLLM2, "llama-spm": LLAMA_SPM, "phi-3": PHI3, "baichuan": BAICHUAN,
+          "gemma-4": GEMMA4}
 
 
 def load_cases(name: str) -> list[dict]:

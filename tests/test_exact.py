@@ -39,20 +39,20 @@ def _vectors(name):
     return base.with_suffix(".gguf.gz"), list(zip(inputs, ([int(x) for x in o.split()] for o in outputs)))
 
 
-@pytest.mark.parametrize("name", ["qwen2", "starcoder", "refact", "command-r", "llama-spm", "phi-3"])
+@pytest.mark.parametrize("name", ["qwen2", "starcoder", "refact", "command-r", "llama-spm", "phi-3", "gemma-4"])
 def test_llama_cpp_test_vectors(name):
     path, cases = _vectors(name)
-    assert len(cases) == 46
+    assert len(cases) == (45 if name == "gemma-4" else 46)
     tok = bpetok.from_gguf(path)
     for text, expected in cases:
         assert tok.encode(text, parse_special=False) == expected, text
 
 
 def test_add_special_adds_bos_where_llama_cpp_does(vocab_tokenizer):
-    """SentencePiece vocabularies add BOS by default; the byte-level ones here do not."""
+    """SentencePiece vocabularies add BOS by default, Gemma 4 always; the byte-level ones here do not."""
     name, tok = vocab_tokenizer
     text = "Hello world"
-    bos = [tok.special_ids["bos"]] if name in ("llama-spm", "phi-3", "baichuan") else []
+    bos = [tok.special_ids["bos"]] if name in ("llama-spm", "phi-3", "baichuan", "gemma-4") else []
     assert tok.encode(text, add_special=True) == bos + tok.encode(text)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +30,8 @@ def _bytes_have_tokens(tok, text: str) -> bool:
     None / a virtual id where the vocabulary has none), and no ``▁`` where the model writes
     spaces as ``▁`` (it decodes to a space)."""
     if tok.vocabulary.model != "gpt2" and "\u2581" in text:
+        return False
+    if tok.clean_spaces and re.search(r" [?!.,]| '", text):  # the detokenizer drops those spaces
         return False
     byte_ids = tok.model.byte_ids
     return all(byte_ids[b] is not None and byte_ids[b] < tok.n_tokens for b in text.encode("utf-8", "surrogatepass"))

@@ -1,0 +1,205 @@
+"""Gemma 4's BPE, llama.cpp's ``gemma4`` model (src/llama-vocab.cpp, ``llm_tokenizer_bpe_session``
+with ``LLAMA_VOCAB_PRE_TYPE_GEMMA4``).
+
+llama.cpp runs its BPE session without GPT-2's byte alphabet here: spaces become ``▁`` (U+2581),
+the text is split only into runs of non-newlines and runs of newlines (``[^\\n]+|[\\n]+``), and on
+each run:
+
+- a run of newlines that is a token is emitted whole (llama.cpp's fix for Gemma 4's newline tokens);
+- otherwise every UTF-8 character is a symbol and adjacent pairs are merged by merge rank (lowest
+  first, leftmost on ties), whether or not the merged text is a token;
+- each final symbol that is a token is emitted, any other falls back to its bytes' ``<0xXX>``
+  tokens (a byte without one is dropped).
+
+llama.cpp forces ``tokenizer.ggml.pre`` to ``gemma4`` for this model and BOS on (the overrides
+plugin does the latter). The newline split is part of the model, which takes whole fragments:
+llama.cpp writes ``▁`` for the spaces of the raw bytes *before* it decodes them, so only the model,
+given the raw bytes, can tell a space from an overlong encoding of one (on which llama.cpp
+aborts: ``find_bpe_rank`` asserts that no symbol holds a space).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+
+from bpetok.errors import InputError, VocabularyError
+from bpetok.hookspecs import hookimpl
+from bpetok.models import ModelSpec
+from bpetok.models.llama import SPACE, _symbol_starts
+
+__all__ = ["RawBytePairModel"]
+
+_SPACE_BYTES = SPACE.encode()
+# llama.cpp's gemma4 split, [^\n]+|[\n]+: runs of newlines and the text between them.
+_NEWLINE_RUNS = re.compile(rb"[^\n]+|\n+")
+# A piece's ids are cached up to this many pieces, each of at most this many bytes.
+_CACHE_LIMIT = 200_000
+_CACHE_LONGEST = 1024
+
+
+class RawBytePairModel:
+    """BPE by merge rank over the UTF-8 characters of a piece, ``▁`` for spaces (see the module docstring)."""
+
+    def __init__(self, vocabulary, pretokenizer=None):
+        self.path = vocabulary.path
+        if not vocabulary.merges:
+            raise VocabularyError(
+                f"{vocabulary.path}: key 'tokenizer.ggml.merges' is missing or empty; a {vocabulary.model} "
+                "vocabulary needs merges (llama.cpp refuses it too)"
+            )
+        self.ids = vocabulary.token_index()
+        self.n_tokens = vocabulary.n_tokens
+        # Merge text -> rank, looked up as left + b" " + right. llama.cpp keys its map by the two
+        # halves of the text cut at the first space at index >= 1; symbols never hold a space
+        # (spaces are ▁ by then), so a lookup can only find a merge of exactly one space, cut
+        # where llama.cpp cuts it. dict() keeps a key's last value: fed in reverse, a
+        # duplicate merge keeps its first rank, as llama.cpp's emplace does.
+        merges = vocabulary.merges
+        self.ranks: dict[bytes, int] = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+        self.byte_ids = [self.ids.get(b"<0x%02X>" % b) for b in range(256)]
+        self._cache: dict[bytes, list[int]] = {}
+
+    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
+        """Ids of one fragment of text between special tokens."""
+        return self._encode_escaped(text.replace(" ", SPACE).encode("utf-8", "surrogatepass"))
+
+    def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` of raw bytes: spaces become ``▁``, then the bytes are decoded
+        as llama.cpp decodes them (``unicode_cpts_from_utf8``: U+FFFD for a byte that starts no
+        sequence, overlongs and surrogates decoded)."""
+        text = _llama_decode(data.replace(b" ", _SPACE_BYTES))
+        # An overlong space decodes to a real one; llama.cpp's find_bpe_rank asserts that no
+        # symbol holds a space, so it aborts as soon as such a symbol has a neighbour.
+        if " " in text and any(" " in run and len(run) > 1 for run in re.findall(r"[^\n]+|\n+", text)):
+            raise InputError(
+                f"bytes {data!r} hold an overlong encoding of a space; llama.cpp aborts on it "
+                "(GGML_ASSERT in find_bpe_rank), so it has no token ids: remove or replace these bytes"
+            )
+        return self._encode_escaped(text.encode("utf-8", "surrogatepass"))
+
+    def _encode_escaped(self, data: bytes) -> list[int]:
+        ids: list[int] = []
+        cache, encode_piece = self._cache, self.encode_piece
+        for piece in _NEWLINE_RUNS.findall(data):
+            found = cache.get(piece)
+            if found is None:
+                found = encode_piece(piece)
+                if len(cache) < _CACHE_LIMIT and len(piece) <= _CACHE_LONGEST:
+                    cache[piece] = found
+            ids += found
+        return ids
+
+    def encode_piece(self, data: bytes) -> list[int]:
+        """Ids of one newline run, or one run without newlines, its spaces already ``▁``."""
+        if not data.strip(b"\n"):  # a newline run that is a token: whole
+            whole = self.ids.get(data)
+            if whole is not None:
+                return [whole]
+        return self._emit(data, self.merge(data))
+
+    def merge(self, data: bytes) -> list[tuple[int, int]]:
+        """The final symbols of ``data`` as (start, length) byte spans, llama.cpp's merge loop."""
+        ranks = self.ranks
+        start = _symbol_starts(data)
+        count = len(start)
+        start.append(len(data))
+        size = [start[i + 1] - start[i] for i in range(count)]  # bytes; 0 once merged leftwards
+        nxt = list(range(1, count + 1))
+        prv = list(range(-1, count - 1))
+        heap: list[tuple[int, int, int, int]] = []  # (rank, left, right, bytes of the pair)
+        for left in range(count - 1):
+            rank = ranks.get(data[start[left] : start[left + 1]] + b" " + data[start[left + 1] : start[left + 2]])
+            if rank is not None:
+                heap.append((rank, left, left + 1, start[left + 2] - start[left]))
+        heapq.heapify(heap)
+        push, pop = heapq.heappush, heapq.heappop
+        while heap:
+            _, left, right, pair_size = pop(heap)
+            # Stale: one side was merged away, or a side grew since this pair was queued.
+            if not size[left] or not size[right] or size[left] + size[right] != pair_size:
+                continue
+            size[left] = pair_size
+            size[right] = 0
+            after = nxt[left] = nxt[right]
+            if after < count:
+                prv[after] = left
+            merged = data[start[left] : start[left] + pair_size]
+            before = prv[left]
+            if before >= 0:
+                rank = ranks.get(data[start[before] : start[left]] + b" " + merged)
+                if rank is not None:
+                    push(heap, (rank, before, left, size[before] + pair_size))
+            if after < count:
+                rank = ranks.get(merged + b" " + data[start[after] : start[after] + size[after]])
+                if rank is not None:
+                    push(heap, (rank, left, after, pair_size + size[after]))
+        spans, i = [], 0
+        while i < count:
+            spans.append((start[i], size[i]))
+            i = nxt[i]
+        return spans
+
+    def _emit(self, data: bytes, spans: list[tuple[int, int]]) -> list[int]:
+        ids, byte_ids, out = self.ids, self.byte_ids, []
+        for begin, length in spans:
+            symbol = data[begin : begin + length]
+            token_id = ids.get(symbol)
+            if token_id is not None:
+                out.append(token_id)
+                continue
+            for b in symbol:  # not a token: its bytes' <0xXX> tokens, a byte without one dropped
+                fallback = byte_ids[b]
+                if fallback is not None:
+                    out.append(fallback)
+        return out
+
+    def normal_piece(self, text: bytes) -> bytes:
+        """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
+        return text.replace(_SPACE_BYTES, b" ")
+
+
+def _llama_decode(data: bytes) -> str:
+    """Bytes to text as llama.cpp's ``unicode_cpts_from_utf8`` reads them; a sequence past U+10FFFF
+    is an :class:`InputError` (llama.cpp aborts in ``unicode_cpt_to_utf8``)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    out, i, n = [], 0, len(data)
+    while i < n:
+        b = data[i]
+        length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
+        tail = data[i + 1 : i + length]
+        if length == 1:
+            out.append(chr(b))
+        elif length and len(tail) == length - 1 and all(0x80 <= c < 0xC0 for c in tail):
+            cpt = b & (0x7F >> length)
+            for c in tail:
+                cpt = (cpt << 6) | (c & 0x3F)
+            if cpt > 0x10FFFF:
+                raise InputError(
+                    f"bytes {data[i:i + length].hex(' ')} at offset {i} decode to U+{cpt:X}, past U+10FFFF; "
+                    "llama.cpp aborts on such input, so it has no token ids: remove or replace these bytes"
+                )
+            out.append(chr(cpt))
+            i += length
+            continue
+        else:
+            out.append("\ufffd")
+        i += 1
+    return "".join(out)
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    register(
+        ModelSpec(
+            name="gemma4",
+            factory=RawBytePairModel,
+            pretokenized=False,
+            pre="gemma4",  # llama.cpp sets tokenizer_pre = "gemma4" for this model, whatever the file says
+            clean_spaces=True,
+            description="BPE by merge rank over raw UTF-8 lines, ▁ for spaces, <0xXX> fallback (Gemma 4)",
+        )
+    )
