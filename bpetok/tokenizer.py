@@ -441,9 +441,21 @@ class Tokenizer:
         # invalid byte as its own U+DC80..U+DCFF, so a special (well-formed UTF-8) matches in the
         # escaped text exactly where it matches in the bytes; an overlong "<" does not join one.
         fragments = self._partition(data.decode("utf-8", "surrogateescape"), parse_special)
-        if not self._pretokenized:  # the model reads the fragments' raw bytes itself
+        if not self._pretokenized and hasattr(self.model, "encode_fragment_bytes"):
+            # The model reads the fragments' raw bytes itself (llama.cpp's SentencePiece session does).
             raw = [f if isinstance(f, int) else f.encode("utf-8", "surrogateescape") for f in fragments]
             ids += self._encode_fragments(raw, self.model.encode_fragment_bytes)
+            fragments = []
+        elif not self._pretokenized:
+            decoded = []
+            for fragment in fragments:
+                if not isinstance(fragment, int):
+                    try:
+                        fragment = fragment.encode("utf-8", "surrogateescape").decode("utf-8", _LLAMA_UTF8_ERRORS)
+                    except _BeyondUnicode:
+                        raise _beyond_unicode_error(data) from None
+                decoded.append(fragment)
+            ids += self._encode_fragments(decoded)
             fragments = []
         for fragment in fragments:
             if isinstance(fragment, int):

@@ -182,6 +182,8 @@ def test_register_models_adds_a_model_the_tokenizer_calls(pm, temporary_plugin):
     assert tok.encode("ab<sep>ba") == [0, 1, 2, 1, 0]
     assert tok.model.starts == [True, True]  # the text's start, then after a special token
     assert tok.decode([0, 2, 1]) == "A<sep>B"
+    # A model without encode_fragment_bytes gets invalid UTF-8 decoded by llama.cpp's rule.
+    assert tok.encode_bytes(b"a\xff<sep>b") == [0, 2, 1]
 
 
 def test_unknown_model_is_refused_with_what_is_installed(pm):
