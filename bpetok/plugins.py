@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import weakref
+from typing import Any, cast
 from dataclasses import dataclass, replace
 
 import pluggy
@@ -107,7 +108,7 @@ class _Registry:
     """
 
     hook_name = ""
-    spec_type: type = object
+    spec_type: Any = object
 
     def __init__(self, pm: pluggy.PluginManager):
         self._rows: dict = {}
@@ -117,7 +118,7 @@ class _Registry:
             dist_name = dist.metadata["name"] if dist is not None else _BUILTIN_DISTRIBUTION.get(impl.plugin_name)
             version = dist.version if dist is not None else (_bpetok_version() if dist_name else None)
 
-            def register(spec, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
+            def register(spec: Any, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
                 if not isinstance(spec, self.spec_type):
                     raise PluginError(
                         f"plugin {_plugin!r} registered a {type(spec).__name__}, expected a "
@@ -226,12 +227,12 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
 def get_registry(plugin_manager: pluggy.PluginManager | None = None) -> PreTokenizerRegistry:
     """The pre-tokenizer registry of ``plugin_manager`` (default: the process-wide one)."""
-    return _registry_for(plugin_manager or get_plugin_manager(), PreTokenizerRegistry)
+    return cast(PreTokenizerRegistry, _registry_for(plugin_manager or get_plugin_manager(), PreTokenizerRegistry))
 
 
 def get_model_registry(plugin_manager: pluggy.PluginManager | None = None) -> ModelRegistry:
     """The model registry of ``plugin_manager`` (default: the process-wide one)."""
-    return _registry_for(plugin_manager or get_plugin_manager(), ModelRegistry)
+    return cast(ModelRegistry, _registry_for(plugin_manager or get_plugin_manager(), ModelRegistry))
 
 
 def reset() -> None:

@@ -17,7 +17,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from typing import SupportsIndex
+from typing import Any, SupportsIndex
 from itertools import chain, compress, islice, repeat
 
 import pluggy
@@ -196,6 +196,8 @@ class Tokenizer:
             spec = _find_pretokenizer(vocabulary, pm)
         self.vocabulary = vocabulary
         self.spec = spec
+        # Any: None for a model that takes whole fragments, and then never called.
+        self.pretokenizer: Any
         if spec is None:
             self.pretokenizer = None
         else:
@@ -203,9 +205,9 @@ class Tokenizer:
         # The tables are a few hundred thousand small objects that all live on: collecting
         # while building them is wasted time.
         with _gc_paused():
-            self.model = model_spec.factory(vocabulary, spec)
+            self.model: Any = model_spec.factory(vocabulary, spec)
         # The pretokenized path below (caches, chunks, batches) calls the model as ``bpe``.
-        self.bpe = self.model
+        self.bpe: Any = self.model
         self._pretokenized = model_spec.pretokenized and self.pretokenizer is not None
         if spec is not None and not spec.bos_default and not any(
             role == "bos" and value < vocabulary.n_tokens for role, _, value in vocabulary.special_id_keys

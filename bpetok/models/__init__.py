@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from bpetok.pretok import PreTokenizerSpec
@@ -64,7 +64,9 @@ class ModelSpec:
     """
 
     name: str
-    factory: Callable[[Vocabulary, PreTokenizerSpec | None], TokenizerModel]
+    # Returns a TokenizerModel; typed Any because a model implements only the calls its
+    # ``pretokenized`` flag asks for (a Protocol would demand all of them).
+    factory: Callable[[Vocabulary, PreTokenizerSpec | None], Any]
     pretokenized: bool = True
     pre: str | None = None
     special_ids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
