@@ -27,6 +27,7 @@ import sys
 import time
 
 import bpetok
+import bpetok.models.gpt2
 import bpetok.tokenizer
 from bpetok.plugins import get_registry
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         pres.insert(0, "qwen2")
     base = bpetok.load_vocabulary(args.vocab)
     models = {}
-    real = bpetok.tokenizer.BytePairModel
+    real = bpetok.models.gpt2.BytePairModel
 
     def shared_model(tokens, merges, *, ignore_merges=False, **kwargs):
         key = ignore_merges
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             models[key] = real(tokens, merges, ignore_merges=ignore_merges, **kwargs)
         return models[key]
 
-    bpetok.tokenizer.BytePairModel = shared_model
+    bpetok.models.gpt2.BytePairModel = shared_model
     rows = []
     for pre in pres:
         row = registry.get("gpt2", pre)

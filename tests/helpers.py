@@ -61,10 +61,10 @@ def sharing_bpe_models():
     """Within it, tokenizers built from the same token list share one BPE model per ignore_merges
     value. The model depends on the tokens and merges, not on the pre-tokenizer, and building it
     (0.8 s for 150k tokens) would otherwise dominate tests that try every pre-tokenizer family."""
-    import bpetok.tokenizer
+    import bpetok.models.gpt2 as gpt2
 
     models = {}
-    real = bpetok.tokenizer.BytePairModel
+    real = gpt2.BytePairModel
 
     def shared(tokens, merges, *, ignore_merges=False, **kwargs):
         key = (id(tokens), ignore_merges)
@@ -72,11 +72,11 @@ def sharing_bpe_models():
             models[key] = (tokens, real(tokens, merges, ignore_merges=ignore_merges, **kwargs))
         return models[key][1]
 
-    bpetok.tokenizer.BytePairModel = shared
+    gpt2.BytePairModel = shared
     try:
         yield
     finally:
-        bpetok.tokenizer.BytePairModel = real
+        gpt2.BytePairModel = real
 
 
 def with_pre(vocabulary, pre: str):
