@@ -17,6 +17,7 @@ from bpetok.errors import (
     UnsupportedVocabularyError,
     VocabularyError,
 )
+from bpetok.datasets import encode_dataset
 from bpetok.hookspecs import hookimpl
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.tokenizer import Tokenizer, from_file, from_gguf, load_vocabulary
@@ -37,6 +38,7 @@ __all__ = [
     "UnsupportedVocabularyError",
     "VocabularyError",
     "Vocabulary",
+    "encode_dataset",
     "extend",
     "from_file",
     "from_gguf",

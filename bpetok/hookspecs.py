@@ -100,7 +100,7 @@ def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     is called with the parsed arguments and returns the exit status (None means 0). Raise a
     :class:`bpetok.BpetokError` for a failure the user can fix; it is printed as one line.
     Built-in implementations: :mod:`bpetok.train` (``train``, ``extend``), :mod:`bpetok.server`
-    (``serve``) and :mod:`bpetok.chat` (``chat``).
+    (``serve``), :mod:`bpetok.chat` (``chat``) and :mod:`bpetok.datasets` (``encode-dataset``).
 
     :param subparsers: the ``argparse`` sub-parsers action of the ``bpetok`` parser.
     """

@@ -1,7 +1,8 @@
 """The plugin manager: built-in plugins, entry-point plugins, and the model and pre-tokenizer registries.
 
 The built-in plugins (:data:`BUILTIN_PLUGINS`) implement the same hooks a third-party plugin does,
-including ``bpetok_register_commands`` for the CLI's ``train``, ``extend`` and ``serve``.
+including ``bpetok_register_commands`` for the CLI's ``train``, ``extend``, ``serve``, ``chat`` and
+``encode-dataset``.
 
 Entry points in the ``bpetok`` group are loaded lazily, once, on first use (llm's plugins.py).
 Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of entry-point names to block them
@@ -37,10 +38,7 @@ DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
 
 # bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, the
 # built-in tokenizer models (bpetok_register_models), and the modules that add CLI subcommands
-
-# bpetok's own hook implementations: the GGUF loader, llama.cpp's attribute overrides, the
-# built-in tokenizer models (bpetok_register_models), and the modules that add CLI subcommands
-# (bpetok_register_commands): train, serve, chat.
+# (bpetok_register_commands): train, serve, chat, encode-dataset.
 BUILTIN_PLUGINS = (
     "bpetok.vocab",
     "bpetok.overrides",
@@ -50,6 +48,7 @@ BUILTIN_PLUGINS = (
     "bpetok.server",
     "bpetok.train",
     "bpetok.chat",
+    "bpetok.datasets",
 )
 
 

@@ -418,14 +418,14 @@ def test_register_commands_adds_a_plugin_s_subcommand(pm, temporary_plugin, caps
 
 
 def test_builtin_commands_arrive_through_the_hook(pm):
-    """train, extend and serve are the built-in plugins bpetok.train and bpetok.server."""
+    """train, extend, serve and encode-dataset are the built-in plugins bpetok.train, .server, .datasets."""
     from bpetok.cli import build_parser
 
-    assert {"train", "extend", "serve"} <= _subcommands(build_parser(pm))
+    assert {"train", "extend", "serve", "encode-dataset"} <= _subcommands(build_parser(pm))
     names = {name for name, _ in pm.list_name_plugin()}
-    assert {"bpetok.train", "bpetok.server"} <= names
+    assert {"bpetok.train", "bpetok.server", "bpetok.datasets"} <= names
     impls = pm.hook.bpetok_register_commands.get_hookimpls()
-    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.server"}
+    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.server", "bpetok.datasets"}
 
 
 def test_a_command_module_that_fails_to_import_is_shown_not_skipped(monkeypatch):

@@ -1,0 +1,710 @@
+"""Encoding a corpus into token-id shards for training (``bpetok encode-dataset``).
+
+The flow, one way: the inputs are read in order into *documents* (a text file, a line, a JSONL
+record's field, a Parquet cell); documents are grouped into *blocks* of about
+:data:`BLOCK_CHARS` characters; blocks are encoded in this process, on local worker processes
+(``concurrent.futures``) or on a Dask cluster; their ids come back in block order and are cut
+into *shards* of whole documents holding at most ``shard_tokens`` ids each.
+
+Why the output does not depend on the workers or the engine: a document's ids are
+``tok.encode(text)`` whichever process computes them, results are consumed in input order, and
+a shard ends where its next document would not fit: the cut depends only on the documents'
+lengths in ids, never on which block or worker they came from, nor on timing.
+
+Why a rerun resumes: each shard is written to a temporary file in the output directory and
+renamed when complete, and the manifest (written the same way) lists the finished shards with
+their sha256. A rerun with the same model, inputs and options keeps the shards whose files still
+match, skips the documents they hold (reading, not encoding, them) and carries on from there;
+the cut of the rest is the same because a shard always starts a fresh cut.
+
+Output (``OUTDIR``): ``shard-00000.npy`` (the ids, one flat array, ``uint16`` when the
+vocabulary has at most 65,536 tokens, else ``uint32``) with ``shard-00000.idx.npy`` (``uint64``
+offsets: document ``i`` is ``ids[idx[i]:idx[i + 1]]``), or ``shard-00000.parquet`` (one row per
+document, an ``ids`` column of ``list<int32>``); and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import sys
+import tempfile
+import zlib
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from bpetok.errors import BpetokError
+from bpetok.hookspecs import hookimpl
+
+__all__ = ["encode_dataset", "DatasetResult", "ModelSource", "bpetok_register_commands"]
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = "bpetok-shards/1"
+# A block is the unit of work sent to a worker: large enough that the per-task overhead (pickling
+# the texts, one round trip) is small, small enough that a worker's memory stays far below 1 GiB.
+BLOCK_CHARS = 1 << 22
+# 2**26 ids: 128 MiB as uint16, 256 MiB as uint32; the writer holds one shard (and one copy of it
+# while concatenating), so its memory is bounded by this, not by the corpus.
+DEFAULT_SHARD_TOKENS = 1 << 26
+# Blocks submitted ahead of the one being written, per worker: keeps every worker busy while
+# bounding the texts and ids held in memory.
+AHEAD_PER_WORKER = 2
+EXAMPLES_KEPT = 20  # error examples kept in the manifest (all errors are counted)
+_COMPRESSED = (".gz", ".xz", ".bz2", ".zst")
+
+
+class DatasetError(BpetokError):
+    """An input record cannot be read (with ``on_error="fail"``), or the output directory is unusable."""
+
+
+# -- the model, as it travels to workers --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """How a worker gets the tokenizer: the GGUF's path (a shared filesystem) or its bytes.
+
+    Only this travels: a worker builds the tokenizer once and keeps it (keyed by ``sha256``),
+    never a pickled tokenizer with its caches.
+    """
+
+    path: str
+    sha256: str
+    data: bytes | None = field(default=None, repr=False)
+
+    def tokenizer(self):
+        tok = _TOKENIZERS.get(self.sha256)
+        if tok is None:
+            import bpetok
+
+            path = self.path
+            if self.data is not None:
+                path = os.path.join(tempfile.gettempdir(), f"bpetok-{self.sha256[:16]}-{os.path.basename(self.path)}")
+                if not os.path.exists(path):
+                    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bpetok-model-")
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(self.data)
+                    os.replace(tmp, path)
+            _TOKENIZERS.clear()  # one vocabulary at a time: a tokenizer is large
+            tok = _TOKENIZERS[self.sha256] = bpetok.from_gguf(path)
+        return tok
+
+
+_TOKENIZERS: dict = {}  # per process: sha256 -> Tokenizer, the last one built
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def encode_block(model: ModelSource, texts: list[str], parse_special: bool, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """A block's ids, flat (``uint32``), and each document's length in ids. Runs on a worker."""
+    tok = model.tokenizer()
+    docs = tok.encode_batch(texts, parse_special=parse_special, workers=1)
+    if eos is not None:
+        for ids in docs:
+            ids.append(eos)
+    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    flat = np.fromiter((i for ids in docs for i in ids), dtype=np.uint32, count=int(lengths.sum()))
+    return flat, lengths
+
+
+# -- reading documents ----------------------------------------------------------------------------
+
+
+class ErrorLog:
+    """Records that could not be read: counted by kind, the first few kept as examples.
+
+    With ``on_error="fail"`` the first one raises a :class:`DatasetError` naming the file and line.
+    """
+
+    def __init__(self, on_error: str):
+        if on_error not in ("skip", "fail"):
+            raise BpetokError(f"on_error must be 'skip' or 'fail', not {on_error!r}")
+        self.on_error = on_error
+        self.counts: Counter = Counter()
+        self.examples: list[str] = []
+
+    def add(self, kind: str, where: str, reason: str) -> None:
+        message = f"{where}: {reason}"
+        if self.on_error == "fail":
+            raise DatasetError(f"{message} (pass --on-error skip to count and skip such records)")
+        self.counts[kind] += 1
+        if len(self.examples) < EXAMPLES_KEPT:
+            self.examples.append(message)
+
+
+def _open_binary(path: str):
+    """The file's bytes, decompressed on the fly by its suffix (``.zst`` needs ``zstandard``)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".xz"):
+        return lzma.open(path, "rb")
+    if path.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    if path.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError:
+            raise BpetokError(f"{path}: reading .zst files needs the zstandard package: pip install 'bpetok[zstd]'") from None
+        return io.BufferedReader(zstandard.open(path, "rb"))  # its reader cannot iterate lines itself
+    return open(path, "rb")
+
+
+def input_kind(path: str) -> str:
+    """``jsonl``, ``parquet`` or ``text``, from the name without its compression suffix.
+
+    >>> input_kind("a.jsonl.zst"), input_kind("b.parquet"), input_kind("c.txt.gz")
+    ('jsonl', 'parquet', 'text')
+    """
+    name = path
+    for suffix in _COMPRESSED:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    return "text"
+
+
+def _decode(data: bytes, where: str, errors: ErrorLog) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        errors.add("invalid_utf8", where, f"invalid UTF-8 at byte {e.start} ({data[e.start:e.start + 4]!r})")
+        return None
+
+
+def _text_documents(path: str, lines: bool, errors: ErrorLog, empty: Counter) -> Iterator[str]:
+    with _open_binary(path) as f:
+        if not lines:
+            text = _decode(f.read(), path, errors)
+            if text == "":
+                empty["documents"] += 1
+            elif text is not None:
+                yield text
+            return
+        for n, raw in enumerate(f, 1):
+            raw = raw.rstrip(b"\r\n")
+            if not raw:
+                empty["documents"] += 1
+                continue
+            text = _decode(raw, f"{path}:{n}", errors)
+            if text is not None:
+                yield text
+
+
+def _jsonl_documents(path: str, key: str, errors: ErrorLog, empty: Counter) -> Iterator[str]:
+    with _open_binary(path) as f:
+        for n, raw in enumerate(f, 1):
+            where = f"{path}:{n}"
+            if not raw.strip():
+                empty["lines"] += 1
+                continue
+            line = _decode(raw.rstrip(b"\r\n"), where, errors)
+            if line is None:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                errors.add("invalid_json", where, f"not valid JSON ({e.msg}: column {e.colno})")
+                continue
+            if not isinstance(record, dict):
+                errors.add("not_an_object", where, f"a JSON {type(record).__name__}, not an object with a {key!r} field")
+                continue
+            if key not in record:
+                errors.add("missing_field", where, f"no {key!r} field (fields: {', '.join(list(record)[:8])}); choose one with --field")
+                continue
+            text = record[key]
+            if not isinstance(text, str):
+                errors.add("not_a_string", where, f"field {key!r} is a {type(text).__name__}, not a string")
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate written as \\udXXX in the JSON
+                errors.add("invalid_utf8", where, f"field {key!r} holds a lone surrogate (not UTF-8 text)")
+                continue
+            if not text:
+                empty["documents"] += 1
+                continue
+            yield text
+
+
+def _parquet_documents(path: str, key: str, errors: ErrorLog, empty: Counter) -> Iterator[str]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise BpetokError(f"{path}: reading Parquet needs pyarrow: pip install 'bpetok[parquet]'") from None
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BpetokError(f"{path}: not a readable Parquet file ({e})") from e
+    names = pf.schema_arrow.names
+    if key not in names:
+        raise BpetokError(f"{path}: no column {key!r} (columns: {', '.join(names)}); choose one with --field")
+    column_type = pf.schema_arrow.field(key).type
+    if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+        raise BpetokError(f"{path}: column {key!r} is {column_type}, not a string column; choose another with --field")
+    row = 0
+    for batch in pf.iter_batches(columns=[key]):
+        for text in batch.column(0).to_pylist():
+            row += 1
+            if text is None:
+                errors.add("null", f"{path}: row {row}", f"column {key!r} is null")
+            elif not text:
+                empty["documents"] += 1
+            else:
+                yield text
+
+
+def iter_documents(paths: list[str], *, key: str, lines: bool, errors: ErrorLog, empty: Counter) -> Iterator[str]:
+    """Every input's documents in order; bad records go to ``errors``, empty ones are counted in ``empty``."""
+    for path in paths:
+        kind = input_kind(path)
+        try:
+            if kind == "jsonl":
+                yield from _jsonl_documents(path, key, errors, empty)
+            elif kind == "parquet":
+                yield from _parquet_documents(path, key, errors, empty)
+            else:
+                yield from _text_documents(path, lines, errors, empty)
+        except _decompress_errors() as e:
+            raise BpetokError(f"{path}: cannot decompress the input ({e}); is it truncated?") from e
+        except OSError as e:
+            raise BpetokError(f"{path}: cannot read the input ({e.strerror or e})") from e
+
+
+def _decompress_errors() -> tuple:
+    errors = [EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile]
+    try:
+        import zstandard
+
+        errors.append(zstandard.ZstdError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _blocks(docs: Iterator[str], block_chars: int) -> Iterator[list[str]]:
+    block, size = [], 0
+    for text in docs:
+        block.append(text)
+        size += len(text)
+        if size >= block_chars:
+            yield block
+            block, size = [], 0
+    if block:
+        yield block
+
+
+# -- running blocks ------------------------------------------------------------------------------
+
+
+def _in_order(submit: Callable, blocks: Iterable[list[str]], ahead: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Submit blocks, at most ``ahead`` unfinished, and yield their results in block order."""
+    pending: deque = deque()
+    for block in blocks:
+        pending.append(submit(block))
+        if len(pending) >= ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+# -- writing shards ------------------------------------------------------------------------------
+
+
+def _atomic_write(directory: str, name: str, write: Callable) -> str:
+    """Write ``name`` through a temporary file in ``directory``, renamed when complete; its sha256."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        digest = file_sha256(tmp)
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return digest
+
+
+class _ShardWriter:
+    """Collects documents' ids and writes a shard of whole documents before it would pass ``limit`` ids."""
+
+    def __init__(self, directory: str, fmt: str, dtype, limit: int, shards: list[dict], first_document: int):
+        self.directory, self.fmt, self.dtype, self.limit = directory, fmt, dtype, limit
+        self.shards = shards  # the manifest's list, appended to as shards are written
+        self.first_document = first_document
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.n_ids = 0
+        self.n_docs = 0
+        self.on_shard: Callable = lambda: None
+
+    def add(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        start = 0
+        while start < len(lengths):
+            room = self.limit - self.n_ids
+            # the documents start.. that fit in the room left: the last offset <= offsets[start] + room
+            stop = int(np.searchsorted(offsets, offsets[start] + room, side="right")) - 1
+            if stop == start:
+                if self.n_docs:
+                    self.flush()
+                    continue
+                stop = start + 1  # a document longer than a shard: a shard of its own
+            self.parts.append((ids[offsets[start]:offsets[stop]], lengths[start:stop]))
+            self.n_ids += int(offsets[stop] - offsets[start])
+            self.n_docs += stop - start
+            start = stop
+            if start < len(lengths):
+                self.flush()
+
+    def flush(self) -> None:
+        if not self.n_docs:
+            return
+        ids = np.concatenate([p[0] for p in self.parts]).astype(self.dtype, copy=False)
+        lengths = np.concatenate([p[1] for p in self.parts])
+        self.parts = []
+        number = len(self.shards)
+        entry = {"documents": int(self.n_docs), "tokens": int(len(ids)), "first_document": self.first_document}
+        if self.fmt == "npy":
+            name, index = f"shard-{number:05d}.npy", f"shard-{number:05d}.idx.npy"
+            offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
+            np.cumsum(lengths, out=offsets[1:])
+            entry["index_sha256"] = _atomic_write(self.directory, index, lambda f: np.save(f, offsets))
+            entry["sha256"] = _atomic_write(self.directory, name, lambda f: np.save(f, ids))
+            entry = {"file": name, "index": index, **entry}
+        else:
+            name = f"shard-{number:05d}.parquet"
+            entry["sha256"] = _atomic_write(self.directory, name, lambda f: _write_parquet(f, ids, lengths))
+            entry = {"file": name, **entry}
+        self.shards.append(entry)
+        self.first_document += self.n_docs
+        self.n_ids = self.n_docs = 0
+        self.on_shard()
+
+
+def _write_parquet(f, ids: np.ndarray, lengths: np.ndarray) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)))
+    pq.write_table(pa.table({"ids": column}), f)
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class DatasetResult:
+    """What :func:`encode_dataset` wrote (the manifest's content) and what it skipped on a resume."""
+
+    manifest: dict
+    output_dir: str
+    resumed_shards: int = 0
+
+    @property
+    def documents(self) -> int:
+        return self.manifest["documents"]
+
+    @property
+    def tokens(self) -> int:
+        return self.manifest["tokens"]
+
+    @property
+    def errors(self) -> dict[str, int]:
+        return self.manifest["errors"]["counts"]
+
+
+def _inputs(paths: list[str]) -> list[dict]:
+    out = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise BpetokError(f"{path}: no such input file" + (" (it is a directory)" if os.path.isdir(path) else ""))
+        st = os.stat(path)
+        out.append({"path": path, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
+    return out
+
+
+def _read_manifest(directory: str) -> dict | None:
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        manifest["plan"], manifest["shards"]  # noqa: B018 - the keys a resume needs
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BpetokError(f"{path}: not a bpetok manifest ({e}); choose an empty output directory or delete it") from e
+    return manifest
+
+
+def _verified_prefix(directory: str, shards: list[dict]) -> list[dict]:
+    """The leading shards whose files are all present with the sha256 the manifest recorded."""
+    kept = []
+    for entry in shards:
+        files = [(entry["file"], entry["sha256"])]
+        if "index" in entry:
+            files.append((entry["index"], entry["index_sha256"]))
+        for name, digest in files:
+            path = os.path.join(directory, name)
+            if not os.path.isfile(path) or file_sha256(path) != digest:
+                return kept
+        kept.append(entry)
+    return kept
+
+
+def _progress_bar(enabled: bool | None):
+    """A tqdm bar on stderr when it is a terminal (and tqdm is installed), else None."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(unit=" docs", unit_scale=True, desc="encoding", file=sys.stderr)
+
+
+def encode_dataset(
+    model: str | os.PathLike,
+    inputs: Iterable[str | os.PathLike],
+    output_dir: str | os.PathLike,
+    *,
+    field: str = "text",
+    lines: bool = False,
+    format: str = "npy",
+    append_eos: bool = False,
+    parse_special: bool = False,
+    workers: int = 1,
+    client=None,
+    on_error: str = "fail",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    block_chars: int = BLOCK_CHARS,
+    progress: bool | None = None,
+) -> DatasetResult:
+    """Encode every document of ``inputs`` with the GGUF vocabulary ``model`` into shards in ``output_dir``.
+
+    >>> encode_dataset("qwen3.gguf", ["train.jsonl.zst"], "out", append_eos=True, workers=2)  # doctest: +SKIP
+
+    :param inputs: text files (one document each, or one per line with ``lines``), JSONL
+        (``.jsonl``/``.ndjson``: the ``field`` of each record) or Parquet (the ``field`` column);
+        ``.gz``/``.xz``/``.bz2``/``.zst`` are decompressed on the fly.
+    :param format: ``npy`` (flat ids + document offsets) or ``parquet`` (a ``list<int32>`` per document).
+    :param append_eos: end every document with the vocabulary's EOS id.
+    :param parse_special: read special-token texts (``<|im_end|>``) in documents as their ids;
+        off by default, so a document cannot inject control tokens.
+    :param workers: local worker processes (1: encode in this process).
+    :param client: a ``dask.distributed.Client``: run the blocks on its cluster instead.
+    :param on_error: ``fail`` at the first unreadable record, or ``skip`` it and count it.
+    :param shard_tokens: the most ids in a shard (a longer document gets a shard of its own).
+    :raises BpetokError: unreadable model or input, a bad record with ``on_error="fail"``, an
+        output directory holding another run's shards.
+    """
+    model = os.fspath(model)
+    paths = [os.fspath(p) for p in inputs]
+    output_dir = os.fspath(output_dir)
+    if not paths:
+        raise BpetokError("no inputs: give at least one text, JSONL or Parquet file")
+    if format not in ("npy", "parquet"):
+        raise BpetokError(f"format must be 'npy' or 'parquet', not {format!r}")
+    if format == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise BpetokError("--format parquet needs pyarrow: pip install 'bpetok[parquet]'") from None
+    if shard_tokens < 1 or workers < 1 or block_chars < 1:
+        raise BpetokError("shard_tokens, workers and block_chars must be at least 1")
+    errors = ErrorLog(on_error)
+    source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
+    tok = source.tokenizer()
+    eos = None
+    if append_eos:
+        eos = tok.special_ids.get("eos")
+        if eos is None:
+            raise BpetokError(f"{model}: the vocabulary has no EOS token (tokenizer.ggml.eos_token_id); drop --append-eos")
+    dtype = np.uint16 if tok.n_tokens <= 1 << 16 else np.uint32
+    plan = {
+        "model_sha256": source.sha256,
+        "inputs": _inputs(paths),
+        "field": field, "lines": lines, "format": format, "append_eos": append_eos,
+        "parse_special": parse_special, "on_error": on_error, "shard_tokens": shard_tokens,
+    }
+    manifest = {
+        "format": FORMAT_VERSION,
+        "model": {"path": model, "model": tok.vocabulary.model, "pre": tok.vocabulary.pre,
+                  "sha256": source.sha256, "n_tokens": tok.n_tokens, "eos_id": eos},
+        "dtype": np.dtype(dtype).name,
+        "plan": plan,
+        "complete": False,
+        "shards": [],
+    }
+
+    os.makedirs(output_dir, exist_ok=True)
+    for name in os.listdir(output_dir):  # temporary files a killed run left behind
+        if name.startswith((".shard-", f".{MANIFEST}.")) and name.endswith(".tmp"):
+            os.unlink(os.path.join(output_dir, name))
+    previous = _read_manifest(output_dir)
+    if previous is not None:
+        if previous["plan"] != plan:
+            changed = sorted(k for k in plan if previous["plan"].get(k) != plan[k])
+            raise BpetokError(
+                f"{output_dir}: holds shards of another run ({', '.join(changed)} differ); "
+                "choose an empty output directory, or delete this one to start over"
+            )
+        manifest["shards"] = _verified_prefix(output_dir, previous["shards"])
+    elif any(n.startswith("shard-") for n in os.listdir(output_dir)):
+        raise BpetokError(f"{output_dir}: holds shards but no {MANIFEST}; choose an empty output directory")
+    resumed = len(manifest["shards"])
+    skip = sum(s["documents"] for s in manifest["shards"])
+
+    def save_manifest() -> None:
+        _atomic_write(output_dir, MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode() + b"\n"))
+
+    writer = _ShardWriter(output_dir, format, dtype, shard_tokens, manifest["shards"], skip)
+    writer.on_shard = save_manifest
+    empty: Counter = Counter()
+    docs = iter_documents(paths, key=field, lines=lines, errors=errors, empty=empty)
+    skipped = sum(1 for _ in zip(range(skip), docs))  # documents the kept shards already hold
+    if skipped < skip:
+        raise BpetokError(f"{output_dir}: the manifest's shards hold more documents than the inputs; delete it to start over")
+    blocks = _blocks(docs, block_chars)
+    bar = _progress_bar(progress)
+
+    executor = None
+    try:
+        if client is not None:
+            remote = client.scatter(ModelSource(source.path, source.sha256, _read_bytes(model)), broadcast=True)
+            n = max(sum(client.nthreads().values()), 1)
+            results = _in_order(lambda b: client.submit(encode_block, remote, b, parse_special, eos, pure=False),
+                                blocks, AHEAD_PER_WORKER * n)
+        elif workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            executor = ProcessPoolExecutor(workers, mp_context=_mp_context())
+            results = _in_order(lambda b: executor.submit(encode_block, source, b, parse_special, eos),
+                                blocks, AHEAD_PER_WORKER * workers)
+        else:
+            results = (encode_block(source, b, parse_special, eos) for b in blocks)
+        for ids, lengths in results:
+            writer.add(ids, lengths)
+            if bar is not None:
+                bar.update(len(lengths))
+        writer.flush()
+    except Exception as e:
+        if type(e).__name__ in ("BrokenProcessPool", "KilledWorker"):  # concurrent.futures', dask's
+            raise BpetokError(
+                f"a worker died while encoding ({e}); the {len(manifest['shards'])} finished shards are kept: "
+                "run the same command again to resume"
+            ) from e
+        raise
+    finally:
+        if executor is not None:
+            executor.shutdown(cancel_futures=True)
+        if bar is not None:
+            bar.close()
+
+    manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
+    manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])
+    manifest["empty"] = dict(sorted(empty.items()))
+    manifest["errors"] = {"counts": dict(sorted(errors.counts.items())), "examples": errors.examples}
+    manifest["complete"] = True
+    save_manifest()
+    return DatasetResult(manifest=manifest, output_dir=output_dir, resumed_shards=resumed)
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _mp_context():
+    """``forkserver`` where there is one: workers start clean (no copy of this process's threads or
+    caches) and build the tokenizer from the GGUF path themselves."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def _cmd_encode_dataset(args) -> int:
+    client = None
+    if args.dask:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise BpetokError("--dask needs dask.distributed: pip install 'bpetok[dask]'") from None
+        try:
+            client = Client(args.dask, timeout="20s")
+        except OSError as e:
+            raise BpetokError(f"cannot reach the Dask scheduler at {args.dask} ({e})") from e
+    try:
+        result = encode_dataset(
+            args.model, args.inputs, args.output, field=args.field, lines=args.lines, format=args.format,
+            append_eos=args.append_eos, parse_special=args.parse_special, workers=args.workers, client=client,
+            on_error=args.on_error, shard_tokens=args.shard_tokens, progress=False if args.quiet else None,
+        )
+    finally:
+        if client is not None:
+            client.close()
+    m = result.manifest
+    resumed = f" ({result.resumed_shards} kept from an earlier run)" if result.resumed_shards else ""
+    print(f"wrote {args.output}: {len(m['shards'])} shard{'s' if len(m['shards']) != 1 else ''}{resumed}, {m['documents']:,} documents, "
+          f"{m['tokens']:,} tokens ({m['dtype']})")
+    if result.errors:
+        counts = ", ".join(f"{k}: {v:,}" for k, v in result.errors.items())
+        print(f"skipped {sum(result.errors.values()):,} unreadable records ({counts}); "
+              f"the first ones are listed in {os.path.join(args.output, MANIFEST)}:", file=sys.stderr)
+        for line in m["errors"]["examples"][:5]:
+            print(f"  {line}", file=sys.stderr)
+    return 0
+
+
+@hookimpl
+def bpetok_register_commands(subparsers) -> None:
+    """Add ``bpetok encode-dataset`` (a built-in plugin of the CLI hook)."""
+    from bpetok.cli import positive_int
+
+    p = subparsers.add_parser("encode-dataset", help="encode text/JSONL/Parquet files into token-id shards")
+    p.add_argument("model", metavar="MODEL.gguf")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="text, .jsonl or .parquet files (.gz/.xz/.bz2/.zst decompressed on the fly)")
+    p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="directory for the shards and manifest.json")
+    p.add_argument("--field", default="text", help="JSONL field / Parquet column holding the text (default: text)")
+    p.add_argument("--lines", action="store_true", help="text files: one document per line (default: per file)")
+    p.add_argument("--format", choices=("npy", "parquet"), default="npy", help="shard format (default: npy)")
+    p.add_argument("--append-eos", action="store_true", help="end every document with the EOS token")
+    p.add_argument("--parse-special", action="store_true",
+                   help="read special-token texts in documents as their ids (default: as plain text)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="local worker processes (default 1)")
+    p.add_argument("--dask", metavar="SCHEDULER_ADDRESS", help="run on this Dask cluster (tcp://host:8786)")
+    p.add_argument("--on-error", choices=("skip", "fail"), default="fail",
+                   help="an unreadable record: stop (default) or count it and go on")
+    p.add_argument("--shard-tokens", type=positive_int, default=DEFAULT_SHARD_TOKENS, metavar="N",
+                   help=f"the most tokens in a shard, of whole documents (default {DEFAULT_SHARD_TOKENS:,})")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_encode_dataset)

@@ -1,0 +1,255 @@
+"""encode-dataset: shards hold llama.cpp's ids, the same bytes whatever the workers, resumable, no silent drops."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bpetok
+import bpetok.datasets as ds
+from bpetok.errors import BpetokError
+from helpers import QWEN3, SMOLLM2, load_cases
+
+
+def cases(name: str) -> list[dict]:
+    """llama.cpp's ids (parse_special=false) for the non-empty texts of the reference cases."""
+    return [c for c in load_cases(name) if not c["special"] and c["text"]]
+
+
+def write_jsonl(path, texts, field="text") -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({field: t}) + "\n")
+    return str(path)
+
+
+def read_npy_shards(out) -> list[list[int]]:
+    """Every document's ids, in order, read back through the index files."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    docs = []
+    for shard in manifest["shards"]:
+        ids = np.load(out / shard["file"], mmap_mode="r")
+        idx = np.load(out / shard["index"])
+        docs += [ids[idx[i]:idx[i + 1]].tolist() for i in range(len(idx) - 1)]
+    return docs
+
+
+def files(out) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in sorted(os.listdir(out))}
+
+
+@pytest.fixture(scope="module")
+def smollm2_cases():
+    return cases("smollm2")
+
+
+@pytest.fixture(scope="module")
+def smollm2_jsonl(tmp_path_factory, smollm2_cases):
+    return write_jsonl(tmp_path_factory.mktemp("in") / "cases.jsonl", [c["text"] for c in smollm2_cases])
+
+
+def test_shards_hold_llama_cpp_ids(tmp_path, smollm2_cases, smollm2_jsonl):
+    out = tmp_path / "out"
+    result = bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000, block_chars=30_000)
+    assert read_npy_shards(out) == [c["ids"] for c in smollm2_cases]
+    manifest = result.manifest
+    assert manifest["dtype"] == "uint16"  # 49,152 tokens fit
+    assert len(manifest["shards"]) > 3
+    assert manifest["documents"] == len(smollm2_cases)
+    assert manifest["tokens"] == sum(len(c["ids"]) for c in smollm2_cases)
+    assert manifest["model"]["pre"] == "smollm" and manifest["complete"]
+    for shard in manifest["shards"]:
+        assert shard["tokens"] <= 20_000
+        assert np.load(out / shard["file"]).dtype == np.uint16
+
+
+def test_qwen3_uint32_and_eos(tmp_path):
+    texts = [c["text"] for c in cases("qwen3")[:300]]
+    expected = [c["ids"] + [151645] for c in cases("qwen3")[:300]]  # Qwen3's EOS, <|im_end|>
+    out = tmp_path / "out"
+    result = bpetok.encode_dataset(QWEN3, [write_jsonl(tmp_path / "q.jsonl", texts)], out, append_eos=True)
+    assert result.manifest["dtype"] == "uint32"
+    assert read_npy_shards(out) == expected
+
+
+def test_special_texts_are_plain_text_unless_asked(tmp_path):
+    path = write_jsonl(tmp_path / "s.jsonl", ["a<|im_end|>b"])
+    tok = bpetok.from_gguf(QWEN3)
+    bpetok.encode_dataset(QWEN3, [path], tmp_path / "plain")
+    bpetok.encode_dataset(QWEN3, [path], tmp_path / "special", parse_special=True)
+    assert read_npy_shards(tmp_path / "plain") == [tok.encode("a<|im_end|>b", parse_special=False)]
+    assert read_npy_shards(tmp_path / "special") == [tok.encode("a<|im_end|>b", parse_special=True)]
+    assert 151645 in read_npy_shards(tmp_path / "special")[0]
+
+
+def test_a_document_longer_than_a_shard_gets_its_own(tmp_path):
+    path = write_jsonl(tmp_path / "l.jsonl", ["short", "word " * 200, "end"])
+    result = bpetok.encode_dataset(SMOLLM2, [path], tmp_path / "out", shard_tokens=50)
+    assert [s["documents"] for s in result.manifest["shards"]] == [1, 1, 1]
+
+
+def test_two_workers_write_the_same_bytes(tmp_path, smollm2_jsonl):
+    one, two = tmp_path / "one", tmp_path / "two"
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], one, shard_tokens=20_000, block_chars=20_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], two, shard_tokens=20_000, block_chars=20_000, workers=2)
+    assert files(one) == files(two)
+
+
+def test_block_size_does_not_change_the_output(tmp_path, smollm2_jsonl):
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "a", shard_tokens=20_000, block_chars=7_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "b", shard_tokens=20_000, block_chars=500_000)
+    assert files(tmp_path / "a") == files(tmp_path / "b")
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch):
+    fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
+    kwargs = dict(shard_tokens=20_000, block_chars=20_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], fresh, **kwargs)
+
+    real_flush = ds._ShardWriter.flush
+
+    def flush_then_die(self):
+        if len(self.shards) == 3:
+            raise Interrupt
+        real_flush(self)
+
+    monkeypatch.setattr(ds._ShardWriter, "flush", flush_then_die)
+    with pytest.raises(Interrupt):
+        bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], resumed, **kwargs)
+    monkeypatch.setattr(ds._ShardWriter, "flush", real_flush)
+    partial = json.loads((resumed / "manifest.json").read_text())
+    assert not partial["complete"] and len(partial["shards"]) == 3
+
+    encoded = []
+    real_encode = ds.encode_block
+    monkeypatch.setattr(ds, "encode_block", lambda m, texts, *a: encoded.append(len(texts)) or real_encode(m, texts, *a))
+    result = bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], resumed, **kwargs)
+    assert result.resumed_shards == 3
+    assert sum(encoded) == result.documents - sum(s["documents"] for s in partial["shards"])
+    assert files(fresh) == files(resumed)
+
+
+def test_a_damaged_shard_is_written_again(tmp_path, smollm2_jsonl):
+    out = tmp_path / "out"
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000)
+    before = files(out)
+    (out / "shard-00002.npy").write_bytes(b"truncated")
+    (out / ".shard-00004.npy.x.tmp").write_bytes(b"left by a killed run")
+    result = bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000)
+    assert result.resumed_shards == 2
+    assert files(out) == before
+
+
+def test_another_runs_output_directory_is_refused(tmp_path, smollm2_jsonl):
+    out = tmp_path / "out"
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out)
+    with pytest.raises(BpetokError, match="another run.*shard_tokens"):
+        bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=1000)
+
+
+BAD_JSONL = b"\n".join([
+    b'{"text": "good one"}',
+    b'{"text": "broken',
+    b'{"text": "bad \xff byte"}',
+    b'{"body": "no text field"}',
+    b'{"text": 12}',
+    b'["not", "an object"]',
+    b'{"text": "lone \\udc80 surrogate"}',
+    b"",
+    b'{"text": "good two"}',
+]) + b"\n"
+
+
+def test_bad_records_are_counted_and_skipped(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(BAD_JSONL)
+    result = bpetok.encode_dataset(SMOLLM2, [path], tmp_path / "out", on_error="skip")
+    tok = bpetok.from_gguf(SMOLLM2)
+    assert read_npy_shards(tmp_path / "out") == [tok.encode("good one", parse_special=False), tok.encode("good two", parse_special=False)]
+    assert result.errors == {"invalid_json": 1, "invalid_utf8": 2, "missing_field": 1, "not_a_string": 1, "not_an_object": 1}
+    assert result.manifest["empty"] == {"lines": 1}
+    assert result.manifest["errors"]["examples"][0] == f"{path}:2: not valid JSON (Unterminated string starting at: column 10)"
+
+
+def test_a_bad_record_fails_by_default_naming_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(BAD_JSONL)
+    with pytest.raises(ds.DatasetError, match=r"bad\.jsonl:2: not valid JSON.*--on-error skip"):
+        bpetok.encode_dataset(SMOLLM2, [path], tmp_path / "out")
+
+
+def test_cli_reports_skipped_records_and_fails_without_traceback(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(BAD_JSONL)
+    run = [sys.executable, "-m", "bpetok.cli", "encode-dataset", str(SMOLLM2), str(path)]
+    ok = subprocess.run(run + ["-o", str(tmp_path / "a"), "--on-error", "skip"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "1 shard, 2 documents, 4 tokens (uint16)" in ok.stdout
+    assert "skipped 6 unreadable records (invalid_json: 1, invalid_utf8: 2," in ok.stderr
+    bad = subprocess.run(run + ["-o", str(tmp_path / "b")], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("bpetok: error: ") and "bad.jsonl:2" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_text_files_by_file_and_by_line_and_compressed(tmp_path):
+    tok = bpetok.from_gguf(SMOLLM2)
+    texts = [c["text"].replace("\n", " ").replace("\r", " ") for c in cases("smollm2")[:200]]
+    texts = [t for t in texts if t.strip()]
+    body = "\n".join(texts).encode() + b"\n"
+    inputs = {"plain.txt": body, "a.txt.gz": gzip.compress(body), "b.txt.xz": lzma.compress(body),
+              "c.txt.bz2": bz2.compress(body)}
+    import zstandard
+
+    inputs["d.txt.zst"] = zstandard.ZstdCompressor().compress(body)
+    for name, data in inputs.items():
+        (tmp_path / name).write_bytes(data)
+        bpetok.encode_dataset(SMOLLM2, [tmp_path / name], tmp_path / f"out-{name}", lines=True)
+        assert read_npy_shards(tmp_path / f"out-{name}") == [tok.encode(t, parse_special=False) for t in texts], name
+    bpetok.encode_dataset(SMOLLM2, [tmp_path / "plain.txt", tmp_path / "a.txt.gz"], tmp_path / "whole")
+    whole = tok.encode(body.decode(), parse_special=False)
+    assert read_npy_shards(tmp_path / "whole") == [whole, whole]
+
+
+def test_undecodable_text_line_is_counted(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"fine\nnot \xc3( utf8\n\nfine too\n")
+    result = bpetok.encode_dataset(SMOLLM2, [path], tmp_path / "out", lines=True, on_error="skip")
+    assert result.documents == 2 and result.errors == {"invalid_utf8": 1}
+    assert result.manifest["errors"]["examples"] == [f"{path}:2: invalid UTF-8 at byte 4 (b'\\xc3( u')"]
+
+
+def test_truncated_compressed_input_is_a_clear_error(tmp_path):
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"text": "x"}\n' * 1000)[:-20])
+    with pytest.raises(BpetokError, match=r"t\.jsonl\.gz: cannot decompress the input"):
+        bpetok.encode_dataset(SMOLLM2, [path], tmp_path / "out")
+
+
+def test_parquet_in_and_out(tmp_path, smollm2_cases):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [c["text"] for c in smollm2_cases[:400]]
+    pq.write_table(pa.table({"id": list(range(400)), "content": texts}), tmp_path / "in.parquet", row_group_size=100)
+    result = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.parquet"], tmp_path / "out", field="content",
+                                   format="parquet", shard_tokens=5_000)
+    rows = []
+    for shard in result.manifest["shards"]:
+        table = pq.read_table(tmp_path / "out" / shard["file"])
+        assert table.schema.field("ids").type == pa.list_(pa.int32())
+        rows += table.column("ids").to_pylist()
+    assert rows == [c["ids"] for c in smollm2_cases[:400]]
+    with pytest.raises(BpetokError, match="no column 'text'.*--field"):
+        bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.parquet"], tmp_path / "out2")
