@@ -36,6 +36,7 @@ import sys
 import tempfile
 import zlib
 from collections import Counter, deque
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -44,7 +45,10 @@ import numpy as np
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 
-__all__ = ["encode_dataset", "DatasetResult", "ModelSource", "bpetok_register_commands"]
+__all__ = [
+    "encode_dataset", "DatasetResult", "ModelSource", "bpetok_register_commands", "connect_dask", "in_order",
+    "process_pool",
+]
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = "bpetok-shards/1"
@@ -314,7 +318,7 @@ def _blocks(docs: Iterator[str], block_chars: int) -> Iterator[list[str]]:
 # -- running blocks ------------------------------------------------------------------------------
 
 
-def _in_order(submit: Callable, blocks: Iterable[list[str]], ahead: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def in_order(submit: Callable, blocks: Iterable[list[str]], ahead: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Submit blocks, at most ``ahead`` unfinished, and yield their results in block order."""
     pending: deque = deque()
     for block in blocks:
@@ -323,6 +327,33 @@ def _in_order(submit: Callable, blocks: Iterable[list[str]], ahead: int) -> Iter
             yield pending.popleft().result()
     while pending:
         yield pending.popleft().result()
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator:
+    """A ``ProcessPoolExecutor`` of ``workers`` clean processes (``forkserver`` where there is one):
+    no copy of this process's threads or caches; each worker builds what it needs itself."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def connect_dask(address: str):
+    """A ``dask.distributed.Client`` for the scheduler at ``address``, or a clear error."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise BpetokError("--dask needs dask.distributed: pip install 'bpetok[dask]'") from None
+    try:
+        return Client(address, timeout="20s")
+    except (OSError, TimeoutError) as e:
+        raise BpetokError(f"cannot reach the Dask scheduler at {address} ({e}); is it running?") from e
 
 
 # -- writing shards ------------------------------------------------------------------------------
@@ -592,18 +623,16 @@ def encode_dataset(
     blocks = _blocks(docs, block_chars)
     bar = _progress_bar(progress)
 
-    executor = None
+    pool = ExitStack()
     try:
         if client is not None:
             remote = client.scatter(ModelSource(source.path, source.sha256, _read_bytes(model)), broadcast=True)
             n = max(sum(client.nthreads().values()), 1)
-            results = _in_order(lambda b: client.submit(encode_block, remote, b, parse_special, eos, pure=False),
+            results = in_order(lambda b: client.submit(encode_block, remote, b, parse_special, eos, pure=False),
                                 blocks, AHEAD_PER_WORKER * n)
         elif workers > 1:
-            from concurrent.futures import ProcessPoolExecutor
-
-            executor = ProcessPoolExecutor(workers, mp_context=_mp_context())
-            results = _in_order(lambda b: executor.submit(encode_block, source, b, parse_special, eos),
+            executor = pool.enter_context(process_pool(workers))
+            results = in_order(lambda b: executor.submit(encode_block, source, b, parse_special, eos),
                                 blocks, AHEAD_PER_WORKER * workers)
         else:
             results = (encode_block(source, b, parse_special, eos) for b in blocks)
@@ -620,8 +649,7 @@ def encode_dataset(
             ) from e
         raise
     finally:
-        if executor is not None:
-            executor.shutdown(cancel_futures=True)
+        pool.close()
         if bar is not None:
             bar.close()
 
@@ -639,29 +667,11 @@ def _read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def _mp_context():
-    """``forkserver`` where there is one: workers start clean (no copy of this process's threads or
-    caches) and build the tokenizer from the GGUF path themselves."""
-    import multiprocessing
-
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
 # -- command line ---------------------------------------------------------------------------------
 
 
 def _cmd_encode_dataset(args) -> int:
-    client = None
-    if args.dask:
-        try:
-            from dask.distributed import Client
-        except ImportError:
-            raise BpetokError("--dask needs dask.distributed: pip install 'bpetok[dask]'") from None
-        try:
-            client = Client(args.dask, timeout="20s")
-        except OSError as e:
-            raise BpetokError(f"cannot reach the Dask scheduler at {args.dask} ({e})") from e
+    client = connect_dask(args.dask) if args.dask else None
     try:
         result = encode_dataset(
             args.model, args.inputs, args.output, field=args.field, lines=args.lines, format=args.format,

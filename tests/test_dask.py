@@ -1,0 +1,62 @@
+"""encode-dataset on a Dask cluster (a 2-process LocalCluster): the same bytes as a local run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import bpetok
+import bpetok.datasets as ds
+from helpers import SMOLLM2, load_cases
+
+distributed = pytest.importorskip("dask.distributed", reason="the dask extra: pip install 'bpetok[dask]'")
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("in") / "cases.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for case in load_cases("smollm2"):
+            if not case["special"] and case["text"]:
+                f.write(json.dumps({"text": case["text"]}) + "\n")
+    return path
+
+
+def files(out) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in sorted(os.listdir(out))}
+
+
+def test_dask_writes_the_same_bytes_as_local(tmp_path, client, corpus):
+    kwargs = dict(shard_tokens=20_000, block_chars=20_000, append_eos=True)
+    bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", **kwargs)
+    result = bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "dask", client=client, **kwargs)
+    assert len(result.manifest["shards"]) > 3
+    assert files(tmp_path / "local") == files(tmp_path / "dask")
+    # Each worker built its own tokenizer from the GGUF bytes it was sent (nothing else travels).
+    built = client.run(lambda: list(ds._TOKENIZERS))
+    assert list(built.values()) == [[result.manifest["model"]["sha256"]]] * 2
+
+
+def test_cli_dask_scheduler_address(tmp_path, client, corpus):
+    bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", format="parquet", shard_tokens=30_000)
+    run = subprocess.run(
+        [sys.executable, "-m", "bpetok.cli", "encode-dataset", str(SMOLLM2), str(corpus), "-o", str(tmp_path / "dask"),
+         "--format", "parquet", "--shard-tokens", "30000", "--dask", client.scheduler.address],
+        capture_output=True, text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert files(tmp_path / "local") == files(tmp_path / "dask")
+
