@@ -28,6 +28,7 @@ tokenized exactly as with the base file (see docs/training.md for why merges can
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import io
 import lzma
@@ -121,6 +122,72 @@ def _read_chunks(path: str, progress: _Progress) -> Iterator[str]:
         raise BpetokError(f"{path}: cannot read the corpus file ({reason})") from e
     except (EOFError, lzma.LZMAError, zlib.error) as e:
         raise BpetokError(f"{path}: cannot decompress the corpus file ({e}); is it truncated?") from e
+
+
+def _corpus_chunks(texts: list[str], paths: list[str], progress: _Progress) -> Iterator[str]:
+    """The texts', then the files', chunks (no piece spans two), advancing the progress bar."""
+    for text in texts:
+        yield from _chunks(io.StringIO(text))
+        progress.advance(len(text))
+    for path in paths:
+        yield from _read_chunks(path, progress)
+
+
+# -- counting pieces, here or on workers -------------------------------------------------------
+
+TASK_CHUNKS = 4  # chunks per task sent to a worker: ~4M characters, a few MB of counts back
+
+
+@functools.lru_cache(maxsize=4)
+def _split_specials(special_tokens: tuple[str, ...]):
+    if not special_tokens:
+        return None
+    return re.compile("|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True))))
+
+
+def count_pieces(pre: str, special_tokens: Iterable[str], chunks: Iterable[str]) -> Counter:
+    """How often each piece of ``chunks`` occurs, special tokens cut out first (as at encode time).
+
+    Runs on a worker too: only the pre-tokenizer's name and the texts travel; each process builds
+    the pre-tokenizer once from its registry.
+    """
+    split = _cached_pretokenizer(pre).split
+    cut = _split_specials(tuple(special_tokens))
+    counter: Counter = Counter()
+    for chunk in chunks:
+        for part in cut.split(chunk) if cut else (chunk,):
+            counter.update(split(part))
+    return counter
+
+
+def _count_corpus(chunks: Iterator[str], pre: str, special_tokens: list[str], workers: int, client) -> Counter:
+    """:func:`count_pieces` over every chunk: in this process, on ``workers`` local processes, or on Dask."""
+    if client is None and workers == 1:
+        return count_pieces(pre, special_tokens, chunks)
+    from bpetok.datasets import in_order, process_pool
+
+    tasks = _batched(chunks, TASK_CHUNKS)
+    counter: Counter = Counter()
+    if client is not None:
+        ahead = 2 * max(sum(client.nthreads().values()), 1)
+        for part in in_order(lambda b: client.submit(count_pieces, pre, special_tokens, b, pure=False), tasks, ahead):
+            counter.update(part)
+        return counter
+    with process_pool(workers) as pool:
+        for part in in_order(lambda b: pool.submit(count_pieces, pre, special_tokens, b), tasks, 2 * workers):
+            counter.update(part)
+    return counter
+
+
+def _batched(items: Iterator[str], n: int) -> Iterator[list[str]]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -332,6 +399,10 @@ def _pretokenizer(pre: str):
     return row.spec.factory()
 
 
+# A worker counts many tasks with the same pre-tokenizer: build it once per process.
+_cached_pretokenizer = functools.lru_cache(maxsize=4)(_pretokenizer)
+
+
 def _clean_pins(pins: Iterable[str]) -> list[str]:
     out: list[str] = []
     for term in pins:
@@ -446,6 +517,8 @@ def train(
     texts: Iterable[str] = (),
     output: str | os.PathLike | None = None,
     progress: bool | None = None,
+    workers: int = 1,
+    client=None,
 ) -> TrainResult:
     """Learn a byte-level BPE vocabulary of ``vocab_size`` tokens from text files (and/or ``texts``).
 
@@ -462,6 +535,9 @@ def train(
     :param pins: terms that must be single tokens, bare and after a space.
     :param output: write the vocab-only GGUF here.
     :param progress: draw a progress bar on stderr (default: when stderr is a terminal).
+    :param workers: local processes that pre-tokenize and count pieces (the merge loop runs here).
+    :param client: a ``dask.distributed.Client``: count on its cluster instead. The vocabulary
+        is the same whatever the workers or engine.
     :raises BpetokError: empty corpus, unreadable file, unknown ``pre``, a vocabulary too small
         for the bytes, specials and pins, or a pin the pre-tokenizer splits.
     """
@@ -487,6 +563,8 @@ def train(
         raise BpetokError("a special token is empty; give its text, e.g. --special '<|endoftext|>'")
     if min_frequency < 1:
         raise BpetokError(f"min_frequency must be at least 1, not {min_frequency}")
+    if workers < 1:
+        raise BpetokError(f"workers must be at least 1, not {workers}")
     pretokenizer = _pretokenizer(pre)
     pins = _clean_pins(pins)
     forms = _pin_forms(pins, pretokenizer, pre)
@@ -507,23 +585,11 @@ def train(
         )
 
     bar = _Progress(sys.stderr.isatty() if progress is None else progress)
-    # 1. Pre-tokenize and count unique pieces (special tokens are cut out first, as at encode time).
-    cut_specials = re.compile("|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True)))) if special_tokens else None
-    counter: Counter = Counter()
-
-    def count(chunk: str) -> None:
-        for part in cut_specials.split(chunk) if cut_specials else (chunk,):
-            counter.update(pretokenizer.split(part))
-
+    # 1. Pre-tokenize and count unique pieces (special tokens are cut out first, as at encode time),
+    # here or on workers: counts add up the same in any order, and step 2 sorts them.
     total = sum(os.path.getsize(p) for p in paths) + sum(len(t) for t in texts)
     bar.start("pre-tokenizing", total)
-    for text in texts:
-        for chunk in _chunks(io.StringIO(text)):
-            count(chunk)
-        bar.advance(len(text))
-    for path in paths:
-        for chunk in _read_chunks(path, bar):
-            count(chunk)
+    counter = _count_corpus(_corpus_chunks(texts, paths, bar), pre, special_tokens, workers, client)
     bar.finish()
     n_pieces = sum(counter.values())
     if n_pieces == 0:
@@ -766,11 +832,18 @@ def _pins_from_args(args) -> list[str]:
 
 
 def _cmd_train(args) -> int:
-    result = train(
-        args.corpus, vocab_size=args.vocab_size, pre=args.pre, special_tokens=args.special or [],
-        pins=_pins_from_args(args), min_frequency=args.min_frequency, output=args.output,
-        progress=False if args.quiet else None,
-    )
+    from bpetok.datasets import connect_dask
+
+    client = connect_dask(args.dask) if args.dask else None
+    try:
+        result = train(
+            args.corpus, vocab_size=args.vocab_size, pre=args.pre, special_tokens=args.special or [],
+            pins=_pins_from_args(args), min_frequency=args.min_frequency, output=args.output,
+            progress=False if args.quiet else None, workers=args.workers, client=client,
+        )
+    finally:
+        if client is not None:
+            client.close()
     print(
         f"wrote {args.output}: {len(result.tokens):,} tokens, {len(result.merges):,} merges, "
         f"{len(result.pinned)} pinned terms, from {result.n_pieces:,} pieces ({result.n_unique:,} unique) "
@@ -805,6 +878,9 @@ def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pin-file", action="append", metavar="FILE", help="pin every line of FILE")
     p.add_argument("--min-frequency", type=positive_int, default=2, metavar="K", help="merge only pairs seen K times (default 2)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.gguf")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="count pieces on N local processes (default 1); merging stays in one")
+    p.add_argument("--dask", metavar="SCHEDULER_ADDRESS", help="count pieces on this Dask cluster (tcp://host:8786)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_train)
 

@@ -1,4 +1,4 @@
-"""encode-dataset on a Dask cluster (a 2-process LocalCluster): the same bytes as a local run."""
+"""encode-dataset and training counts on a Dask cluster (a 2-process LocalCluster): the same bytes as local runs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 import bpetok
 import bpetok.datasets as ds
+from bpetok.cli import main
 from helpers import SMOLLM2, load_cases
 
 distributed = pytest.importorskip("dask.distributed", reason="the dask extra: pip install 'bpetok[dask]'")
@@ -60,3 +61,19 @@ def test_cli_dask_scheduler_address(tmp_path, client, corpus):
     assert run.returncode == 0, run.stderr
     assert files(tmp_path / "local") == files(tmp_path / "dask")
 
+
+def test_training_counts_on_dask_give_the_same_vocabulary(tmp_path, client, monkeypatch):
+    text = "\n".join(c["text"] for c in load_cases("smollm2") if not c["special"])
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text, encoding="utf-8", errors="surrogatepass")
+    train_mod = sys.modules["bpetok.train"]
+    monkeypatch.setattr(train_mod, "CHUNK_CHARS", 5000)  # many tasks
+    monkeypatch.setattr(train_mod, "TASK_CHUNKS", 2)
+    kwargs = dict(vocab_size=600, pre="smollm", special_tokens=["<|endoftext|>"], pins=["QLoRA"], progress=False)
+    here = bpetok.train([corpus], output=tmp_path / "here.gguf", **kwargs)
+    there = bpetok.train([corpus], output=tmp_path / "dask.gguf", client=client, **kwargs)
+    assert here.merges == there.merges and len(here.merges) > 300
+    assert (tmp_path / "here.gguf").read_bytes() == (tmp_path / "dask.gguf").read_bytes()
+    assert main(["train", str(corpus), "--vocab-size", "600", "--pre", "smollm", "--special", "<|endoftext|>",
+                 "--pin", "QLoRA", "-q", "--dask", client.scheduler.address, "-o", str(tmp_path / "cli.gguf")]) == 0
+    assert (tmp_path / "cli.gguf").read_bytes() == (tmp_path / "here.gguf").read_bytes()
