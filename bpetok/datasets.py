@@ -38,12 +38,13 @@ import zlib
 from collections import Counter, deque
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `import bpetok` loads no numpy (test_gguf_plain)
+    import numpy as np
 
 __all__ = [
     "encode_dataset", "DatasetResult", "ModelSource", "bpetok_register_commands", "connect_dask", "in_order",
@@ -115,6 +116,8 @@ def file_sha256(path: str) -> str:
 
 def encode_block(model: ModelSource, texts: list[str], parse_special: bool, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
     """A block's ids, flat (``uint32``), and each document's length in ids. Runs on a worker."""
+    import numpy as np
+
     tok = model.tokenizer()
     docs = tok.encode_batch(texts, parse_special=parse_special, workers=1)
     if eos is not None:
@@ -389,6 +392,8 @@ class _ShardWriter:
         self.on_shard: Callable = lambda: None
 
     def add(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        import numpy as np
+
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         start = 0
@@ -409,6 +414,8 @@ class _ShardWriter:
                 self.flush()
 
     def flush(self) -> None:
+        import numpy as np
+
         if not self.n_docs:
             return
         ids = np.concatenate([p[0] for p in self.parts]).astype(self.dtype, copy=False)
@@ -434,6 +441,7 @@ class _ShardWriter:
 
 
 def _write_parquet(f, ids: np.ndarray, lengths: np.ndarray) -> None:
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -553,6 +561,8 @@ def encode_dataset(
     :raises BpetokError: unreadable model or input, a bad record with ``on_error="fail"``, an
         output directory holding another run's shards.
     """
+    import numpy as np
+
     model = os.fspath(model)
     paths = [os.fspath(p) for p in inputs]
     output_dir = os.fspath(output_dir)
