@@ -545,7 +545,13 @@ def encode_dataset(
 ) -> DatasetResult:
     """Encode every document of ``inputs`` with the GGUF vocabulary ``model`` into shards in ``output_dir``.
 
-    >>> encode_dataset("qwen3.gguf", ["train.jsonl.zst"], "out", append_eos=True, workers=2)  # doctest: +SKIP
+    >>> import json, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with open(f"{d}/train.jsonl", "w") as f:
+    ...     _ = f.write(json.dumps({"text": "Hello world"}) + "\\n")
+    >>> r = encode_dataset("tests/data/ggml-vocab-qwen3.gguf.gz", [f"{d}/train.jsonl"], f"{d}/out", append_eos=True)
+    >>> r.documents, r.tokens, r.manifest["dtype"], r.manifest["shards"][0]["file"]
+    (1, 3, 'uint32', 'shard-00000.npy')
 
     :param inputs: text files (one document each, or one per line with ``lines``), JSONL
         (``.jsonl``/``.ndjson``: the ``field`` of each record) or Parquet (the ``field`` column);
@@ -563,9 +569,17 @@ def encode_dataset(
     """
     import numpy as np
 
+    from bpetok._args import as_int, check_flag, check_not_text
+
+    check_not_text(inputs, "encode_dataset(inputs=...)", "a list of paths")
     model = os.fspath(model)
     paths = [os.fspath(p) for p in inputs]
     output_dir = os.fspath(output_dir)
+    workers = as_int(workers, "encode_dataset(workers=...)")
+    shard_tokens = as_int(shard_tokens, "encode_dataset(shard_tokens=...)")
+    block_chars = as_int(block_chars, "encode_dataset(block_chars=...)")
+    for name, flag in (("lines", lines), ("append_eos", append_eos), ("parse_special", parse_special)):
+        check_flag(flag, f"encode_dataset({name}=...)")
     if not paths:
         raise BpetokError("no inputs: give at least one text, JSONL or Parquet file")
     if format not in ("npy", "parquet"):

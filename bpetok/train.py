@@ -563,6 +563,7 @@ def train(
         raise BpetokError("a special token is empty; give its text, e.g. --special '<|endoftext|>'")
     if min_frequency < 1:
         raise BpetokError(f"min_frequency must be at least 1, not {min_frequency}")
+    workers = as_int(workers, "train(workers=...)")
     if workers < 1:
         raise BpetokError(f"workers must be at least 1, not {workers}")
     pretokenizer = _pretokenizer(pre)

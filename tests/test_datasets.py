@@ -253,3 +253,14 @@ def test_parquet_in_and_out(tmp_path, smollm2_cases):
     assert rows == [c["ids"] for c in smollm2_cases[:400]]
     with pytest.raises(BpetokError, match="no column 'text'.*--field"):
         bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.parquet"], tmp_path / "out2")
+
+
+def test_wrong_argument_types_are_type_errors(tmp_path, smollm2_jsonl):
+    with pytest.raises(TypeError, match=r"encode_dataset\(inputs=...\) takes a list of paths"):
+        bpetok.encode_dataset(SMOLLM2, smollm2_jsonl, tmp_path / "a")
+    with pytest.raises(TypeError, match=r"encode_dataset\(workers=...\) must be an integer"):
+        bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "b", workers=True)
+    with pytest.raises(TypeError, match=r"encode_dataset\(append_eos=...\) must be True or False"):
+        bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "c", append_eos="yes")
+    with pytest.raises(BpetokError, match="at least 1"):
+        bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "d", shard_tokens=0)
