@@ -422,7 +422,9 @@ class _ShardWriter:
         lengths = np.concatenate([p[1] for p in self.parts])
         self.parts = []
         number = len(self.shards)
-        entry = {"documents": int(self.n_docs), "tokens": int(len(ids)), "first_document": self.first_document}
+        entry: dict[str, int | str] = {
+            "documents": int(self.n_docs), "tokens": int(len(ids)), "first_document": self.first_document,
+        }
         if self.fmt == "npy":
             name, index = f"shard-{number:05d}.npy", f"shard-{number:05d}.idx.npy"
             offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
@@ -500,7 +502,7 @@ def _read_manifest(directory: str) -> dict | None:
 
 def _verified_prefix(directory: str, shards: list[dict]) -> list[dict]:
     """The leading shards whose files are all present with the sha256 the manifest recorded."""
-    kept = []
+    kept: list[dict] = []
     for entry in shards:
         files = [(entry["file"], entry["sha256"])]
         if "index" in entry:
