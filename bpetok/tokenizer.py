@@ -23,6 +23,7 @@ from itertools import chain, compress, islice, repeat
 import pluggy
 
 from bpetok._args import as_int, check_flag, check_not_text
+from bpetok.cache import IdCache, as_ids, cache_budget
 from bpetok.errors import BpetokError, InputError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models import ModelSpec
 from bpetok.pretok import PreTokenizerSpec
@@ -33,13 +34,11 @@ __all__ = ["Tokenizer", "load_vocabulary", "from_file", "from_gguf", "from_vocab
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 _HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
 _ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
-# Cache sizes: pieces (text -> ids) and space chunks (" word," -> ids); past a limit a cache
-# stops growing. Chunks can be long (a CJK paragraph has no space), so they also have a budget
-# of characters; a piece longer than _PIECE_CACHE_LONGEST is never cached.
-_PIECE_CACHE_LIMIT = 200_000
+# Caches: pieces (text -> ids), space chunks (" word," -> ids) and text heads, each with a share
+# of the tokenizer's byte budget (bpetok.cache); past it a cache stops growing. A piece longer
+# than _PIECE_CACHE_LONGEST is never cached.
 _PIECE_CACHE_LONGEST = 1024
-_CHUNK_CACHE_LIMIT = 250_000
-_CHUNK_CACHE_CHARS = 32_000_000
+_CACHE_SHARES = {"pieces": 0.25, "chunks": 0.5, "heads": 0.25}
 # After a chunk cache miss, this many parts are looked up one at a time before trying C again.
 _MISS_RUN = 63
 # A text of more chunks than this, many of them new, has its new chunks encoded in one batch.
@@ -184,10 +183,14 @@ class Tokenizer:
         spec: PreTokenizerSpec | None = None,
         *,
         plugin_manager: pluggy.PluginManager | None = None,
+        cache_bytes: int | None = None,
     ):
         """``spec``: the pre-tokenizer (default: the one registered for the vocabulary's
         (model, pre), when its model splits text first). The model is the one registered for
-        ``vocabulary.model``; the attribute overrides run here if they have not yet."""
+        ``vocabulary.model``; the attribute overrides run here if they have not yet.
+        ``cache_bytes``: the byte budget of all caches together (default ``$BPETOK_CACHE_BYTES``,
+        else :data:`bpetok.cache.DEFAULT_CACHE_BYTES`, 64 MiB; 0 turns caching off)."""
+        self.cache_bytes = budget = cache_budget(cache_bytes)
         from bpetok.plugins import get_plugin_manager
 
         pm = plugin_manager or get_plugin_manager()
@@ -227,13 +230,19 @@ class Tokenizer:
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
         self._check_byte_tokens()
-        self._pieces: dict[int, bytes] = {}
-        self._cache: dict[str, list[int]] = {}
+        self._pieces: dict[int, bytes] = {}  # id -> rendered bytes: bounded by the vocabulary
+        self._cache = IdCache(int(budget * _CACHE_SHARES["pieces"]))
         # The spec's fast-path promise (see bpetok.pretok.PreTokenizerSpec.space_chunks).
         self._space_chunks = spec is not None and spec.space_chunks
-        self._chunks: dict[str, list[int]] = {}
-        self._heads: dict[str, list[int]] = {}
-        self._chunk_chars = 0  # characters held as keys of _chunks and _heads
+        self._chunks = IdCache(int(budget * _CACHE_SHARES["chunks"]))
+        self._heads = IdCache(int(budget * _CACHE_SHARES["heads"]))
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        """Each cache's entries, bytes used (as :class:`bpetok.cache.IdCache` counts them) and budget."""
+        return {
+            name: {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}
+            for name, cache in (("pieces", self._cache), ("chunks", self._chunks), ("heads", self._heads))
+        }
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -612,7 +621,8 @@ class Tokenizer:
                 found = chunks.get(part)
                 if found is None:
                     found = self._encode_pieces(" " + part)
-                    self._remember(chunks, part, found)
+                    if not chunks.full:
+                        chunks.put(part, as_ids(found))
                 out += found
 
     def _missing_chunks(self, parts) -> list[str]:
@@ -634,7 +644,8 @@ class Tokenizer:
         import numpy as np  # here, not at import: a short text never needs it (load time counts)
 
         split, cache, chunks = self.pretokenizer.split, self._cache, self._chunks
-        room = min(_CHUNK_CACHE_LIMIT - len(chunks), (_CHUNK_CACHE_CHARS - self._chunk_chars) // 16)
+        # Room for about this many chunks (at least 100 bytes each) before the budget is spent.
+        room = (chunks.budget - chunks.used) // 100
         missing = missing[: max(room, 0)]
         if not missing:
             return
@@ -654,30 +665,21 @@ class Tokenizer:
         starts = [0]
         starts += stops[:-1]
         piece_ids = list(map(ids_of.__getitem__, pieces))
-        chunks.update(zip(missing, map(list, map(chain.from_iterable, map(piece_ids.__getitem__, map(slice, starts, stops))))))
-        self._chunk_chars += sum(map(len, missing))
-        if encoded and len(cache) + len(encoded) <= _PIECE_CACHE_LIMIT and max(map(len, encoded)) <= _PIECE_CACHE_LONGEST:
-            cache.update(encoded)  # the usual case, in C
-            return
-        for piece, found in encoded.items():
-            if len(cache) >= _PIECE_CACHE_LIMIT:
-                break
-            if len(piece) <= _PIECE_CACHE_LONGEST:
-                cache[piece] = found
+        chunks.put_many(missing, map(as_ids, map(chain.from_iterable, map(piece_ids.__getitem__, map(slice, starts, stops)))))
+        cache.put_many(
+            (piece for piece in encoded if len(piece) <= _PIECE_CACHE_LONGEST),
+            (as_ids(found) for piece, found in encoded.items() if len(piece) <= _PIECE_CACHE_LONGEST),
+        )
 
     def _encode_head(self, head: str) -> list[int]:
         """The ids of a text's first chunk (no leading space), cached like the others."""
         found = self._heads.get(head)
         if found is None:
             found = self._encode_pieces(head)
-            self._remember(self._heads, head, found)
-        return list(found)
-
-    def _remember(self, table: dict[str, list[int]], key: str, ids: list[int]) -> None:
-        """Cache a chunk's (or head's) ids while the chunk caches are under their bounds."""
-        if len(table) < _CHUNK_CACHE_LIMIT and self._chunk_chars < _CHUNK_CACHE_CHARS:
-            table[key] = ids
-            self._chunk_chars += len(key)
+            if not self._heads.full:
+                self._heads.put(head, as_ids(found))
+            return found
+        return found.tolist()
 
     def _encode_pieces(self, text: str) -> list[int]:
         """Pre-tokenize ``text`` and BPE each piece, with a cache keyed by piece text."""
@@ -687,8 +689,8 @@ class Tokenizer:
             found = cache.get(piece)
             if found is None:
                 found = encode_piece(piece.encode("utf-8", "surrogatepass"))
-                if len(cache) < _PIECE_CACHE_LIMIT and len(piece) <= _PIECE_CACHE_LONGEST:
-                    cache[piece] = found
+                if len(piece) <= _PIECE_CACHE_LONGEST and not cache.full:
+                    cache.put(piece, as_ids(found))
             ids += found
         return ids
 

@@ -241,15 +241,15 @@ def test_a_large_first_text_batches_its_new_chunks_exactly(name, qwen3, smollm2)
     assert fresh.encode(text) == tok.encode_reference(text)
 
 
-def test_a_full_chunk_cache_still_encodes_exactly(qwen3, monkeypatch):
-    # Past its limit the chunk cache stops growing: new chunks then miss on every pass, in runs
+def test_a_full_chunk_cache_still_encodes_exactly(qwen3):
+    # Past its budget the chunk cache stops growing: new chunks then miss on every pass, in runs
     # (Tokenizer._encode_chunked's one-at-a-time path), among cached ones.
-    monkeypatch.setattr(bpetok.tokenizer, "_CHUNK_CACHE_LIMIT", 300)
     text = "\n".join(c["text"] for c in load_cases("qwen3") if not c["special"])
-    fresh = bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec)
+    fresh = bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec, cache_bytes=120_000)
     expected = qwen3.encode_reference(text, parse_special=False)
     assert fresh.encode(text, parse_special=False) == expected
-    assert len(fresh._chunks) <= 300
+    assert fresh._chunks and fresh._chunks.full
+    assert fresh._chunks.used <= fresh._chunks.budget
     assert fresh.encode(text, parse_special=False) == expected
 
 
