@@ -84,6 +84,12 @@ class IdCache(dict):
 
     def put_many(self, keys, values) -> None:
         """:meth:`put` each pair that fits, in order."""
+        keys, values = list(keys), list(values)
+        total = sum(map(sys.getsizeof, keys)) + sum(map(sys.getsizeof, values)) + ENTRY_OVERHEAD * len(keys)
+        if self.used + total <= self.budget and self.keys().isdisjoint(keys):
+            self.update(zip(keys, values))  # the usual case, in C
+            self.used += total
+            return
         for key, ids in zip(keys, values):
             cost = self.entry_bytes(key, ids)
             if self.used + cost <= self.budget and key not in self:
