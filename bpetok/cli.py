@@ -108,6 +108,7 @@ def _cmd_info(args) -> int:
         "add_bos": tok.add_bos,
         "add_eos": tok.add_eos,
         "add_space_prefix": tok.add_space_prefix,
+        "engine": tok.engine,
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -173,7 +174,9 @@ def build_parser(plugin_manager: pluggy.PluginManager | None = None) -> argparse
     :param plugin_manager: the manager whose plugins add commands (default: the process-wide one).
     """
     parser = argparse.ArgumentParser(prog="bpetok", description="llama.cpp-exact BPE tokenizer.")
-    parser.add_argument("--version", action="version", version=f"bpetok {bpetok.__version__}")
+    from bpetok.models.gpt2 import engine
+
+    parser.add_argument("--version", action="version", version=f"bpetok {bpetok.__version__}, engine: {engine()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -236,13 +236,25 @@ class Tokenizer:
         self._space_chunks = spec is not None and spec.space_chunks
         self._chunks = IdCache(int(budget * _CACHE_SHARES["chunks"]))
         self._heads = IdCache(int(budget * _CACHE_SHARES["heads"]))
+        # The compiled kernel (None: the pure-Python engine), with the pieces' share of the budget.
+        # A model without one (a whole-fragment model such as SPM) runs in Python.
+        make_kernel = getattr(self.bpe, "make_kernel", None) if self._pretokenized else None
+        self._kernel = make_kernel(self._cache.budget, self._chunks.budget) if make_kernel else None
+
+    @property
+    def engine(self) -> str:
+        """``"C kernel"`` or ``"pure Python"``: which BPE engine this tokenizer runs."""
+        return "C kernel" if self._kernel is not None else "pure Python"
 
     def cache_info(self) -> dict[str, dict[str, int]]:
         """Each cache's entries, bytes used (as :class:`bpetok.cache.IdCache` counts them) and budget."""
-        return {
+        info = {
             name: {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}
             for name, cache in (("pieces", self._cache), ("chunks", self._chunks), ("heads", self._heads))
         }
+        if self._kernel is not None:  # the kernel keeps the piece and chunk caches
+            info.update(self._kernel.cache_info())
+        return info
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -550,7 +562,7 @@ class Tokenizer:
 
     def _encode_many(self, texts: list[str], parse_special: bool) -> list[list[int]]:
         """Encode texts in order, the new chunks of all of them first in one batch."""
-        if self._space_chunks and len(texts) > 1:
+        if self._space_chunks and len(texts) > 1 and self._kernel is None:
             split = _SAFE_SPACE.split
             missing = self._missing_chunks(chain.from_iterable(split(t)[1:-1] for t in texts))
             if len(missing) > _BATCH_FILL_PARTS // 8:
@@ -595,6 +607,9 @@ class Tokenizer:
         """
         parts = _SAFE_SPACE.split(text)
         out = self._encode_head(parts[0]) if parts[0] else []
+        if self._kernel is not None:  # the same, in C: lookups, then the new chunks together
+            out += self._kernel.encode_chunks(parts, 1, self.pretokenizer.split)
+            return out
         chunks = self._chunks
         lookup = chunks.__getitem__
         rest = iter(parts)
@@ -643,13 +658,21 @@ class Tokenizer:
         """
         import numpy as np  # here, not at import: a short text never needs it (load time counts)
 
-        split, cache, chunks = self.pretokenizer.split, self._cache, self._chunks
+        split, cache, chunks, kernel = self.pretokenizer.split, self._cache, self._chunks, self._kernel
         # Room for about this many chunks (at least 100 bytes each) before the budget is spent.
         room = (chunks.budget - chunks.used) // 100
         missing = missing[: max(room, 0)]
         if not missing:
             return
         pieces = split(" " + " ".join(missing))
+        if kernel is not None:
+            stops = np.searchsorted(
+                np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces))),
+                np.cumsum(np.fromiter(map(len, missing), np.int64, len(missing)) + 1),
+                "right",
+            ).tolist()
+            chunks.put_many(missing, kernel.encode_groups(pieces, stops))
+            return
         unique = list(dict.fromkeys(pieces))
         known = list(map(cache.get, unique))
         new = list(compress(unique, map(operator.is_, known, repeat(None))))  # not cached ([] is: all bytes dropped)
@@ -683,6 +706,8 @@ class Tokenizer:
 
     def _encode_pieces(self, text: str) -> list[int]:
         """Pre-tokenize ``text`` and BPE each piece, with a cache keyed by piece text."""
+        if self._kernel is not None:
+            return self._kernel.encode(self.pretokenizer.split(text))
         ids: list[int] = []
         cache, encode_piece = self._cache, self.bpe.encode_piece
         for piece in self.pretokenizer.split(text):

@@ -138,7 +138,9 @@ def test_corrupt_file_is_one_line(tmp_path):
 
 def test_module_entry_point():
     result = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], capture_output=True, timeout=60)
-    assert result.stdout.decode().strip() == f"bpetok {bpetok.__version__}"
+    from bpetok.models.gpt2 import engine
+
+    assert result.stdout.decode().strip() == f"bpetok {bpetok.__version__}, engine: {engine()}"
 
 
 def test_model_that_is_not_a_file_says_what_it_is(tmp_path, capsys):

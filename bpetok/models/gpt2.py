@@ -12,14 +12,35 @@ result is not a token gets a *virtual* id (>= n_tokens) that remembers its text 
 from __future__ import annotations
 
 import heapq
-from typing import Any, NamedTuple, Sequence, cast
+import os
 from itertools import repeat
+from typing import Any, NamedTuple, Sequence, cast
 
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
 
-__all__ = ["BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "decode_token_text", "BytePairModel"]
+__all__ = ["BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "decode_token_text", "BytePairModel", "kernel_module", "engine"]
+
+
+def kernel_module():
+    """The compiled kernel (``bpetok/models/_bpe.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
+    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
+        return None
+    try:
+        from bpetok.models import _bpe
+    except ImportError:
+        return None
+    return _bpe
+
+
+def engine() -> str:
+    """Which BPE engine runs: ``"C kernel"``, or ``"pure Python: "`` and why."""
+    if kernel_module() is not None:
+        return "C kernel"
+    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
+        return "pure Python: BPETOK_PURE_PYTHON is set"
+    return "pure Python: the C kernel is not built"
 
 
 def _gpt2_byte_chars() -> list[str]:
@@ -180,6 +201,27 @@ class BytePairModel:
             if key not in ranks:  # a duplicate merge keeps its first (lowest) rank
                 ranks[key] = rank << shift | self._symbol_id(left + right)
         return ranks
+
+    def make_kernel(self, cache_bytes: int, chunk_bytes: int = 0):
+        """These tables in the compiled kernel, with a piece cache of ``cache_bytes`` and a space
+        chunk cache of ``chunk_bytes``; None when the kernel is not available (see :func:`kernel_module`)."""
+        module = kernel_module()
+        if module is None:
+            return None
+        n = self.n_tokens
+        return module.Kernel(
+            self.byte_ids,
+            self.ranks,
+            self.stride,
+            self.shift,
+            n,
+            [self._emit([n + k]) for k in range(len(self.virtual_texts))],
+            self.token_to_id if self.ignore_merges else None,
+            [c.encode() for c in BYTE_TO_CHAR],
+            cache_bytes,
+            int.from_bytes(os.urandom(8), "little"),
+            chunk_bytes,
+        )
 
     # -- encoding --------------------------------------------------------------------------------
 

@@ -1,0 +1,1239 @@
+/* The compiled kernel of bpetok's byte-level BPE (bpetok/models/gpt2.py is the reference).
+ *
+ * Only the hot loops live here: merging a piece's bytes by merge rank, a bounded cache of
+ * piece -> ids, and the glue that turns a list of pre-tokenized pieces into ids in one call.
+ * Everything else (loading, special tokens, pre-tokenizing, decoding) stays in Python.
+ *
+ * The tables come from BytePairModel, built once per vocabulary: each byte's initial symbol,
+ * the merges keyed by (left symbol, right symbol) -> (rank, merged symbol), and for each
+ * "virtual" symbol (a merge result that is not a token) the ids its bytes fall back to. The
+ * rules are those of BytePairModel.merge_symbols: merge the adjacent pair of lowest rank, the
+ * leftmost on ties, until no pair has a rank; then a token symbol is its id and a virtual one
+ * its fallback ids.
+ *
+ * Memory safety: every symbol in the tables is checked against the symbol count when the
+ * tables are built, every write into an output buffer is checked against its capacity, and the
+ * only memory read is what this object owns or the pieces it was handed (UTF-8 buffers of str
+ * objects it holds references to). The GIL is released only around work on C data.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_RANK UINT32_MAX
+#define EMPTY_KEY UINT64_MAX
+/* Up to this many symbols a piece is merged by rescanning its pair ranks (fast on short
+ * pieces); above, with a heap over a linked list (O(n log n) on 1 MB of one letter). */
+#define SCAN_LIMIT 48
+/* Pieces longer than this many bytes are never cached (one would fill the budget). */
+#define CACHE_LONGEST 1024
+/* Release the GIL when the new pieces of a call have at least this many bytes. */
+#define RELEASE_GIL_BYTES 2048
+
+/* -- hashing ------------------------------------------------------------------------------ */
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
+{
+    uint64_t h = seed ^ (n * 0x9E3779B97F4A7C15ULL);
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        h = (h ^ v) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    memcpy(&v, p, n);
+    return mix64(h ^ v);
+}
+
+/* -- the merge table: (left, right) -> (rank, merged), open addressing ------------------------- */
+
+typedef struct {
+    uint64_t key; /* left << 32 | right; EMPTY_KEY for a free slot */
+    uint32_t rank;
+    uint32_t merged;
+} Merge;
+
+typedef struct {
+    Merge *slots;
+    uint64_t mask;
+} MergeTable;
+
+static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
+{
+    uint64_t key = (uint64_t)left << 32 | right;
+    uint64_t i = mix64(key) & t->mask;
+    for (;;) {
+        const Merge *m = &t->slots[i];
+        if (m->key == key)
+            return m;
+        if (m->key == EMPTY_KEY)
+            return NULL;
+        i = (i + 1) & t->mask;
+    }
+}
+
+/* -- a table of byte strings -> ids (the piece cache, and whole tokens for ignore_merges) ---- */
+
+typedef struct {
+    uint64_t hash;
+    uint32_t key_len;
+    uint32_t n_ids;
+    uint32_t ids[]; /* n_ids ids, then key_len bytes of key */
+} Entry;
+
+static inline const unsigned char *entry_key(const Entry *e)
+{
+    return (const unsigned char *)(e->ids + e->n_ids);
+}
+
+typedef struct {
+    Entry **slots;
+    size_t capacity; /* a power of two, or 0 */
+    size_t count;
+    size_t used;   /* bytes: entries plus the slot array */
+    size_t budget; /* past it, nothing more is added */
+} BytesTable;
+
+static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigned char *key, size_t len)
+{
+    if (t->capacity == 0)
+        return NULL;
+    size_t mask = t->capacity - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const Entry *e = t->slots[i];
+        if (e == NULL)
+            return NULL;
+        if (e->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
+            return e;
+    }
+}
+
+static int table_grow(BytesTable *t)
+{
+    size_t capacity = t->capacity ? t->capacity * 2 : 1024;
+    Entry **slots = PyMem_RawCalloc(capacity, sizeof(Entry *));
+    if (slots == NULL)
+        return -1;
+    for (size_t k = 0; k < t->capacity; k++) {
+        Entry *e = t->slots[k];
+        if (e == NULL)
+            continue;
+        size_t i = e->hash & (capacity - 1);
+        while (slots[i] != NULL)
+            i = (i + 1) & (capacity - 1);
+        slots[i] = e;
+    }
+    PyMem_RawFree(t->slots);
+    t->used += (capacity - t->capacity) * sizeof(Entry *);
+    t->slots = slots;
+    t->capacity = capacity;
+    return 0;
+}
+
+/* Add key -> ids unless it is there or does not fit the budget. 0: done (or skipped), -1: no memory. */
+static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, size_t len, const uint32_t *ids,
+                     size_t n_ids)
+{
+    if (len > UINT32_MAX || n_ids > UINT32_MAX)
+        return 0;
+    size_t size = sizeof(Entry) + n_ids * sizeof(uint32_t) + len;
+    size_t growth = (t->count + 1) * 2 > t->capacity ? (t->capacity ? t->capacity : 1024) * sizeof(Entry *) : 0;
+    if (t->used + size + growth > t->budget)
+        return 0;
+    if (table_find(t, hash, key, len) != NULL)
+        return 0;
+    if (growth && table_grow(t) < 0)
+        return -1;
+    Entry *e = PyMem_RawMalloc(size);
+    if (e == NULL)
+        return -1;
+    e->hash = hash;
+    e->key_len = (uint32_t)len;
+    e->n_ids = (uint32_t)n_ids;
+    if (n_ids)
+        memcpy(e->ids, ids, n_ids * sizeof(uint32_t));
+    if (len)
+        memcpy(e->ids + n_ids, key, len);
+    size_t mask = t->capacity - 1;
+    size_t i = hash & mask;
+    while (t->slots[i] != NULL)
+        i = (i + 1) & mask;
+    t->slots[i] = e;
+    t->count++;
+    t->used += size;
+    return 0;
+}
+
+static void table_free(BytesTable *t)
+{
+    for (size_t k = 0; k < t->capacity; k++)
+        PyMem_RawFree(t->slots[k]);
+    PyMem_RawFree(t->slots);
+    t->slots = NULL;
+    t->capacity = t->count = t->used = 0;
+}
+
+/* -- the kernel object ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    uint32_t n_tokens;
+    uint32_t n_symbols; /* tokens, then virtual symbols */
+    uint32_t byte_ids[256];
+    MergeTable merges;
+    uint32_t *virtual_start; /* virtual symbol k's fallback ids: virtual_ids[start[k] .. start[k + 1]) */
+    uint32_t *virtual_ids;
+    uint32_t max_fallback; /* the most ids one symbol can give */
+    int ignore_merges;
+    BytesTable whole; /* ignore_merges: GPT-2 text of a token -> its id */
+    BytesTable cache;  /* piece UTF-8 -> ids */
+    BytesTable chunks; /* space chunk UTF-8 (without its leading space) -> ids of " " + chunk */
+    uint64_t seed;
+    unsigned char byte_chars[256][2]; /* each byte's GPT-2 character, UTF-8 */
+    unsigned char byte_char_len[256];
+    PyObject *array_type;
+} Kernel;
+
+/* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL). */
+typedef struct {
+    uint32_t *sym, *rank, *merged, *next, *prev;
+    struct HeapItem *heap;
+    unsigned char *text;
+    size_t capacity;
+} Scratch;
+
+typedef struct HeapItem {
+    uint32_t rank, pos, left, right, merged;
+} HeapItem;
+
+static void scratch_free(Scratch *s)
+{
+    PyMem_RawFree(s->sym);
+    PyMem_RawFree(s->rank);
+    PyMem_RawFree(s->merged);
+    PyMem_RawFree(s->next);
+    PyMem_RawFree(s->prev);
+    PyMem_RawFree(s->heap);
+    PyMem_RawFree(s->text);
+    memset(s, 0, sizeof(*s));
+}
+
+static int scratch_reserve(Scratch *s, size_t n)
+{
+    if (n <= s->capacity)
+        return 0;
+    size_t capacity = n < 64 ? 64 : n;
+    scratch_free(s);
+    s->sym = PyMem_RawMalloc(capacity * sizeof(uint32_t));
+    s->rank = PyMem_RawMalloc(capacity * sizeof(uint32_t));
+    s->merged = PyMem_RawMalloc(capacity * sizeof(uint32_t));
+    s->next = PyMem_RawMalloc(capacity * sizeof(uint32_t));
+    s->prev = PyMem_RawMalloc(capacity * sizeof(uint32_t));
+    /* A heap holds at most (n - 1) pairs at first plus 2 per merge (n - 1 merges): under 3n. */
+    s->heap = PyMem_RawMalloc(capacity * 3 * sizeof(HeapItem));
+    s->text = PyMem_RawMalloc(capacity * 2);
+    if (!s->sym || !s->rank || !s->merged || !s->next || !s->prev || !s->heap || !s->text) {
+        scratch_free(s);
+        return -1;
+    }
+    s->capacity = capacity;
+    return 0;
+}
+
+static inline int heap_less(const HeapItem *a, const HeapItem *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void heap_push(HeapItem *h, size_t *n, HeapItem item)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!heap_less(&item, &h[parent]))
+            break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = item;
+}
+
+static HeapItem heap_pop(HeapItem *h, size_t *n)
+{
+    HeapItem top = h[0];
+    HeapItem last = h[--(*n)];
+    size_t i = 0, count = *n;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= count)
+            break;
+        if (child + 1 < count && heap_less(&h[child + 1], &h[child]))
+            child++;
+        if (!heap_less(&h[child], &last))
+            break;
+        h[i] = h[child];
+        i = child;
+    }
+    if (count)
+        h[i] = last;
+    return top;
+}
+
+/* Merge s->sym[0 .. n) in place; returns the number of symbols left (in s->sym[0 ..)). */
+static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
+{
+    uint32_t *sym = s->sym, *rank = s->rank, *merged = s->merged;
+    for (size_t i = 0; i + 1 < n; i++) {
+        const Merge *m = merge_find(&k->merges, sym[i], sym[i + 1]);
+        rank[i] = m ? m->rank : NO_RANK;
+        merged[i] = m ? m->merged : 0;
+    }
+    while (n > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < n; i++)
+            if (rank[i] < rank[best])
+                best = i;
+        if (rank[best] == NO_RANK)
+            break;
+        sym[best] = merged[best];
+        /* drop symbol best + 1 and pair best */
+        memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(uint32_t));
+        memmove(rank + best, rank + best + 1, (n - best - 2) * sizeof(uint32_t));
+        memmove(merged + best, merged + best + 1, (n - best - 2) * sizeof(uint32_t));
+        n--;
+        if (best > 0) {
+            const Merge *m = merge_find(&k->merges, sym[best - 1], sym[best]);
+            rank[best - 1] = m ? m->rank : NO_RANK;
+            merged[best - 1] = m ? m->merged : 0;
+        }
+        if (best + 1 < n) {
+            const Merge *m = merge_find(&k->merges, sym[best], sym[best + 1]);
+            rank[best] = m ? m->rank : NO_RANK;
+            merged[best] = m ? m->merged : 0;
+        }
+    }
+    return n;
+}
+
+static size_t merge_heap(const Kernel *k, Scratch *s, size_t n)
+{
+    uint32_t *sym = s->sym, *next = s->next, *prev = s->prev;
+    HeapItem *heap = s->heap;
+    size_t heap_n = 0, heap_cap = s->capacity * 3;
+    for (size_t i = 0; i < n; i++) {
+        next[i] = (uint32_t)(i + 1);
+        prev[i] = i ? (uint32_t)(i - 1) : UINT32_MAX;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        const Merge *m = merge_find(&k->merges, sym[i], sym[i + 1]);
+        if (m) {
+            HeapItem item = {m->rank, (uint32_t)i, sym[i], sym[i + 1], m->merged};
+            heap_push(heap, &heap_n, item);
+        }
+    }
+    while (heap_n) {
+        HeapItem top = heap_pop(heap, &heap_n);
+        uint32_t left = top.pos, right = next[left];
+        if (sym[left] != top.left || right >= n || sym[right] != top.right)
+            continue; /* stale: a side was merged since this pair was queued */
+        sym[left] = top.merged;
+        sym[right] = UINT32_MAX;
+        uint32_t after = next[right];
+        next[left] = after;
+        if (after < n)
+            prev[after] = left;
+        uint32_t before = prev[left];
+        /* Each merge adds at most two pairs and removes one symbol: the heap holds at most
+         * (n - 1) + 2 * (n - 1) items, under 3n; checked all the same. */
+        if (before != UINT32_MAX) {
+            const Merge *m = merge_find(&k->merges, sym[before], top.merged);
+            if (m && heap_n < heap_cap) {
+                HeapItem item = {m->rank, before, sym[before], top.merged, m->merged};
+                heap_push(heap, &heap_n, item);
+            }
+        }
+        if (after < n) {
+            const Merge *m = merge_find(&k->merges, top.merged, sym[after]);
+            if (m && heap_n < heap_cap) {
+                HeapItem item = {m->rank, left, top.merged, sym[after], m->merged};
+                heap_push(heap, &heap_n, item);
+            }
+        }
+    }
+    size_t out = 0;
+    for (size_t i = 0; i < n; i = next[i])
+        sym[out++] = sym[i];
+    return out;
+}
+
+/* BPE one piece into out (capacity cap ids). Returns the number of ids, or -1 (no memory) /
+ * -2 (out too small: a bug, reported as such). Needs no GIL. */
+static Py_ssize_t bpe_piece(const Kernel *k, Scratch *s, const unsigned char *p, size_t n, uint32_t *out, size_t cap)
+{
+    if (n == 0)
+        return 0;
+    if (scratch_reserve(s, n) < 0)
+        return -1;
+    if (k->ignore_merges) {
+        size_t len = 0;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char b = p[i];
+            memcpy(s->text + len, k->byte_chars[b], k->byte_char_len[b]);
+            len += k->byte_char_len[b];
+        }
+        const Entry *e = table_find(&k->whole, hash_bytes(k->seed, s->text, len), s->text, len);
+        if (e != NULL) {
+            if (cap < 1)
+                return -2;
+            out[0] = e->ids[0];
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        s->sym[i] = k->byte_ids[p[i]];
+    size_t left = n <= SCAN_LIMIT ? merge_scan(k, s, n) : merge_heap(k, s, n);
+    size_t count = 0;
+    for (size_t i = 0; i < left; i++) {
+        uint32_t symbol = s->sym[i];
+        if (symbol < k->n_tokens) {
+            if (count >= cap)
+                return -2;
+            out[count++] = symbol;
+        } else {
+            uint32_t v = symbol - k->n_tokens; /* < n_symbols - n_tokens: checked when built */
+            for (uint32_t j = k->virtual_start[v]; j < k->virtual_start[v + 1]; j++) {
+                if (count >= cap)
+                    return -2;
+                out[count++] = k->virtual_ids[j];
+            }
+        }
+    }
+    return (Py_ssize_t)count;
+}
+
+/* The most ids a piece of n bytes can give: each byte is at most one symbol. */
+static size_t ids_bound(const Kernel *k, size_t n)
+{
+    return n * (size_t)(k->max_fallback ? k->max_fallback : 1);
+}
+
+/* -- construction --------------------------------------------------------------------------- */
+
+static int read_u32(PyObject *value, uint32_t limit, const char *what, uint32_t *out)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(value);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if (v >= limit) {
+        PyErr_Format(PyExc_ValueError, "kernel tables: %s %llu out of range (< %u)", what, v, limit);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static void Kernel_dealloc(Kernel *self)
+{
+    PyMem_RawFree(self->merges.slots);
+    PyMem_RawFree(self->virtual_start);
+    PyMem_RawFree(self->virtual_ids);
+    table_free(&self->whole);
+    table_free(&self->cache);
+    table_free(&self->chunks);
+    Py_XDECREF(self->array_type);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"byte_ids", "ranks", "stride", "shift", "n_tokens", "virtual_emit", "whole",
+                             "byte_chars", "cache_bytes", "seed", "chunk_bytes", NULL};
+    PyObject *byte_ids, *ranks, *virtual_emit, *whole, *byte_chars;
+    unsigned long long stride, seed;
+    unsigned int shift, n_tokens;
+    Py_ssize_t cache_bytes, chunk_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!KIIO!OO!nK|n", kwlist, &byte_ids, &PyDict_Type, &ranks, &stride,
+                                     &shift, &n_tokens, &PyList_Type, &virtual_emit, &whole, &PyList_Type,
+                                     &byte_chars, &cache_bytes, &seed, &chunk_bytes))
+        return -1;
+    if (self->merges.slots != NULL || self->virtual_start != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised");
+        return -1;
+    }
+    Py_ssize_t n_virtual = PyList_GET_SIZE(virtual_emit);
+    if ((unsigned long long)n_tokens + n_virtual >= UINT32_MAX || shift >= 63 || stride == 0 ||
+        cache_bytes < 0 || chunk_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "kernel tables: bad sizes");
+        return -1;
+    }
+    self->n_tokens = n_tokens;
+    self->n_symbols = (uint32_t)(n_tokens + n_virtual);
+    self->seed = seed;
+    self->cache.budget = (size_t)cache_bytes;
+    self->chunks.budget = (size_t)chunk_bytes;
+
+    PyObject *fast = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != 256) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "kernel tables: byte_ids must have 256 entries");
+        return -1;
+    }
+    for (int b = 0; b < 256; b++) {
+        if (read_u32(PySequence_Fast_GET_ITEM(fast, b), self->n_symbols, "byte symbol", &self->byte_ids[b]) < 0) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    if (PyList_GET_SIZE(byte_chars) != 256) {
+        PyErr_SetString(PyExc_ValueError, "kernel tables: byte_chars must have 256 entries");
+        return -1;
+    }
+    for (int b = 0; b < 256; b++) {
+        PyObject *c = PyList_GET_ITEM(byte_chars, b);
+        if (!PyBytes_Check(c) || PyBytes_GET_SIZE(c) < 1 || PyBytes_GET_SIZE(c) > 2) {
+            PyErr_SetString(PyExc_ValueError, "kernel tables: byte_chars must be 1-2 byte UTF-8 strings");
+            return -1;
+        }
+        memcpy(self->byte_chars[b], PyBytes_AS_STRING(c), PyBytes_GET_SIZE(c));
+        self->byte_char_len[b] = (unsigned char)PyBytes_GET_SIZE(c);
+    }
+
+    /* Virtual symbols' fallback ids. */
+    size_t total = 0;
+    for (Py_ssize_t v = 0; v < n_virtual; v++) {
+        PyObject *ids = PyList_GET_ITEM(virtual_emit, v);
+        if (!PyList_Check(ids)) {
+            PyErr_SetString(PyExc_TypeError, "kernel tables: virtual_emit must be a list of lists of ids");
+            return -1;
+        }
+        total += (size_t)PyList_GET_SIZE(ids);
+    }
+    self->virtual_start = PyMem_RawMalloc((n_virtual + 1) * sizeof(uint32_t));
+    self->virtual_ids = PyMem_RawMalloc((total ? total : 1) * sizeof(uint32_t));
+    if (!self->virtual_start || !self->virtual_ids || total >= UINT32_MAX) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->max_fallback = 1;
+    size_t at = 0;
+    for (Py_ssize_t v = 0; v < n_virtual; v++) {
+        PyObject *ids = PyList_GET_ITEM(virtual_emit, v);
+        self->virtual_start[v] = (uint32_t)at;
+        Py_ssize_t len = PyList_GET_SIZE(ids);
+        if ((size_t)len > self->max_fallback)
+            self->max_fallback = (uint32_t)len;
+        for (Py_ssize_t j = 0; j < len; j++) {
+            if (at >= total) { /* the list changed under us */
+                PyErr_SetString(PyExc_RuntimeError, "kernel tables: virtual_emit changed while read");
+                return -1;
+            }
+            if (read_u32(PyList_GET_ITEM(ids, j), n_tokens, "fallback id", &self->virtual_ids[at++]) < 0)
+                return -1;
+        }
+    }
+    self->virtual_start[n_virtual] = (uint32_t)at;
+
+    /* The merge table, load at most 1/2. */
+    Py_ssize_t count = PyDict_GET_SIZE(ranks);
+    size_t size = 1024;
+    while (size < (size_t)count * 2)
+        size *= 2;
+    self->merges.slots = PyMem_RawMalloc(size * sizeof(Merge));
+    if (self->merges.slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < size; i++)
+        self->merges.slots[i].key = EMPTY_KEY;
+    self->merges.mask = size - 1;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    unsigned long long mask = (1ULL << shift) - 1;
+    while (PyDict_Next(ranks, &pos, &key, &value)) {
+        unsigned long long k = PyLong_AsUnsignedLongLong(key);
+        if (k == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        unsigned long long packed = PyLong_AsUnsignedLongLong(value);
+        if (packed == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        unsigned long long left = k / stride, right = k % stride, rank = packed >> shift, merged = packed & mask;
+        if (left >= self->n_symbols || right >= self->n_symbols || merged >= self->n_symbols || rank >= NO_RANK) {
+            PyErr_SetString(PyExc_ValueError, "kernel tables: a merge names a symbol out of range");
+            return -1;
+        }
+        uint64_t mkey = left << 32 | right;
+        uint64_t i = mix64(mkey) & self->merges.mask;
+        while (self->merges.slots[i].key != EMPTY_KEY && self->merges.slots[i].key != mkey)
+            i = (i + 1) & self->merges.mask;
+        self->merges.slots[i].key = mkey;
+        self->merges.slots[i].rank = (uint32_t)rank;
+        self->merges.slots[i].merged = (uint32_t)merged;
+    }
+
+    /* ignore_merges: whole tokens by their GPT-2 text. */
+    if (whole != Py_None) {
+        if (!PyDict_Check(whole)) {
+            PyErr_SetString(PyExc_TypeError, "kernel tables: whole must be a dict or None");
+            return -1;
+        }
+        self->ignore_merges = 1;
+        self->whole.budget = SIZE_MAX;
+        pos = 0;
+        while (PyDict_Next(whole, &pos, &key, &value)) {
+            uint32_t id;
+            if (!PyBytes_Check(key)) {
+                PyErr_SetString(PyExc_TypeError, "kernel tables: whole's keys must be bytes");
+                return -1;
+            }
+            if (read_u32(value, n_tokens, "token id", &id) < 0)
+                return -1;
+            const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(key);
+            size_t len = (size_t)PyBytes_GET_SIZE(key);
+            if (table_add(&self->whole, hash_bytes(seed, text, len), text, len, &id, 1) < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+    }
+    PyObject *array_module = PyImport_ImportModule("array");
+    if (array_module == NULL)
+        return -1;
+    self->array_type = PyObject_GetAttrString(array_module, "array");
+    Py_DECREF(array_module);
+    return self->array_type ? 0 : -1;
+}
+
+/* -- encoding ------------------------------------------------------------------------------- */
+
+/* The UTF-8 of a str: its own cached buffer, or for a str with lone surrogates their three
+ * UTF-8-style bytes (as llama.cpp gets them) in a bytes object kept alive in *keep. */
+static int utf8_of(PyObject *item, PyObject **keep, const unsigned char **text, size_t *len)
+{
+    if (!PyUnicode_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "pieces must be str, not %.100s", Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    Py_ssize_t size;
+    const char *data = PyUnicode_AsUTF8AndSize(item, &size);
+    if (data == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        PyObject *encoded = PyUnicode_AsEncodedString(item, "utf-8", "surrogatepass");
+        if (encoded == NULL)
+            return -1;
+        if (*keep == NULL && (*keep = PyList_New(0)) == NULL) {
+            Py_DECREF(encoded);
+            return -1;
+        }
+        int failed = PyList_Append(*keep, encoded);
+        Py_DECREF(encoded);
+        if (failed)
+            return -1;
+        data = PyBytes_AS_STRING(encoded);
+        size = PyBytes_GET_SIZE(encoded);
+    }
+    *text = (const unsigned char *)data;
+    *len = (size_t)size;
+    return 0;
+}
+
+typedef struct {
+    const unsigned char *text;
+    size_t len;
+    uint64_t hash;
+    const uint32_t *ids; /* a cache entry's ids, or into the call's own buffer */
+    size_t n_ids;
+    size_t offset; /* a miss: where its ids go in the call's buffer */
+    Py_ssize_t first; /* a repeated miss: the index of its first occurrence in this call, else -1 */
+} Piece;
+
+/* The pieces of a call: their UTF-8, looked up in the cache; misses merged (without the GIL
+ * when there is enough work) and added to the cache. On success p[i].ids/.n_ids are set for
+ * every piece; *buffer and *keep must be freed/released by the caller. */
+static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint32_t **buffer, PyObject **keep)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Piece *p = PyMem_Calloc(n ? n : 1, sizeof(Piece));
+    *out_pieces = p;
+    *buffer = NULL;
+    *keep = NULL;
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t miss_capacity = 0, miss_bytes = 0, misses = 0;
+    /* The call's misses by their text, so a piece new to the cache is merged once per call:
+     * open addressing over indices into p, load at most 1/2. */
+    size_t seen_mask = 1;
+    while (seen_mask < (size_t)n * 2)
+        seen_mask <<= 1;
+    Py_ssize_t *seen = PyMem_Malloc(seen_mask * sizeof(Py_ssize_t));
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(seen, 0xff, seen_mask * sizeof(Py_ssize_t)); /* -1: free */
+    seen_mask--;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        p[i].first = -1;
+        PyObject *item = PyList_GET_ITEM(list, i);
+        if (utf8_of(item, keep, &p[i].text, &p[i].len) < 0)
+            goto fail;
+        p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
+        const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
+        if (e != NULL) {
+            p[i].ids = e->ids;
+            p[i].n_ids = e->n_ids;
+            continue;
+        }
+        size_t slot = p[i].hash & seen_mask;
+        while (seen[slot] >= 0) {
+            const Piece *q = &p[seen[slot]];
+            if (q->hash == p[i].hash && q->len == p[i].len && memcmp(q->text, p[i].text, p[i].len) == 0) {
+                p[i].first = seen[slot];
+                break;
+            }
+            slot = (slot + 1) & seen_mask;
+        }
+        if (p[i].first >= 0)
+            continue;
+        seen[slot] = i;
+        p[i].offset = miss_capacity;
+        miss_capacity += ids_bound(self, p[i].len);
+        miss_bytes += p[i].len;
+        misses++;
+    }
+    PyMem_Free(seen);
+    seen = NULL;
+    if (misses == 0)
+        return 0;
+    uint32_t *ids = PyMem_RawMalloc((miss_capacity ? miss_capacity : 1) * sizeof(uint32_t));
+    *buffer = ids;
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t failure = 0;
+    Scratch scratch = {0};
+    /* The work below reads only this object's tables (never changed after init), the pieces'
+     * UTF-8 (held alive by `list`, which the caller owns a copy of) and writes to `ids`. */
+    PyThreadState *state = miss_bytes >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i].ids != NULL || p[i].len == 0 || p[i].first >= 0)
+            continue;
+        size_t bound = ids_bound(self, p[i].len);
+        Py_ssize_t got = bpe_piece(self, &scratch, p[i].text, p[i].len, ids + p[i].offset, bound);
+        if (got < 0) {
+            failure = got;
+            break;
+        }
+        p[i].ids = ids + p[i].offset;
+        p[i].n_ids = (size_t)got;
+    }
+    scratch_free(&scratch);
+    if (state != NULL)
+        PyEval_RestoreThread(state);
+    if (failure == -1) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (failure < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: a piece gave more ids than its bound (a bug)");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i].first >= 0) { /* first < i: its ids are set */
+            p[i].ids = p[p[i].first].ids;
+            p[i].n_ids = p[p[i].first].n_ids;
+            continue;
+        }
+        if (p[i].ids == ids + p[i].offset && p[i].len <= CACHE_LONGEST && p[i].len > 0)
+            if (table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids) < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+    }
+    return 0;
+fail:
+    PyMem_Free(seen);
+    return -1;
+}
+
+static PyObject *as_list(PyObject *pieces)
+{
+    /* A list of our own: the caller's list may change while the GIL is released. */
+    if (PyList_Check(pieces))
+        return PyList_GetSlice(pieces, 0, PyList_GET_SIZE(pieces));
+    return PySequence_List(pieces);
+}
+
+PyDoc_STRVAR(Kernel_encode_doc, "encode(pieces) -> list[int]: the ids of pre-tokenized pieces (str), in order.");
+
+static PyObject *Kernel_encode(Kernel *self, PyObject *pieces)
+{
+    PyObject *list = as_list(pieces);
+    if (list == NULL)
+        return NULL;
+    Piece *p;
+    uint32_t *buffer;
+    PyObject *keep, *result = NULL;
+    if (encode_pieces(self, list, &p, &buffer, &keep) == 0) {
+        Py_ssize_t n = PyList_GET_SIZE(list);
+        size_t total = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            total += p[i].n_ids;
+        result = PyList_New((Py_ssize_t)total);
+        size_t at = 0;
+        for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
+            for (size_t j = 0; j < p[i].n_ids; j++) {
+                PyObject *id = PyLong_FromUnsignedLong(p[i].ids[j]);
+                if (id == NULL) {
+                    Py_CLEAR(result);
+                    break;
+                }
+                PyList_SET_ITEM(result, (Py_ssize_t)at++, id);
+            }
+        }
+    }
+    PyMem_Free(p);
+    PyMem_RawFree(buffer);
+    Py_XDECREF(keep);
+    Py_DECREF(list);
+    return result;
+}
+
+PyDoc_STRVAR(Kernel_encode_groups_doc,
+             "encode_groups(pieces, stops) -> list[array('I')]: the ids of pieces[start:stop] for each of\n"
+             "the consecutive groups that end at ``stops`` (non-decreasing, the last len(pieces)).");
+
+static PyObject *Kernel_encode_groups(Kernel *self, PyObject *args)
+{
+    PyObject *pieces, *stops;
+    if (!PyArg_ParseTuple(args, "OO", &pieces, &stops))
+        return NULL;
+    PyObject *list = as_list(pieces);
+    if (list == NULL)
+        return NULL;
+    PyObject *stop_list = as_list(stops);
+    if (stop_list == NULL) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list), groups = PyList_GET_SIZE(stop_list);
+    Piece *p = NULL;
+    uint32_t *buffer = NULL, *joined = NULL;
+    PyObject *keep = NULL, *result = NULL;
+    /* The stops first: no work for a call that would fail. */
+    Py_ssize_t previous = 0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        Py_ssize_t stop = PyLong_AsSsize_t(PyList_GET_ITEM(stop_list, g));
+        if (stop == -1 && PyErr_Occurred())
+            goto done;
+        if (stop < previous || stop > n) {
+            PyErr_Format(PyExc_ValueError, "stops must be non-decreasing and at most len(pieces); stops[%zd] is %zd",
+                         g, stop);
+            goto done;
+        }
+        previous = stop;
+    }
+    if (previous != n) {
+        PyErr_SetString(PyExc_ValueError, "the last stop must be len(pieces)");
+        goto done;
+    }
+    if (encode_pieces(self, list, &p, &buffer, &keep) < 0)
+        goto done;
+    size_t longest = 0;
+    previous = 0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        Py_ssize_t stop = PyLong_AsSsize_t(PyList_GET_ITEM(stop_list, g));
+        size_t size = 0;
+        for (Py_ssize_t i = previous; i < stop; i++)
+            size += p[i].n_ids;
+        if (size > longest)
+            longest = size;
+        previous = stop;
+    }
+    joined = PyMem_Malloc((longest ? longest : 1) * sizeof(uint32_t));
+    result = joined ? PyList_New(groups) : PyErr_NoMemory();
+    previous = 0;
+    for (Py_ssize_t g = 0; result != NULL && g < groups; g++) {
+        Py_ssize_t stop = PyLong_AsSsize_t(PyList_GET_ITEM(stop_list, g));
+        size_t size = 0;
+        for (Py_ssize_t i = previous; i < stop; i++) {
+            if (p[i].n_ids) /* size + n_ids <= longest: counted above */
+                memcpy(joined + size, p[i].ids, p[i].n_ids * sizeof(uint32_t));
+            size += p[i].n_ids;
+        }
+        previous = stop;
+        PyObject *array = PyObject_CallFunction(self->array_type, "sy#", "I", (const char *)joined,
+                                                (Py_ssize_t)(size * sizeof(uint32_t)));
+        if (array == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, g, array);
+    }
+done:
+    PyMem_Free(p);
+    PyMem_Free(joined);
+    PyMem_RawFree(buffer);
+    Py_XDECREF(keep);
+    Py_DECREF(list);
+    Py_DECREF(stop_list);
+    return result;
+}
+
+
+/* The pieces of the missing chunks, and where each chunk's pieces stop. The inner chunks are
+ * pre-tokenized together, joined back to back with their spaces (" a b c"): each ends in a
+ * character that is not whitespace, so by the pre-tokenizer's space_chunks promise no piece
+ * crosses from one to the next. A text's last part may end in whitespace and is split on its
+ * own. If the pieces do not fall on the chunk boundaries all the same, each chunk is split on
+ * its own. Returns a new list of pieces; stops[k] is the end of chunk k's pieces. */
+static PyObject *split_chunks(PyObject *split, PyObject *missing, int last_alone, Py_ssize_t *stops)
+{
+    Py_ssize_t m = PyList_GET_SIZE(missing), inner = last_alone ? m - 1 : m;
+    PyObject *space = PyUnicode_FromString(" "), *pieces = NULL;
+    if (space == NULL)
+        return NULL;
+    if (inner > 0) {
+        PyObject *head = PyList_GetSlice(missing, 0, inner);
+        PyObject *body = head ? PyUnicode_Join(space, head) : NULL;
+        PyObject *joined = body ? PyUnicode_Concat(space, body) : NULL;
+        PyObject *got = joined ? PyObject_CallOneArg(split, joined) : NULL;
+        pieces = got ? PySequence_List(got) : NULL;
+        Py_XDECREF(head);
+        Py_XDECREF(body);
+        Py_XDECREF(joined);
+        Py_XDECREF(got);
+        if (pieces == NULL)
+            goto fail;
+        /* Walk the pieces' lengths against the chunks' ends (in code points). */
+        Py_ssize_t k = 0, at = 0, end = 1 + PyUnicode_GET_LENGTH(PyList_GET_ITEM(missing, 0));
+        int aligned = 1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pieces) && aligned; i++) {
+            PyObject *piece = PyList_GET_ITEM(pieces, i);
+            if (!PyUnicode_Check(piece)) {
+                PyErr_Format(PyExc_TypeError, "the pre-tokenizer gave a %.100s, not a str", Py_TYPE(piece)->tp_name);
+                goto fail;
+            }
+            at += PyUnicode_GET_LENGTH(piece);
+            if (at > end)
+                aligned = 0;
+            while (aligned && at == end && k < inner) {
+                stops[k++] = i + 1;
+                if (k < inner)
+                    end += 1 + PyUnicode_GET_LENGTH(PyList_GET_ITEM(missing, k));
+            }
+        }
+        if (!aligned || k != inner) { /* split each chunk on its own */
+            Py_CLEAR(pieces);
+            pieces = PyList_New(0);
+            if (pieces == NULL)
+                goto fail;
+            for (k = 0; k < inner; k++) {
+                PyObject *text = PyUnicode_Concat(space, PyList_GET_ITEM(missing, k));
+                PyObject *one = text ? PyObject_CallOneArg(split, text) : NULL;
+                Py_XDECREF(text);
+                if (one == NULL)
+                    goto fail;
+                PyObject *all = PySequence_InPlaceConcat(pieces, one);
+                Py_DECREF(one);
+                if (all == NULL)
+                    goto fail;
+                Py_DECREF(all);
+                stops[k] = PyList_GET_SIZE(pieces);
+            }
+        }
+    } else {
+        pieces = PyList_New(0);
+        if (pieces == NULL)
+            goto fail;
+    }
+    if (last_alone) {
+        PyObject *text = PyUnicode_Concat(space, PyList_GET_ITEM(missing, m - 1));
+        PyObject *one = text ? PyObject_CallOneArg(split, text) : NULL;
+        Py_XDECREF(text);
+        if (one == NULL)
+            goto fail;
+        PyObject *all = PySequence_InPlaceConcat(pieces, one);
+        Py_DECREF(one);
+        if (all == NULL)
+            goto fail;
+        Py_DECREF(all);
+        stops[m - 1] = PyList_GET_SIZE(pieces);
+    }
+    Py_DECREF(space);
+    return pieces;
+fail:
+    Py_DECREF(space);
+    Py_XDECREF(pieces);
+    return NULL;
+}
+
+typedef struct {
+    const unsigned char *text;
+    size_t len;
+    uint64_t hash;
+    const uint32_t *ids;
+    size_t n_ids;
+    Py_ssize_t miss; /* its index in the call's missing chunks, or -1 */
+} Chunk;
+
+PyDoc_STRVAR(Kernel_encode_chunks_doc,
+             "encode_chunks(parts, start, split) -> list[int]: the ids of \" \" + part for each of parts[start:],\n"
+             "from the chunk cache; the chunks it lacks are pre-tokenized with split (together: see\n"
+             "Tokenizer._encode_chunked), merged and remembered while the chunk budget lasts.");
+
+static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
+{
+    PyObject *parts, *split;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OnO", &parts, &start, &split))
+        return NULL;
+    PyObject *list = as_list(parts);
+    if (list == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (start < 0 || start > n) {
+        Py_DECREF(list);
+        PyErr_Format(PyExc_ValueError, "start %zd is outside 0..%zd", start, n);
+        return NULL;
+    }
+    Py_ssize_t m = n - start, *seen = NULL, *stops = NULL;
+    Chunk *c = PyMem_Calloc(m ? (size_t)m : 1, sizeof(Chunk));
+    PyObject *keep = NULL, *missing = PyList_New(0), *pieces = NULL, *piece_keep = NULL, *result = NULL;
+    Piece *p = NULL;
+    uint32_t *buffer = NULL, *miss_ids = NULL;
+    size_t *miss_at = NULL, *miss_n = NULL;
+    Py_ssize_t *miss_of = NULL; /* missing index -> its first chunk */
+    if (c == NULL || missing == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t seen_mask = 1;
+    while (seen_mask < (size_t)m * 2)
+        seen_mask <<= 1;
+    seen = PyMem_Malloc(seen_mask * sizeof(Py_ssize_t));
+    miss_of = PyMem_Malloc((m ? (size_t)m : 1) * sizeof(Py_ssize_t));
+    if (seen == NULL || miss_of == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(seen, 0xff, seen_mask * sizeof(Py_ssize_t));
+    seen_mask--;
+    int last_alone = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *part = PyList_GET_ITEM(list, start + i);
+        c[i].miss = -1;
+        if (utf8_of(part, &keep, &c[i].text, &c[i].len) < 0)
+            goto done;
+        c[i].hash = hash_bytes(self->seed, c[i].text, c[i].len);
+        const Entry *e = table_find(&self->chunks, c[i].hash, c[i].text, c[i].len);
+        if (e != NULL) {
+            c[i].ids = e->ids;
+            c[i].n_ids = e->n_ids;
+            continue;
+        }
+        size_t slot = c[i].hash & seen_mask;
+        while (seen[slot] >= 0) {
+            const Chunk *q = &c[seen[slot]];
+            if (q->hash == c[i].hash && q->len == c[i].len && memcmp(q->text, c[i].text, c[i].len) == 0) {
+                c[i].miss = q->miss;
+                break;
+            }
+            slot = (slot + 1) & seen_mask;
+        }
+        if (c[i].miss >= 0)
+            continue;
+        seen[slot] = i;
+        c[i].miss = PyList_GET_SIZE(missing);
+        miss_of[c[i].miss] = i;
+        if (PyList_Append(missing, part) < 0)
+            goto done;
+        last_alone = i == m - 1;
+    }
+    Py_ssize_t n_missing = PyList_GET_SIZE(missing);
+    if (n_missing > 0) {
+        stops = PyMem_Calloc((size_t)n_missing, sizeof(Py_ssize_t));
+        if (stops == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        pieces = split_chunks(split, missing, last_alone, stops);
+        if (pieces == NULL || encode_pieces(self, pieces, &p, &buffer, &piece_keep) < 0)
+            goto done;
+        size_t total = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pieces); i++)
+            total += p[i].n_ids;
+        miss_ids = PyMem_Malloc((total ? total : 1) * sizeof(uint32_t));
+        miss_at = PyMem_Malloc((size_t)n_missing * sizeof(size_t));
+        miss_n = PyMem_Malloc((size_t)n_missing * sizeof(size_t));
+        if (miss_ids == NULL || miss_at == NULL || miss_n == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        size_t at = 0;
+        Py_ssize_t from = 0;
+        for (Py_ssize_t k = 0; k < n_missing; k++) {
+            miss_at[k] = at;
+            for (Py_ssize_t i = from; i < stops[k]; i++) { /* at + n_ids <= total: counted above */
+                if (p[i].n_ids)
+                    memcpy(miss_ids + at, p[i].ids, p[i].n_ids * sizeof(uint32_t));
+                at += p[i].n_ids;
+            }
+            miss_n[k] = at - miss_at[k];
+            from = stops[k];
+            const Chunk *first = &c[miss_of[k]];
+            if (table_add(&self->chunks, first->hash, first->text, first->len, miss_ids + miss_at[k], miss_n[k]) < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+    }
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (c[i].ids == NULL && c[i].miss >= 0) {
+            c[i].ids = miss_ids + miss_at[c[i].miss];
+            c[i].n_ids = miss_n[c[i].miss];
+        }
+        total += c[i].n_ids;
+    }
+    result = PyList_New((Py_ssize_t)total);
+    size_t at = 0;
+    for (Py_ssize_t i = 0; result != NULL && i < m; i++) {
+        for (size_t j = 0; j < c[i].n_ids; j++) {
+            PyObject *id = PyLong_FromUnsignedLong(c[i].ids[j]);
+            if (id == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyList_SET_ITEM(result, (Py_ssize_t)at++, id);
+        }
+    }
+done:
+    PyMem_Free(c);
+    PyMem_Free(seen);
+    PyMem_Free(miss_of);
+    PyMem_Free(stops);
+    PyMem_Free(p);
+    PyMem_RawFree(buffer);
+    PyMem_Free(miss_ids);
+    PyMem_Free(miss_at);
+    PyMem_Free(miss_n);
+    Py_XDECREF(keep);
+    Py_XDECREF(piece_keep);
+    Py_XDECREF(pieces);
+    Py_XDECREF(missing);
+    Py_DECREF(list);
+    return result;
+}
+
+PyDoc_STRVAR(Kernel_encode_piece_doc, "encode_piece(data: bytes) -> list[int]: BPE one piece's bytes (no cache).");
+
+static PyObject *Kernel_encode_piece(Kernel *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t n = (size_t)view.len, bound = ids_bound(self, n);
+    uint32_t *ids = PyMem_Malloc((bound ? bound : 1) * sizeof(uint32_t));
+    Scratch scratch = {0};
+    PyObject *result = NULL;
+    if (ids == NULL) {
+        PyErr_NoMemory();
+    } else {
+        Py_ssize_t got = bpe_piece(self, &scratch, view.buf, n, ids, bound);
+        if (got == -1) {
+            PyErr_NoMemory();
+        } else if (got < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: a piece gave more ids than its bound (a bug)");
+        } else if ((result = PyList_New(got)) != NULL) {
+            for (Py_ssize_t j = 0; j < got; j++) {
+                PyObject *id = PyLong_FromUnsignedLong(ids[j]);
+                if (id == NULL) {
+                    Py_CLEAR(result);
+                    break;
+                }
+                PyList_SET_ITEM(result, j, id);
+            }
+        }
+    }
+    scratch_free(&scratch);
+    PyMem_Free(ids);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(Kernel_cache_info_doc, "cache_info() -> dict: the piece and chunk caches' entries, bytes and budgets.");
+
+static PyObject *Kernel_cache_info(Kernel *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("{s:{s:n,s:n,s:n},s:{s:n,s:n,s:n}}", "pieces", "entries", (Py_ssize_t)self->cache.count,
+                         "bytes", (Py_ssize_t)self->cache.used, "budget", (Py_ssize_t)self->cache.budget, "chunks",
+                         "entries", (Py_ssize_t)self->chunks.count, "bytes", (Py_ssize_t)self->chunks.used, "budget",
+                         (Py_ssize_t)self->chunks.budget);
+}
+
+static PyMethodDef Kernel_methods[] = {
+    {"encode", (PyCFunction)Kernel_encode, METH_O, Kernel_encode_doc},
+    {"encode_groups", (PyCFunction)Kernel_encode_groups, METH_VARARGS, Kernel_encode_groups_doc},
+    {"encode_chunks", (PyCFunction)Kernel_encode_chunks, METH_VARARGS, Kernel_encode_chunks_doc},
+    {"encode_piece", (PyCFunction)Kernel_encode_piece, METH_O, Kernel_encode_piece_doc},
+    {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS, Kernel_cache_info_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(Kernel_doc, "Kernel(byte_ids, ranks, stride, shift, n_tokens, virtual_emit, whole, byte_chars, "
+                         "cache_bytes, seed)\n\nBytePairModel's tables in C (see BytePairModel.make_kernel).");
+
+static PyTypeObject KernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok.models._bpe.Kernel",
+    .tp_basicsize = sizeof(Kernel),
+    .tp_dealloc = (destructor)Kernel_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = Kernel_doc,
+    .tp_methods = Kernel_methods,
+    .tp_init = (initproc)Kernel_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef bpe_module = {
+    PyModuleDef_HEAD_INIT, "_bpe", "bpetok's compiled BPE kernel (see bpetok/models/gpt2.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__bpe(void)
+{
+    if (PyType_Ready(&KernelType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&bpe_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&KernelType);
+    if (PyModule_AddObject(m, "Kernel", (PyObject *)&KernelType) < 0) {
+        Py_DECREF(&KernelType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

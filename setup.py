@@ -1,0 +1,18 @@
+"""The optional C kernel (bpetok/models/_bpe.c); everything else is in pyproject.toml.
+
+``optional=True``: where no C compiler or Python headers exist, ``pip install .`` still installs
+bpetok, which then runs its pure-Python engine (``bpetok info`` says which engine runs).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "bpetok.models._bpe",
+            sources=["bpetok/models/_bpe.c"],
+            extra_compile_args=["-O3", "-std=c99"],
+            optional=True,
+        )
+    ]
+)

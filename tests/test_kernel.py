@@ -1,0 +1,309 @@
+"""The C kernel (bpetok/models/_bpe.c) against the readable Python BPE (bpetok/models/gpt2.py).
+
+tests/test_exact.py holds the tokenizer (whichever engine runs) to llama.cpp; these tests hold
+the kernel to the reference on every piece of the reference cases, on generated text and bytes,
+on long and hostile input, and across threads. The kernel module is imported directly, so these
+run under BPETOK_PURE_PYTHON=1 too (that variable only picks the engine a Tokenizer uses).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bpetok
+from bpetok.models import _bpe  # the suite requires the kernel to be built (CI builds it)
+from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
+from helpers import load_cases
+
+
+def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20):
+    return _bpe.Kernel(
+        bpe.byte_ids,
+        bpe.ranks,
+        bpe.stride,
+        bpe.shift,
+        bpe.n_tokens,
+        [bpe._emit([bpe.n_tokens + k]) for k in range(len(bpe.virtual_texts))],
+        bpe.token_to_id if bpe.ignore_merges else None,
+        [c.encode() for c in BYTE_TO_CHAR],
+        cache_bytes,
+        12345,
+    )
+
+
+@pytest.fixture(scope="module", params=["qwen3", "smollm2"])
+def pair(request, qwen3, smollm2):
+    tok = {"qwen3": qwen3, "smollm2": smollm2}[request.param]
+    return request.param, tok, kernel_of(tok.bpe)
+
+
+def _utf8(piece: str) -> bytes:
+    return piece.encode("utf-8", "surrogatepass")
+
+
+def test_every_reference_piece(pair):
+    name, tok, kernel = pair
+    pieces = []
+    for case in load_cases(name):
+        pieces += tok.pretokenizer.split(case["text"])
+    pieces = list(dict.fromkeys(pieces))
+    assert len(pieces) > 5000
+    expected = [tok.bpe.encode_piece_reference(_utf8(p)) for p in pieces]
+    assert [kernel.encode_piece(_utf8(p)) for p in pieces] == expected
+    flat = [i for ids in expected for i in ids]
+    assert kernel.encode(pieces) == flat  # cold: every piece new
+    assert kernel.encode(pieces) == flat  # warm: every piece cached
+    assert kernel.encode(pieces[::-1] + pieces) == [i for ids in expected[::-1] + expected for i in ids]
+
+
+def test_grouped_pieces(pair):
+    name, tok, kernel = pair
+    pieces = tok.pretokenizer.split(" ".join(c["text"] for c in load_cases(name)[:300]))
+    stops = sorted(random.Random(0).sample(range(len(pieces)), 50)) + [len(pieces)]
+    groups = kernel.encode_groups(pieces, stops)
+    starts = [0] + stops[:-1]
+    assert [g.tolist() for g in groups] == [kernel.encode(pieces[a:b]) for a, b in zip(starts, stops)]
+    assert all(g.typecode == "I" for g in groups)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=80))
+def test_any_bytes_merge_like_the_reference(qwen3, smollm2, data):
+    for tok in (qwen3, smollm2):
+        assert kernel_of(tok.bpe, 0).encode_piece(data) == tok.bpe.encode_piece_reference(data)
+
+
+_KERNELS: dict = {}
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=120))
+def test_any_text_encodes_like_the_reference(qwen3, text):
+    kernel = _KERNELS.setdefault("qwen3", kernel_of(qwen3.bpe))
+    pieces = qwen3.pretokenizer.split(text)
+    assert kernel.encode(pieces) == [i for p in pieces for i in qwen3.bpe.encode_piece_reference(_utf8(p))]
+
+
+@pytest.mark.parametrize(
+    "piece",
+    [
+        "a" * 20_000,
+        "ab" * 10_000,
+        "\U0001f600" * 5_000,
+        "中文字符" * 3_000,
+        "".join(chr(random.Random(1).randrange(0x4E00, 0x9FFF)) for _ in range(5_000)),
+        " " * 10_000,
+        "\ud800\udfff" * 100,  # lone surrogates: their UTF-8-style bytes
+    ],
+    ids=["a", "ab", "emoji", "cjk", "random-cjk", "spaces", "surrogates"],
+)
+def test_long_pieces(pair, piece):
+    _, tok, kernel = pair
+    expected = tok.bpe.encode_piece_reference(_utf8(piece))
+    assert kernel.encode_piece(_utf8(piece)) == expected
+    assert kernel.encode([piece]) == expected
+
+
+def test_ignore_merges_takes_whole_tokens(qwen3):
+    bpe = BytePairModel(qwen3.vocabulary.tokens, qwen3.vocabulary.merges, ignore_merges=True)
+    kernel = kernel_of(bpe)
+    pieces = [p for c in load_cases("qwen3")[:800] for p in qwen3.pretokenizer.split(c["text"])]
+    for piece in pieces:
+        assert kernel.encode_piece(_utf8(piece)) == bpe.encode_piece_reference(_utf8(piece))
+
+
+def test_virtual_symbols_fall_back_to_their_bytes():
+    # "ab" + "c" merges to "abc", which is not a token: its bytes' one-byte tokens are emitted.
+    tokens = [c.encode() for c in BYTE_TO_CHAR] + [b"ab"]
+    bpe = BytePairModel(tokens, [b"a b", b"ab c", b"x y"])
+    kernel = kernel_of(bpe)
+    for piece in (b"abc", b"xy", b"abcabc", b"xyz", b"", b"\xff\x00"):
+        assert kernel.encode_piece(piece) == bpe.encode_piece_reference(piece)
+
+
+def test_hostile_calls_raise_clean_errors(qwen3):
+    kernel = kernel_of(qwen3.bpe)
+    with pytest.raises(TypeError, match="pieces must be str, not int"):
+        kernel.encode(["ok", 5])
+    with pytest.raises(TypeError):
+        kernel.encode(None)
+    with pytest.raises(TypeError):
+        kernel.encode_piece("not bytes")
+    with pytest.raises(ValueError, match="non-decreasing"):
+        kernel.encode_groups(["a", "b"], [2, 1])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        kernel.encode_groups(["a", "b"], [3])
+    with pytest.raises(ValueError, match="last stop"):
+        kernel.encode_groups(["a", "b"], [1])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        kernel.encode_groups(["a"], [-1, 1])
+    assert kernel.encode([]) == [] and kernel.encode_groups([], []) == []
+    assert kernel.encode(["", "", "a"]) == kernel.encode(["a"])
+
+
+def test_tables_out_of_range_are_refused(qwen3):
+    bpe = qwen3.bpe
+    good = dict(
+        byte_ids=bpe.byte_ids, ranks={}, stride=bpe.stride, shift=bpe.shift, n_tokens=bpe.n_tokens,
+        virtual_emit=[], whole=None, byte_chars=[c.encode() for c in BYTE_TO_CHAR], cache_bytes=0, seed=0,
+    )
+    _bpe.Kernel(**good)
+    bad_cases = [
+        {"byte_ids": [bpe.n_tokens] * 256},
+        {"byte_ids": [0] * 255},
+        {"ranks": {bpe.n_tokens * bpe.stride: 5}},  # left symbol past the last
+        {"ranks": {1: (7 << bpe.shift) | bpe.n_tokens}},  # merged symbol past the last
+        {"ranks": {-1: 0}},
+        {"virtual_emit": [[bpe.n_tokens]]},
+        {"byte_chars": [b""] * 256},
+        {"cache_bytes": -1},
+        {"whole": {"not bytes": 1}},
+        {"whole": {b"x": bpe.n_tokens}},
+    ]
+    for change in bad_cases:
+        with pytest.raises((ValueError, TypeError, OverflowError)):
+            _bpe.Kernel(**{**good, **change})
+
+
+def test_threads_agree_with_one_thread(qwen3):
+    kernel = kernel_of(qwen3.bpe, cache_bytes=200_000)
+    texts = [c["text"] * 3 for c in load_cases("qwen3")[:400]]
+    pieces = [qwen3.pretokenizer.split(t) for t in texts]
+    expected = [[i for p in ps for i in qwen3.bpe.encode_piece_reference(_utf8(p))] for ps in pieces]
+    results: dict[int, list] = {}
+
+    def work(k: int) -> None:
+        order = list(range(len(pieces)))
+        random.Random(k).shuffle(order)
+        results[k] = [(i, kernel.encode(pieces[i])) for i in order]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        assert all(ids == expected[i] for i, ids in results[k])
+
+
+def test_the_piece_cache_stays_within_its_budget(qwen3):
+    kernel = kernel_of(qwen3.bpe, cache_bytes=300_000)
+    rng = random.Random(5)
+    for _ in range(50):
+        kernel.encode(["".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(rng.randrange(1, 40))) for _ in range(500)])
+    info = kernel.cache_info()["pieces"]
+    assert 0 < info["bytes"] <= info["budget"] == 300_000
+    assert info["entries"] > 1000
+
+
+def test_a_tokenizer_uses_the_kernel_unless_told_not_to(qwen3):
+    forced = os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0")
+    assert qwen3.engine == ("pure Python" if forced else "C kernel")
+    code = "import bpetok, sys; sys.path.insert(0, 'tests'); from helpers import QWEN3; print(bpetok.from_gguf(QWEN3).engine)"
+    env = {**os.environ, "BPETOK_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "pure Python"
+
+
+def test_the_cli_says_which_engine_runs(qwen3):
+    env = {k: v for k, v in os.environ.items() if k != "BPETOK_PURE_PYTHON"}
+    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], env=env, capture_output=True, text=True)
+    assert out.stdout.strip().endswith("engine: C kernel")
+    env["BPETOK_PURE_PYTHON"] = "1"
+    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], env=env, capture_output=True, text=True)
+    assert out.stdout.strip().endswith("engine: pure Python: BPETOK_PURE_PYTHON is set")
+    from helpers import QWEN3
+
+    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "info", str(QWEN3)], env=env, capture_output=True, text=True)
+    assert "engine:          pure Python" in out.stdout
+
+
+# -- space chunks ----------------------------------------------------------------------------------
+
+
+def _reference_chunks(tok, parts):
+    return [i for part in parts for p in tok.pretokenizer.split(" " + part) for i in tok.bpe.encode_piece_reference(_utf8(p))]
+
+
+def test_chunks_of_every_reference_text(pair):
+    name, tok, _ = pair
+    kernel = kernel_of(tok.bpe)
+    kernel_with_chunks = _bpe.Kernel(*_args(tok.bpe), chunk_bytes=1 << 22)
+    text = "\n".join(c["text"] for c in load_cases(name))
+    parts = bpetok.tokenizer._SAFE_SPACE.split(text)
+    expected = _reference_chunks(tok, parts[1:])
+    assert kernel_with_chunks.encode_chunks(parts, 1, tok.pretokenizer.split) == expected  # cold
+    assert kernel_with_chunks.encode_chunks(parts, 1, tok.pretokenizer.split) == expected  # warm
+    assert kernel_with_chunks.cache_info()["chunks"]["entries"] > 1000
+    # No chunk budget: nothing remembered, the same ids.
+    assert kernel.encode_chunks(parts, 1, tok.pretokenizer.split) == expected
+    assert kernel.cache_info()["chunks"]["entries"] == 0
+
+
+def _args(bpe):
+    return (
+        bpe.byte_ids, bpe.ranks, bpe.stride, bpe.shift, bpe.n_tokens,
+        [bpe._emit([bpe.n_tokens + k]) for k in range(len(bpe.virtual_texts))],
+        bpe.token_to_id if bpe.ignore_merges else None, [c.encode() for c in BYTE_TO_CHAR], 1 << 20, 7,
+    )
+
+
+@pytest.mark.parametrize("last", ["", "x", "x\n\n", "x  ", "\n", "  "])
+def test_a_texts_last_part_is_split_on_its_own(qwen3, last):
+    # The last part may end in whitespace: joined to the next chunk it would split differently.
+    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=1 << 20)
+    parts = ["Hi", "there", "world\n\n", "again"][: 2] + ["more", last]
+    assert kernel.encode_chunks(parts, 1, qwen3.pretokenizer.split) == _reference_chunks(qwen3, parts[1:])
+    text = "Hi there more " + last
+    assert bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec).encode(text) == qwen3.encode_reference(text)
+
+
+def test_a_split_that_breaks_the_chunk_promise_falls_back_to_one_chunk_at_a_time(qwen3):
+    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=1 << 20)
+    calls = []
+
+    def whole(text):  # one piece for the whole text: crosses every chunk boundary
+        calls.append(text)
+        return [text]
+
+    parts = ["", "ab", "cd", "ab", "ef"]
+    ids = kernel.encode_chunks(parts, 1, whole)
+    assert calls[1:] == [" ab", " cd", " ef"]  # after the joined try, each new chunk alone
+    assert ids == [i for part in parts[1:] for i in qwen3.bpe.encode_piece_reference(_utf8(" " + part))]
+
+
+def test_hostile_chunk_calls(qwen3):
+    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=1 << 20)
+    with pytest.raises(ValueError, match="start"):
+        kernel.encode_chunks(["a"], 2, qwen3.pretokenizer.split)
+    with pytest.raises(ValueError, match="start"):
+        kernel.encode_chunks(["a"], -1, qwen3.pretokenizer.split)
+    with pytest.raises(TypeError):
+        kernel.encode_chunks(["", "a", 3], 1, qwen3.pretokenizer.split)
+    with pytest.raises(TypeError, match="not a str"):
+        kernel.encode_chunks(["", "a", "b"], 1, lambda text: [1, 2])
+    with pytest.raises(TypeError):
+        kernel.encode_chunks(["", "a", "b"], 1, lambda text: None)
+    with pytest.raises(ZeroDivisionError):
+        kernel.encode_chunks(["", "a", "b"], 1, lambda text: 1 / 0)
+    assert kernel.encode_chunks(["", "a", "b"], 3, qwen3.pretokenizer.split) == []
+    # None of that left anything behind: the same call works.
+    assert kernel.encode_chunks(["", "a", "b"], 1, qwen3.pretokenizer.split) == _reference_chunks(qwen3, ["a", "b"])
+
+
+def test_the_chunk_cache_stays_within_its_budget(qwen3):
+    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=200_000)
+    rng = random.Random(9)
+    for _ in range(30):
+        parts = [""] + ["".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(rng.randrange(1, 30))) for _ in range(500)]
+        kernel.encode_chunks(parts, 1, qwen3.pretokenizer.split)
+    info = kernel.cache_info()["chunks"]
+    assert 0 < info["bytes"] <= info["budget"] == 200_000
