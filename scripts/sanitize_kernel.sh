@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build the C kernel (bpetok/models/_bpe.c) with AddressSanitizer and UndefinedBehaviorSanitizer
+# and run the tests that feed it: the kernel's own (reference pieces, Hypothesis, hostile calls,
+# threads), the oracle cases (llama.cpp's ids), the Hypothesis properties and the GGUF fuzz tests.
+#
+#     scripts/sanitize_kernel.sh            # from the repository, in a venv with bpetok's test extra
+#
+# The package is copied to a temporary directory and the kernel built there, so the working
+# tree's own build is untouched. Python itself is not instrumented: libasan is preloaded, and
+# leak detection is off (the interpreter keeps memory until exit by design). Any finding stops
+# the run with a report and a non-zero exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+tar --exclude='*.so' --exclude=build --exclude=.venv --exclude=.hypothesis --exclude=__pycache__ -cf - \
+    bpetok tests plugins setup.py pyproject.toml | tar -xf - -C "$work"
+cd "$work"
+flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
+CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_ext --inplace 2>&1 | grep -v Warning || true
+test -f bpetok/models/_bpe*.so || { echo "the kernel did not build" >&2; exit 1; }
+nm -D bpetok/models/_bpe*.so | grep -q __asan_ || { echo "the kernel is not instrumented" >&2; exit 1; }
+export LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+unset BPETOK_PURE_PYTHON
+python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf.gz'); assert t.engine == 'C kernel', t.engine; print(bpetok.__file__, t.engine)"
+python -m pytest -q -p no:cacheprovider tests/test_kernel.py tests/test_exact.py tests/test_properties.py \
+    tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py "$@"
+echo "sanitized run: no finding"
