@@ -52,15 +52,29 @@ MB = 1_000_000
 # Each maker returns encode(text) -> list[int]; calling the maker again gives a fresh tokenizer.
 
 
-def make_bpetok(path):
+def make_bpetok(path, pure_python=False):
     vocab = bpetok.load_vocabulary(path)
     spec = bpetok.from_gguf(path).spec
 
     def fresh():
-        tok = bpetok.Tokenizer(vocab, spec)
+        # The engine is picked when a Tokenizer is made: BPETOK_PURE_PYTHON=1 for the reference.
+        saved = os.environ.get("BPETOK_PURE_PYTHON")
+        os.environ["BPETOK_PURE_PYTHON"] = "1" if pure_python else "0"
+        try:
+            tok = bpetok.Tokenizer(vocab, spec)
+        finally:
+            if saved is None:
+                del os.environ["BPETOK_PURE_PYTHON"]
+            else:
+                os.environ["BPETOK_PURE_PYTHON"] = saved
+        assert tok.engine == ("pure Python" if pure_python else "C kernel"), tok.engine
         return lambda text: tok.encode(text, parse_special=False)
 
     return fresh
+
+
+def make_bpetok_python(path):
+    return make_bpetok(path, pure_python=True)
 
 
 def make_tiktoken(path):
@@ -112,7 +126,13 @@ def make_llama(path):
     return fresh
 
 
-ENGINES = {"bpetok": make_bpetok, "tiktoken": make_tiktoken, "hf": make_hf, "llama.cpp": make_llama}
+ENGINES = {
+    "bpetok": make_bpetok,
+    "bpetok-py": make_bpetok_python,
+    "tiktoken": make_tiktoken,
+    "hf": make_hf,
+    "llama.cpp": make_llama,
+}
 
 
 # -- measurements --------------------------------------------------------------------------------
@@ -125,30 +145,38 @@ def read_corpus(path: str) -> str:
 
 
 def timed(fn, *args):
-    start = time.perf_counter()
+    """CPU seconds of this process (the machine may be shared: wall time would count others' work)."""
+    start = time.process_time()
     result = fn(*args)
-    return time.perf_counter() - start, result
+    return time.process_time() - start, result
 
 
-def bench_corpus(fresh, text: str, repeat: int) -> dict:
+def bench_corpus(makers: dict, text: str, repeat: int) -> dict:
+    """cold/warm/steady for every engine, the engines alternating within each repeat (so a busy
+    spell on a shared machine is spread over all of them)."""
     size = len(text.encode("utf-8"))
     half = len(text) // 2
-    cold, warm, steady, ids = [], [], [], None
+    runs = {engine: {"cold": [], "warm": [], "steady": [], "ids": None} for engine in makers}
     for _ in range(repeat):
-        encode = fresh()
-        seconds, ids = timed(encode, text)
-        cold.append(seconds)
-        warm.append(timed(encode, text)[0])
-        encode = fresh()
-        encode(text[:half])
-        steady.append(timed(encode, text[half:])[0])
-    n_ids = len(ids)
+        for engine, fresh in makers.items():
+            run = runs[engine]
+            encode = fresh()
+            seconds, run["ids"] = timed(encode, text)
+            run["cold"].append(seconds)
+            run["warm"].append(timed(encode, text)[0])
+            encode = fresh()
+            encode(text[:half])
+            run["steady"].append(timed(encode, text[half:])[0])
     second_half = len(text[half:].encode("utf-8"))
-    out = {"bytes": size, "tokens": n_ids}
-    for name, seconds, nbytes in (("cold", cold, size), ("warm", warm, size), ("steady", steady, second_half)):
-        median = statistics.median(seconds)
-        out[name] = {"seconds": median, "MB/s": nbytes / median / MB, "tokens/s": n_ids * nbytes / size / median}
-    return out, ids
+    results = {}
+    for engine, run in runs.items():
+        n_ids = len(run["ids"])
+        out = {"bytes": size, "tokens": n_ids}
+        for name, nbytes in (("cold", size), ("warm", size), ("steady", second_half)):
+            median = statistics.median(run[name])
+            out[name] = {"seconds": median, "MB/s": nbytes / median / MB, "tokens/s": n_ids * nbytes / size / median}
+        results[engine] = (out, run["ids"])
+    return results
 
 
 def count_differences(reference, encode, text: str) -> int:
@@ -257,9 +285,9 @@ import bench
 fresh = bench.ENGINES[{engine!r}]({path!r})
 text = bench.pathological_inputs()[{name!r}]
 encode = fresh()
-start = time.perf_counter()
+start = time.process_time()
 encode(text)
-print(json.dumps(time.perf_counter() - start))
+print(json.dumps(time.process_time() - start))
 """
 
 
@@ -432,14 +460,14 @@ def main(argv=None) -> int:
         name = os.path.basename(corpus_path).split(".")[0]
         text = read_corpus(corpus_path)
         entry = {"path": os.path.abspath(corpus_path), "engines": {}, "differences": {}}
-        reference = None
+        print(f"bench: {name} / {', '.join(engines)} ...", file=sys.stderr, flush=True)
+        measured = bench_corpus(makers, text, args.repeat)
+        reference = measured["bpetok"][1]
+        entry["tokens"] = len(reference)
         for engine in engines:
-            print(f"bench: {name} / {engine} ...", file=sys.stderr, flush=True)
-            figures, ids = bench_corpus(makers[engine], text, args.repeat)
+            figures, ids = measured[engine]
             entry["engines"][engine] = figures
-            if engine == "bpetok":
-                reference, entry["tokens"] = ids, len(ids)
-            else:
+            if engine != "bpetok":
                 entry["differences"][engine] = 0 if ids == reference else count_differences(makers["bpetok"](), makers[engine](), text)
         results["corpora"][name] = entry
     if not args.no_batch:
