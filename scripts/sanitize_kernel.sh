@@ -21,7 +21,7 @@ CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_
 test -f bpetok/models/_bpe*.so || { echo "the kernel did not build" >&2; exit 1; }
 nm -D bpetok/models/_bpe*.so | grep -q __asan_ || { echo "the kernel is not instrumented" >&2; exit 1; }
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:malloc_context_size=5:fast_unwind_on_malloc=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 unset BPETOK_PURE_PYTHON
 python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf.gz'); assert t.engine == 'C kernel', t.engine; print(bpetok.__file__, t.engine)"
