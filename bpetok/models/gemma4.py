@@ -20,13 +20,12 @@ aborts: ``find_bpe_rank`` asserts that no symbol holds a space).
 
 from __future__ import annotations
 
-import heapq
 import re
 
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
-from bpetok.models.llama import SPACE, _symbol_starts
+from bpetok.models.llama import SPACE, merge_symbols
 
 __all__ = ["RawBytePairModel"]
 
@@ -101,44 +100,7 @@ class RawBytePairModel:
     def merge(self, data: bytes) -> list[tuple[int, int]]:
         """The final symbols of ``data`` as (start, length) byte spans, llama.cpp's merge loop."""
         ranks = self.ranks
-        start = _symbol_starts(data)
-        count = len(start)
-        start.append(len(data))
-        size = [start[i + 1] - start[i] for i in range(count)]  # bytes; 0 once merged leftwards
-        nxt = list(range(1, count + 1))
-        prv = list(range(-1, count - 1))
-        heap: list[tuple[int, int, int, int]] = []  # (rank, left, right, bytes of the pair)
-        for left in range(count - 1):
-            rank = ranks.get(data[start[left] : start[left + 1]] + b" " + data[start[left + 1] : start[left + 2]])
-            if rank is not None:
-                heap.append((rank, left, left + 1, start[left + 2] - start[left]))
-        heapq.heapify(heap)
-        push, pop = heapq.heappush, heapq.heappop
-        while heap:
-            _, left, right, pair_size = pop(heap)
-            # Stale: one side was merged away, or a side grew since this pair was queued.
-            if not size[left] or not size[right] or size[left] + size[right] != pair_size:
-                continue
-            size[left] = pair_size
-            size[right] = 0
-            after = nxt[left] = nxt[right]
-            if after < count:
-                prv[after] = left
-            merged = data[start[left] : start[left] + pair_size]
-            before = prv[left]
-            if before >= 0:
-                rank = ranks.get(data[start[before] : start[left]] + b" " + merged)
-                if rank is not None:
-                    push(heap, (rank, before, left, size[before] + pair_size))
-            if after < count:
-                rank = ranks.get(merged + b" " + data[start[after] : start[after] + size[after]])
-                if rank is not None:
-                    push(heap, (rank, left, after, pair_size + size[after]))
-        spans, i = [], 0
-        while i < count:
-            spans.append((start[i], size[i]))
-            i = nxt[i]
-        return spans
+        return merge_symbols(data, lambda left, right: ranks.get(left + b" " + right))
 
     def _emit(self, data: bytes, spans: list[tuple[int, int]]) -> list[int]:
         ids, byte_ids, out = self.ids, self.byte_ids, []

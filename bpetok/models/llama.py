@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import accumulate, repeat
+from typing import Any
 
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
@@ -68,6 +69,52 @@ def _symbol_starts(data: bytes) -> list[int]:
     return [0, *accumulate(lengths)][:-1]
 
 
+def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
+    """llama.cpp's merge loop over ``data``'s UTF-8 symbols: the final symbols as (start, length) spans.
+
+    ``priority(left, right)`` ranks merging two adjacent symbols' bytes (lowest first, leftmost on
+    ties), or is None where they do not merge. SPM ranks by token score, gemma4 by merge rank.
+    """
+    start = _symbol_starts(data)
+    count = len(start)
+    start.append(len(data))
+    size = [start[i + 1] - start[i] for i in range(count)]  # bytes; 0 once merged leftwards
+    nxt = list(range(1, count + 1))
+    prv = list(range(-1, count - 1))
+    heap: list[tuple[Any, int, int, int]] = []  # (priority, left, right, bytes of the pair)
+    for left in range(count - 1):
+        rank = priority(data[start[left] : start[left + 1]], data[start[left + 1] : start[left + 2]])
+        if rank is not None:
+            heap.append((rank, left, left + 1, start[left + 2] - start[left]))
+    heapq.heapify(heap)
+    push, pop = heapq.heappush, heapq.heappop
+    while heap:
+        _, left, right, pair_size = pop(heap)
+        # Stale: one side was merged away, or a side grew since this pair was queued.
+        if not size[left] or not size[right] or size[left] + size[right] != pair_size:
+            continue
+        size[left] = pair_size
+        size[right] = 0
+        after = nxt[left] = nxt[right]
+        if after < count:
+            prv[after] = left
+        merged = data[start[left] : start[left] + pair_size]
+        before = prv[left]
+        if before >= 0:
+            rank = priority(data[start[before] : start[left]], merged)
+            if rank is not None:
+                push(heap, (rank, before, left, size[before] + pair_size))
+        if after < count:
+            rank = priority(merged, data[start[after] : start[after] + size[after]])
+            if rank is not None:
+                push(heap, (rank, left, after, pair_size + size[after]))
+    spans, i = [], 0
+    while i < count:
+        spans.append((start[i], size[i]))
+        i = nxt[i]
+    return spans
+
+
 class SentencePieceModel:
     """Score-ordered merges over the characters of one fragment (see the module docstring)."""
 
@@ -96,52 +143,19 @@ class SentencePieceModel:
         if not data:
             return []
         ids, scores = self.ids, self.scores
-        start = _symbol_starts(data)
-        count = len(start)
-        start.append(len(data))
-        size = [start[i + 1] - start[i] for i in range(count)]  # bytes; 0 once merged leftwards
-        nxt = list(range(1, count + 1))
-        prv = list(range(-1, count - 1))
-        heap: list[tuple[float, int, int, int]] = []  # (-score, left, right, bytes of the pair)
 
-        for left in range(count - 1):
-            token_id = ids.get(data[start[left] : start[left + 2]])
-            if token_id is not None:
-                heap.append((-scores[token_id], left, left + 1, start[left + 2] - start[left]))
-        heapq.heapify(heap)
-        push, pop = heapq.heappush, heapq.heappop
-        while heap:
-            _, left, right, pair_size = pop(heap)
-            # Stale: one side was merged away, or a side grew since this pair was queued.
-            if not size[left] or not size[right] or size[left] + size[right] != pair_size:
-                continue
-            size[left] = pair_size
-            size[right] = 0
-            after = nxt[left] = nxt[right]
-            if after < count:
-                prv[after] = left
-            before = prv[left]
-            if before >= 0:
-                total = size[before] + pair_size
-                token_id = ids.get(data[start[before] : start[before] + total])
-                if token_id is not None:
-                    push(heap, (-scores[token_id], before, left, total))
-            if after < count:
-                total = pair_size + size[after]
-                token_id = ids.get(data[start[left] : start[left] + total])
-                if token_id is not None:
-                    push(heap, (-scores[token_id], left, after, total))
+        def priority(left: bytes, right: bytes) -> float | None:  # the highest score first
+            token_id = ids.get(left + right)
+            return None if token_id is None else -scores[token_id]
 
         out: list[int] = []
-        i = 0
-        while i < count:
-            symbol = data[start[i] : start[i] + size[i]]
+        for begin, length in merge_symbols(data, priority):
+            symbol = data[begin : begin + length]
             token_id = ids.get(symbol)
             if token_id is not None:
                 out.append(token_id)
             else:
                 out += self._byte_fallback(symbol)
-            i = nxt[i]
         return out
 
     def _byte_fallback(self, symbol: bytes) -> list[int]:
