@@ -259,31 +259,41 @@ def _transformers_tokenizer(tok: bpetok.Tokenizer, regex: str, bos: str | None, 
     return PreTrainedTokenizerFast(tokenizer_object=hf, bos_token=bos, eos_token=eos)
 
 
-@pytest.fixture(scope="module")
-def llama3():
-    return bpetok.from_gguf(LLAMA_BPE)
+def _with_template(path, template: str, out) -> str:
+    """A copy of the GGUF at ``path`` carrying ``template`` as tokenizer.chat_template (the test
+    vocabularies have none), written with bpetok's GGUF writer."""
+    from bpetok.gguf import GGUFValueType, read_gguf
+    from bpetok.gguf_writer import items_of, write_gguf
+
+    items = [item for item in items_of(read_gguf(path)) if not item[0].startswith("tokenizer.chat_template")]
+    items.append(("tokenizer.chat_template", GGUFValueType.STRING, template, None))
+    write_gguf(out, items)
+    return str(out)
 
 
 @pytest.mark.parametrize(
     "vocab, template, regex",
     [
-        ("qwen3", "Qwen-Qwen3-0.6B", QWEN2_REGEX),
-        ("llama3", "meta-llama-Llama-3.1-8B-Instruct", LLAMA3_REGEX),
-        ("llama3", "meta-llama-Llama-3.3-70B-Instruct", LLAMA3_REGEX),
+        (QWEN3, "Qwen-Qwen3-0.6B", QWEN2_REGEX),
+        (LLAMA_BPE, "meta-llama-Llama-3.1-8B-Instruct", LLAMA3_REGEX),
+        (LLAMA_BPE, "meta-llama-Llama-3.3-70B-Instruct", LLAMA3_REGEX),
     ],
+    ids=["qwen3", "llama3.1", "llama3.3"],
 )
-def test_tokenize_gives_transformers_ids(request, vocab, template, regex):
-    tok = request.getfixturevalue(vocab)
+def test_tokenize_gives_transformers_ids(tmp_path, vocab, template, regex):
+    """from_gguf(path).apply_chat_template(..., add_generation_prompt=True, tokenize=True) on a GGUF
+    carrying the model's template: the ids transformers' tokenizer gives for the same vocabulary."""
+    source = TEMPLATES[template]
+    tok = bpetok.from_gguf(_with_template(vocab, source, tmp_path / "with-template.gguf"))
     bos = tok.vocabulary.tokens[tok.special_ids["bos"]].decode() if tok.special_ids.get("bos") is not None else None
     eos = tok.vocabulary.tokens[tok.special_ids["eos"]].decode()
     hf = _transformers_tokenizer(tok, regex, bos, eos)
-    source = TEMPLATES[template]
     for conversation in ("system-user-assistant-user", "tool-call", "reasoning"):
         messages, tools = CONVERSATIONS[conversation]
         expected = hf.apply_chat_template(
             messages, tools=tools, chat_template=source, add_generation_prompt=True, tokenize=True, return_dict=False
         )
-        got = tok.apply_chat_template(messages, tools=tools, template=source, add_generation_prompt=True, tokenize=True)
+        got = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
         assert got == expected, (template, conversation)
         # and the prompt is what transformers renders with this tokenizer's special tokens
         assert tok.decode(got) == hf.apply_chat_template(
