@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -59,6 +62,41 @@ def test_cli_dask_scheduler_address(tmp_path, client, corpus):
         capture_output=True, text=True,
     )
     assert run.returncode == 0, run.stderr
+    assert files(tmp_path / "local") == files(tmp_path / "dask")
+
+
+def test_a_lost_worker_does_not_change_the_output(tmp_path, corpus):
+    """A worker process killed mid-run: Dask runs its blocks again elsewhere (its nanny starts a new
+    worker), the run finishes, and the shards are the bytes of a local run."""
+    kwargs = dict(shard_tokens=20_000, block_chars=10_000)
+    bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", **kwargs)
+    # Its own cluster: the module's one keeps its two workers (and their tokenizers) for the other tests.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        pids = client.run(os.getpid)
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "dask", client=client, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - re-raised below, in the test's thread
+                outcome["error"] = e
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        manifest_path = tmp_path / "dask" / "manifest.json"
+        deadline = time.monotonic() + 300
+        while not manifest_path.exists() and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.002)  # polling for the first finished shard
+        killed = sorted(pids.values())[0]
+        os.kill(killed, signal.SIGKILL)
+        partial = json.loads(manifest_path.read_text())
+        thread.join(300)
+        assert "error" not in outcome, outcome.get("error")
+        assert not partial["complete"], "the run finished before a worker was killed: make the input larger"
+        client.wait_for_workers(2, timeout=60)
+        assert killed not in client.run(os.getpid).values()  # the nanny started a new worker
+    assert outcome["result"].manifest["complete"]
     assert files(tmp_path / "local") == files(tmp_path / "dask")
 
 

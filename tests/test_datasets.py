@@ -7,8 +7,10 @@ import gzip
 import json
 import lzma
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -139,6 +141,63 @@ def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2
     assert result.resumed_shards == 3
     assert sum(encoded) == result.documents - sum(s["documents"] for s in partial["shards"])
     assert files(fresh) == files(resumed)
+
+
+# `bpetok encode-dataset` itself (cli.main with the command's argv), with blocks of 20,000 characters
+# instead of 4M: the run then writes its shards one by one between encodes, and there is a moment to
+# interrupt it after the first one on a small input (with 4M-character blocks all shards of a small
+# input come out in one burst after a single encode).
+SMALL_BLOCKS_CLI = (
+    "import sys, bpetok.cli, bpetok.datasets as d; d.encode_dataset.__kwdefaults__['block_chars'] = 20_000; "
+    "sys.exit(bpetok.cli.main(sys.argv[1:]))"
+)
+
+
+def wait_for_shards(out, proc, n: int) -> dict:
+    """Poll the output directory until its manifest lists ``n`` finished shards; the manifest."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            manifest = json.loads((out / "manifest.json").read_text())
+        except (FileNotFoundError, ValueError):
+            manifest = {"shards": []}
+        if len(manifest["shards"]) >= n:
+            return manifest
+        assert proc.poll() is None, f"the run ended ({proc.returncode}) before writing {n} shards"
+        time.sleep(0.002)
+    raise AssertionError(f"no {n} shards in {out} after 300 s")
+
+
+def stats(out, names) -> dict[str, tuple[int, int]]:
+    return {name: ((st := os.stat(out / name)).st_ino, st.st_mtime_ns) for name in names}
+
+
+def test_sigkilled_run_resumes_to_the_same_bytes_without_rewriting_finished_shards(tmp_path, smollm2_cases):
+    texts = [c["text"] for c in smollm2_cases]
+    data = write_jsonl(tmp_path / "in.jsonl", texts + [t.upper() for t in texts])  # ~50 shards
+    fresh, killed = tmp_path / "fresh", tmp_path / "killed"
+    command = [sys.executable, "-c", SMALL_BLOCKS_CLI, "encode-dataset", str(SMOLLM2), data, "--shard-tokens", "20000", "-q"]
+    done = subprocess.run(command + ["-o", str(fresh)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+    proc = subprocess.Popen(command + ["-o", str(killed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for_shards(killed, proc, 1)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    partial = json.loads((killed / "manifest.json").read_text())
+    assert not partial["complete"], "the run finished before it was killed: make the input larger"
+    finished = [name for s in partial["shards"] for name in (s["file"], s["index"])]
+    before = stats(killed, finished)
+
+    rerun = subprocess.run(command + ["-o", str(killed)], capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"({len(partial['shards'])} kept from an earlier run)" in rerun.stdout
+    assert stats(killed, finished) == before  # kept in place: same inodes, never rewritten
+    assert files(killed) == files(fresh)  # the same names and bytes: no temporary file left behind
 
 
 def test_a_damaged_shard_is_written_again(tmp_path, smollm2_jsonl):
