@@ -237,14 +237,19 @@ class Tokenizer:
         self._chunks = IdCache(int(budget * _CACHE_SHARES["chunks"]))
         self._heads = IdCache(int(budget * _CACHE_SHARES["heads"]))
         # The compiled kernel (None: the pure-Python engine), with the pieces' share of the budget.
-        # A model without one (a whole-fragment model such as SPM) runs in Python.
+        # A whole-fragment model (SPM, gemma4) has none: it runs its own merge loop (``compiled``).
         make_kernel = getattr(self.bpe, "make_kernel", None) if self._pretokenized else None
         self._kernel = make_kernel(self._cache.budget, self._chunks.budget) if make_kernel else None
+        # A whole-fragment model that caches (gemma4's lines) gets the pieces' cache and its budget.
+        use_cache = None if self._pretokenized else getattr(self.model, "use_cache", None)
+        if use_cache is not None:
+            use_cache(self._cache)
 
     @property
     def engine(self) -> str:
         """``"C kernel"`` or ``"pure Python"``: which BPE engine this tokenizer runs."""
-        return "C kernel" if self._kernel is not None else "pure Python"
+        compiled = self._kernel is not None or getattr(self.model, "compiled", False)
+        return "C kernel" if compiled else "pure Python"
 
     def cache_info(self) -> dict[str, dict[str, int]]:
         """Each cache's entries, bytes used (as :class:`bpetok.cache.IdCache` counts them) and budget."""
@@ -722,8 +727,9 @@ class Tokenizer:
     def encode_reference(self, text: str, *, parse_special: bool = True) -> list[int]:
         """:meth:`encode` the plain way: no caches, no chunks, the reference BPE (for tests)."""
         parse_special = check_flag(parse_special, "encode_reference(parse_special=...)")
-        if not self._pretokenized:
-            return self._encode_fragments(self._partition(text, parse_special) if text else [])
+        if not self._pretokenized:  # the model's plain twin, where it has one
+            encode = getattr(self.model, "encode_fragment_reference", self.model.encode_fragment)
+            return self._encode_fragments(self._partition(text, parse_special) if text else [], encode)
         ids: list[int] = []
         for fragment in self._partition(text, parse_special) if text else ():
             if isinstance(fragment, int):

@@ -21,19 +21,20 @@ aborts: ``find_bpe_rank`` asserts that no symbol holds a space).
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from bpetok.cache import IdCache, as_ids
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
-from bpetok.models.llama import SPACE, merge_symbols
+from bpetok.models.llama import SPACE, build_merger, merge_symbols, merger_module
 
 __all__ = ["RawBytePairModel"]
 
 _SPACE_BYTES = SPACE.encode()
 # llama.cpp's gemma4 split, [^\n]+|[\n]+: runs of newlines and the text between them.
 _NEWLINE_RUNS = re.compile(rb"[^\n]+|\n+")
-# A piece's ids are cached up to this many pieces, each of at most this many bytes.
-_CACHE_LIMIT = 200_000
+# A piece longer than this many bytes is never cached (the Tokenizer's rule for its pieces).
 _CACHE_LONGEST = 1024
 
 
@@ -57,11 +58,50 @@ class RawBytePairModel:
         merges = vocabulary.merges
         self.ranks: dict[bytes, int] = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self.byte_ids = [self.ids.get(b"<0x%02X>" % b) for b in range(256)]
-        self._cache: dict[bytes, list[int]] = {}
+        # Each line's ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
+        self._cache = IdCache(0)
+        self._merger: Any = None  # the C merge loop's tables, built on first use (see merger())
+        self._merger_built = False
+
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache lines' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
+        self._cache = cache
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
+        return self.merger() is not None
+
+    def merger(self):
+        """The C merge loop for this vocabulary, or None (not built, or BPETOK_PURE_PYTHON is set)."""
+        if not self._merger_built:
+            self._merger = self.build_merger(merger_module())
+            self._merger_built = True
+        return self._merger
+
+    def build_merger(self, module):
+        """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
+        if module is None:
+            return None
+        # A merge is found as left + " " + right, and symbols never hold a space: only a merge
+        # text with one space, inside it, can ever apply.
+        lefts, rights, ranks = [], [], []
+        for text, rank in self.ranks.items():
+            left, _, right = text.partition(b" ")
+            if left and right and b" " not in right:
+                lefts.append(left)
+                rights.append(right)
+                ranks.append(rank)
+        return build_merger(module, self.ids, self.n_tokens, lefts, rights, ranks, self.byte_ids, missing_byte_fails=False)
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
         return self._encode_escaped(text.replace(" ", SPACE).encode("utf-8", "surrogatepass"))
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` the plain way: no cache, each run by :func:`merge_symbols`."""
+        data = text.replace(" ", SPACE).encode("utf-8", "surrogatepass")
+        return [i for piece in _NEWLINE_RUNS.findall(data) for i in self.encode_piece_reference(piece)]
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes: spaces become ``▁``, then the bytes are decoded
@@ -84,18 +124,28 @@ class RawBytePairModel:
             found = cache.get(piece)
             if found is None:
                 found = encode_piece(piece)
-                if len(cache) < _CACHE_LIMIT and len(piece) <= _CACHE_LONGEST:
-                    cache[piece] = found
+                if len(piece) <= _CACHE_LONGEST and not cache.full:
+                    cache.put(piece, as_ids(found))
             ids += found
         return ids
 
     def encode_piece(self, data: bytes) -> list[int]:
         """Ids of one newline run, or one run without newlines, its spaces already ``▁``."""
-        if not data.strip(b"\n"):  # a newline run that is a token: whole
-            whole = self.ids.get(data)
-            if whole is not None:
-                return [whole]
-        return self._emit(data, self.merge(data))
+        whole = self._newline_token(data)
+        if whole is not None:
+            return [whole]
+        merger = self.merger()
+        found = merger.encode(data) if merger is not None else None  # None for 2 GiB and more
+        return found if found is not None else self._emit(data, self.merge(data))
+
+    def encode_piece_reference(self, data: bytes) -> list[int]:
+        """:meth:`encode_piece` by :func:`merge_symbols`, the readable twin of the C loop."""
+        whole = self._newline_token(data)
+        return [whole] if whole is not None else self._emit(data, self.merge(data))
+
+    def _newline_token(self, data: bytes) -> int | None:
+        """A run of newlines that is a token is that token, whole."""
+        return None if data.strip(b"\n") else self.ids.get(data)
 
     def merge(self, data: bytes) -> list[tuple[int, int]]:
         """The final symbols of ``data`` as (start, length) byte spans, llama.cpp's merge loop."""

@@ -14,23 +14,33 @@ text and after a special token), its spaces become ``▁`` (U+2581), and then:
 
 llama.cpp keeps a reverse-merge map to re-split a merged symbol that is not a token, but a merge
 only ever forms a token, so that branch never runs; this module has no such map.
+
+:func:`merge_symbols` is the readable merge loop; ``bpetok/models/_symbols.c`` runs the same loop
+over symbol ids, with tables :func:`build_merger` makes once per vocabulary (tests/test_symbols.py
+holds the two equal). The C one runs when it is built and ``BPETOK_PURE_PYTHON`` is unset.
 """
 
 from __future__ import annotations
 
 import heapq
-from itertools import accumulate, repeat
+import math
+import os
+from array import array
+from itertools import accumulate, chain, repeat
 from typing import Any
 
+from bpetok.cache import IdCache, as_ids
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
 
-__all__ = ["SentencePieceModel", "SPACE", "byte_token_ids"]
+__all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "build_merger", "merger_module"]
 
 SPACE = "\u2581"  # "▁", SentencePiece's visible space
 _SPACE_BYTES = SPACE.encode()
 ADD_SPACE_PREFIX = True  # llama.cpp's default for this model; tokenizer.ggml.add_space_prefix overrides
+# A fragment longer than this many characters is never cached (the Tokenizer's rule for its pieces).
+_CACHE_LONGEST = 1024
 
 
 def byte_token_ids(token_to_id: dict[bytes, int]) -> list[int | None]:
@@ -67,6 +77,71 @@ def _symbol_starts(data: bytes) -> list[int]:
         return list(range(len(data)))
     lengths = map(len, map(str.encode, text, repeat("utf-8"), repeat("surrogatepass")))
     return [0, *accumulate(lengths)][:-1]
+
+
+def merger_module():
+    """The compiled merge loop (``bpetok/models/_symbols.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
+    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
+        return None
+    try:
+        from bpetok.models import _symbols
+    except ImportError:
+        return None
+    return _symbols
+
+
+def _is_one_symbol(text: bytes) -> bool:
+    """Whether ``text`` is a single initial symbol (one character, by llama.cpp's length rule)."""
+    return 0 < len(text) <= _LENGTH_OF_NIBBLE[text[0] >> 4]
+
+
+def _unit_starts(text: bytes) -> list[int]:
+    """Where each symbol of ``text`` starts by the length rule alone (what :func:`_symbol_starts`
+    gives for well-formed UTF-8, without decoding)."""
+    starts, i, n = [], 0, len(text)
+    while i < n:
+        starts.append(i)
+        i += _LENGTH_OF_NIBBLE[text[i] >> 4]
+    return starts
+
+
+def build_merger(
+    module,
+    token_index: dict[bytes, int],
+    n_tokens: int,
+    lefts: list[bytes],
+    rights: list[bytes],
+    priorities: list[int],
+    byte_ids: list[int | None],
+    missing_byte_fails: bool,
+):
+    """:func:`merge_symbols`'s rules as tables for the C loop of ``module`` (``bpetok.models._symbols``).
+
+    Symbols ``lefts[i]`` and ``rights[i]`` merge at ``priorities[i]`` (lowest first). Each symbol
+    text gets one id: its token's (``token_index``, the one the Python lookups use), else a
+    *virtual* id from ``n_tokens`` on, which falls back to its bytes' ``byte_ids`` when it is a
+    final symbol. The C loop knows only the characters that are tokens or take part in a merge;
+    any other one is a symbol that merges with nothing, as in Python.
+    """
+    merged = list(map(bytes.__add__, lefts, rights))
+    virtual = list(dict.fromkeys(text for text in chain(lefts, rights, merged) if text not in token_index))
+    symbol = dict(zip(virtual, range(n_tokens, n_tokens + len(virtual))))
+    symbol.update(token_index)
+    # Every text that is one character gets its id (a merged text can be one only where it can
+    # never form, as a character cut short by the end of the input; its id is still its own).
+    units = {text: i for text, i in symbol.items() if len(text) <= 4 and _is_one_symbol(text)}
+    ids = symbol.__getitem__
+    return module.Merger(
+        units,
+        array("I", map(ids, lefts)),
+        array("I", map(ids, rights)),
+        array("I", priorities),
+        array("I", map(ids, merged)),
+        n_tokens + len(virtual),
+        n_tokens,
+        byte_ids,
+        missing_byte_fails,
+    )
 
 
 def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
@@ -126,30 +201,110 @@ class SentencePieceModel:
         self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
+        self._merger: Any = None  # the C merge loop's tables, built on first use (see merger())
+        self._merger_built = False
+        # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
+        # The fragment is the unit: cutting it into words and caching those measured slower on
+        # new text than merging it whole in C (benchmarks/models_bench.py, docs/benchmarks.md).
+        self._cache = IdCache(0)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
+        return self.merger() is not None
+
+    def merger(self):
+        """The C merge loop for this vocabulary, or None (not built, BPETOK_PURE_PYTHON, NaN scores)."""
+        if not self._merger_built:
+            self._merger = self.build_merger(merger_module())
+            self._merger_built = True
+        return self._merger
+
+    def build_merger(self, module):
+        """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
+        if module is None:
+            return None
+        scores = self.scores
+        if any(map(math.isnan, scores)):  # no order to reproduce (nor does llama.cpp's heap have one)
+            return None
+        # Priorities: the scores' order, highest first; equal scores share one, so ties go leftmost.
+        order = {score: rank for rank, score in enumerate(sorted(set(scores), reverse=True))}
+        index = self.ids
+
+        # Every cut of a token into two symbols, each a token or one character.
+        lefts, rights, priorities = [], [], []
+        for text, token_id in index.items():
+            for cut in _unit_starts(text)[1:]:
+                left, right = text[:cut], text[cut:]
+                if (left in index or _is_one_symbol(left)) and (right in index or _is_one_symbol(right)):
+                    lefts.append(left)
+                    rights.append(right)
+                    priorities.append(order[scores[token_id]])
+        return build_merger(module, index, self.n_tokens, lefts, rights, priorities, self.byte_ids, missing_byte_fails=True)
+
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache fragments' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
+        self._cache = cache
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""
-        return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
+        if self.add_space_prefix and at_start:
+            text = " " + text
+        text = text.replace(" ", SPACE)
+        found = self._cache.get(text)
+        if found is not None:
+            return list(found)
+        ids = self.encode_escaped(text.encode("utf-8", "surrogatepass"))
+        if len(text) <= _CACHE_LONGEST and not self._cache.full:
+            self._cache.put(text, as_ids(ids))
+        return ids
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session
         works on bytes, a symbol being as long as its first byte says (``unicode_len_utf8``)."""
+        try:
+            return self.encode_fragment(data.decode("utf-8", "surrogatepass"), at_start)
+        except UnicodeDecodeError:
+            pass  # invalid UTF-8: merged as it is, not cached
         if self.add_space_prefix and at_start:
             data = b" " + data
         return self.encode_escaped(data.replace(b" ", _SPACE_BYTES))
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` the plain way: the whole fragment by :func:`merge_symbols`."""
+        if self.add_space_prefix and at_start:
+            text = " " + text
+        return self.encode_escaped_reference(text.replace(" ", SPACE).encode("utf-8", "surrogatepass"))
 
     def encode_escaped(self, data: bytes) -> list[int]:
         """llama.cpp's ``llm_tokenizer_spm_session::tokenize`` on bytes whose spaces are already ``▁``."""
         if not data:
             return []
+        merger = self.merger()
+        if merger is not None:
+            found = merger.encode(data)
+            if found is not None:
+                return found
+            # None: a byte without a token (the loop below says which) or an input of 2 GiB.
+        return self.encode_escaped_reference(data)
+
+    def encode_escaped_reference(self, data: bytes) -> list[int]:
+        """:meth:`encode_escaped` by :func:`merge_symbols`, the readable twin of the C loop."""
+        return self._emit(data, self.merge(data))
+
+    def merge(self, data: bytes) -> list[tuple[int, int]]:
+        """The final symbols of ``data`` as (start, length) byte spans, llama.cpp's merge loop."""
         ids, scores = self.ids, self.scores
 
         def priority(left: bytes, right: bytes) -> float | None:  # the highest score first
             token_id = ids.get(left + right)
             return None if token_id is None else -scores[token_id]
 
-        out: list[int] = []
-        for begin, length in merge_symbols(data, priority):
+        return merge_symbols(data, priority)
+
+    def _emit(self, data: bytes, spans: list[tuple[int, int]]) -> list[int]:
+        ids, out = self.ids, []
+        for begin, length in spans:
             symbol = data[begin : begin + length]
             token_id = ids.get(symbol)
             if token_id is not None:
