@@ -38,6 +38,7 @@ import zlib
 from collections import Counter, deque
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from bpetok.errors import BpetokError
@@ -56,8 +57,8 @@ FORMAT_VERSION = "bpetok-shards/1"
 # A block is the unit of work sent to a worker: large enough that the per-task overhead (pickling
 # the texts, one round trip) is small, small enough that a worker's memory stays far below 1 GiB.
 BLOCK_CHARS = 1 << 22
-# 2**26 ids: 128 MiB as uint16, 256 MiB as uint32; the writer holds one shard (and one copy of it
-# while concatenating), so its memory is bounded by this, not by the corpus.
+# 2**26 ids: 128 MiB as uint16, 256 MiB as uint32; the writer holds one shard's ids (npy shards are
+# written part by part, with no concatenated copy), so its memory is bounded by this, not by the corpus.
 DEFAULT_SHARD_TOKENS = 1 << 26
 # Blocks submitted ahead of the one being written, per worker: keeps every worker busy while
 # bounding the texts and ids held in memory.
@@ -124,7 +125,7 @@ def encode_block(model: ModelSource, texts: list[str], parse_special: bool, eos:
         for ids in docs:
             ids.append(eos)
     lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-    flat = np.fromiter((i for ids in docs for i in ids), dtype=np.uint32, count=int(lengths.sum()))
+    flat = np.fromiter(chain.from_iterable(docs), dtype=np.uint32, count=int(lengths.sum()))
     return flat, lengths
 
 
@@ -418,21 +419,22 @@ class _ShardWriter:
 
         if not self.n_docs:
             return
-        ids = np.concatenate([p[0] for p in self.parts]).astype(self.dtype, copy=False)
+        parts = [p[0] for p in self.parts]
         lengths = np.concatenate([p[1] for p in self.parts])
         self.parts = []
         number = len(self.shards)
         entry: dict[str, int | str] = {
-            "documents": int(self.n_docs), "tokens": int(len(ids)), "first_document": self.first_document,
+            "documents": int(self.n_docs), "tokens": self.n_ids, "first_document": self.first_document,
         }
         if self.fmt == "npy":
             name, index = f"shard-{number:05d}.npy", f"shard-{number:05d}.idx.npy"
             offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
             np.cumsum(lengths, out=offsets[1:])
             entry["index_sha256"] = _atomic_write(self.directory, index, lambda f: np.save(f, offsets))
-            entry["sha256"] = _atomic_write(self.directory, name, lambda f: np.save(f, ids))
+            entry["sha256"] = _atomic_write(self.directory, name, lambda f: _save_npy_parts(f, parts, self.dtype, self.n_ids))
             entry = {"file": name, "index": index, **entry}
         else:
+            ids = np.concatenate(parts).astype(self.dtype, copy=False)
             name = f"shard-{number:05d}.parquet"
             entry["sha256"] = _atomic_write(self.directory, name, lambda f: _write_parquet(f, ids, lengths))
             entry = {"file": name, **entry}
@@ -440,6 +442,17 @@ class _ShardWriter:
         self.first_document += self.n_docs
         self.n_ids = self.n_docs = 0
         self.on_shard()
+
+
+def _save_npy_parts(f, parts: list[np.ndarray], dtype, n: int) -> None:
+    """What ``np.save(f, np.concatenate(parts).astype(dtype))`` writes, part by part: the writer never
+    holds a second, concatenated copy of the shard."""
+    import numpy as np
+
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (n,)}
+    np.lib.format.write_array_header_1_0(f, header)
+    for part in parts:
+        f.write(np.ascontiguousarray(part.astype(dtype, copy=False)).data)
 
 
 def _write_parquet(f, ids: np.ndarray, lengths: np.ndarray) -> None:
