@@ -1,6 +1,7 @@
 """Throughput of ``bpetok encode-dataset`` (1 and 2 local workers, a 2-worker Dask LocalCluster)
 against HF ``datasets.map(num_proc=2)`` with HF tokenizers and a plain tiktoken loop.
 
+    pip install -e '.[bench,dask]' -e ./plugins/bpetok-hf
     python benchmarks/dataset_bench.py VOCAB.gguf CORPUS.txt.xz ... [--mb 200] [--work DIR] [--runs ...]
 
 The input is built once in ``--work`` (default ``/tmp/bpetok-dataset-bench``): ``input.jsonl``,
@@ -9,15 +10,24 @@ words (each repetition, a seeded tenth of the words are swapped, capitalised or 
 so that no document repeats exactly. Every run is a fresh subprocess (``--run NAME``) and reports
 its wall time from start to the last byte written (loading the vocabulary included; for Dask, the
 cluster's start is reported apart), its CPU time (every process of the run, sampled with psutil:
-on a busy machine wall time says little, CPU time still compares engines) and the peak RSS of its
-largest process. HF tokenizers and tiktoken are built from the same GGUF as in
-``benchmarks/bench.py`` (the qwen2 pattern: a Qwen vocabulary).
+on a busy machine wall time says little, CPU time still compares engines), its busiest process's
+CPU time and the peak RSS of its largest process. The table ends with each run's ratio to
+``bpetok-1`` in wall time and in CPU time, and a "2 idle cores" estimate from the CPU figures:
+``max(CPU s / 2, busiest process CPU s)``, the least wall time the run could take on 2 idle cores.
 
 - ``bpetok-1``, ``bpetok-2``: ``bpetok.encode_dataset(..., workers=N)`` writing npy shards.
 - ``dask-2``: the same with ``client=`` a ``LocalCluster(n_workers=2, threads_per_worker=1)``.
-- ``hf-datasets-2``: ``load_dataset("json")`` then ``map(batched, num_proc=2)`` with
-  ``Tokenizer.encode_batch`` (caching off; it writes Arrow files, as the datasets library does).
+- ``hf-datasets-2``: ``load_dataset("json")`` then ``map(batched, num_proc=2)`` with HF tokenizers'
+  ``Tokenizer.encode_batch`` (caching off; it writes Arrow files, as the datasets library does). The
+  tokenizer is the ``tokenizer.json`` that ``bpetok export VOCAB --format hf`` (plugins/bpetok-hf)
+  writes, offline.
 - ``tiktoken-loop``: one process: ``json.loads`` each line, ``encode_ordinary``, ids into one npy.
+  tiktoken ships no Qwen3 encoding, and its own (``cl100k_base``, ``o200k_base``) are downloaded
+  on first use; the encoding here is a ``tiktoken.Encoding`` built from the same GGUF's ranks and
+  the qwen2 pattern (as ``benchmarks/bench.py`` builds it): the same vocabulary, no network.
+
+Both peers' ids are checked against bpetok's on the input's first 1,000 documents (``agree`` in
+the notes), so that the table compares the same work.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = ("bpetok-1", "bpetok-2", "dask-2", "hf-datasets-2", "tiktoken-loop")
 MB = 1_000_000
+HF_TOKENIZER = "hf-tokenizer/tokenizer.json"
 
 
 def build_input(corpora: list[str], path: str, megabytes: int) -> int:
@@ -98,7 +109,9 @@ def run_dask(vocab, data, work):
 def run_hf(vocab, data, work):
     import datasets
 
-    tokenizer = _hf_tokenizer(vocab)
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(os.path.join(work, HF_TOKENIZER))
     datasets.disable_caching()
     cache = os.path.join(work, "hf-cache")
     shutil.rmtree(cache, ignore_errors=True)
@@ -114,25 +127,33 @@ def run_hf(vocab, data, work):
     return {"load_dataset_s": round(loaded, 2), "map_s": round(time.perf_counter() - t, 2), "datasets": datasets.__version__}
 
 
-def _hf_tokenizer(vocab):
-    """bench.py's HF tokenizer (GGUF vocabulary and merges, qwen2 pattern), as the Tokenizer object."""
-    sys.path.insert(0, HERE)
-    from bench import QWEN2_PATTERN
+def export_hf(vocab, work) -> None:
+    """``tokenizer.json`` as ``bpetok export --format hf`` writes it (offline), for ``hf-datasets-2``."""
+    directory = os.path.join(work, os.path.dirname(HF_TOKENIZER))
+    subprocess.run([sys.executable, "-m", "bpetok.cli", "export", vocab, "--format", "hf", "-o", directory], check=True)
 
+
+def peers_agree(vocab, data, work, runs) -> dict[str, str]:
+    """How many of the input's first 1,000 documents each peer encodes to bpetok's ids (not timed)."""
     import bpetok
-    from bpetok.vocab import TokenType
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    v = bpetok.load_vocabulary(vocab)
-    table = {t.decode("utf-8"): i for i, (t, kind) in enumerate(zip(v.tokens, v.token_types)) if kind == TokenType.NORMAL}
-    merges = [tuple(m.decode("utf-8").split(" ", 1)) for m in v.merges]
-    tok = Tokenizer(models.BPE(table, merges))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    return tok
+    sys.path.insert(0, HERE)
+    encoders = {}
+    if "hf-datasets-2" in runs:
+        from tokenizers import Tokenizer
+
+        hf = Tokenizer.from_file(os.path.join(work, HF_TOKENIZER))
+        encoders["hf-datasets-2"] = lambda t: hf.encode(t, add_special_tokens=False).ids
+    if "tiktoken-loop" in runs:
+        from bench import make_tiktoken
+
+        encoders["tiktoken-loop"] = make_tiktoken(vocab)()
+    tok = bpetok.from_gguf(vocab)
+    with open(data, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line, _ in zip(f, range(1000))]
+    expected = [tok.encode(t, parse_special=False) for t in texts]
+    return {name: f"{sum(encode(t) == ids for t, ids in zip(texts, expected))}/{len(texts)}"
+            for name, encode in encoders.items()}
 
 
 def run_tiktoken(vocab, data, work):
@@ -142,6 +163,7 @@ def run_tiktoken(vocab, data, work):
     from bench import make_tiktoken
 
     encode = make_tiktoken(vocab)()
+    start = time.perf_counter()
     parts, lengths = [], []
     with open(data, encoding="utf-8") as f:
         for line in f:
@@ -149,7 +171,7 @@ def run_tiktoken(vocab, data, work):
             parts.append(np.asarray(ids, dtype=np.uint32))
             lengths.append(len(ids))
     np.save(os.path.join(work, "out-tiktoken.npy"), np.concatenate(parts))
-    return {}
+    return {"loop_s": round(time.perf_counter() - start, 2)}
 
 
 class TreeCPU:
@@ -206,8 +228,11 @@ def run_one(name, vocab, data, work) -> dict:
         raise SystemExit(f"unknown run {name!r}; choose from {', '.join(RUNS)}")
     wall = time.perf_counter() - start
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = cpu.total()
     return {
-        "run": name, "wall_s": round(wall, 2), "cpu_s": round(cpu.total(), 1),
+        "run": name, "wall_s": round(wall, 2), "cpu_s": round(total, 1),
+        # the run's own process: for bpetok, the reading, the writing and (with workers) the pickling
+        "driver_cpu_s": round(cpu.seen[os.getpid()], 1),
         # On a busy machine wall time is set by the scheduler; on 2 idle cores a run takes at least
         # max(cpu_s / 2, its busiest process's CPU): the figure to compare with 1.7x.
         "busiest_process_cpu_s": round(max(cpu.seen.values()), 1),
@@ -238,8 +263,14 @@ def main(argv=None) -> int:
             f.write(recipe)
         print(f"built {data}: {os.path.getsize(data) / MB:.0f} MB in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     size = os.path.getsize(data)
+    runs = args.runs.split(",")
+    agree = {}
+    if "hf-datasets-2" in runs:
+        export_hf(args.vocab, args.work)
+    if {"hf-datasets-2", "tiktoken-loop"} & set(runs):
+        agree = peers_agree(args.vocab, data, args.work, runs)
     rows = []
-    for name in args.runs.split(","):
+    for name in runs:
         for out in os.listdir(args.work):
             if out.startswith("out-"):
                 path = os.path.join(args.work, out)
@@ -250,19 +281,34 @@ def main(argv=None) -> int:
             print(f"{name}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
-        row["mb_per_s"] = round(size / MB / row["wall_s"], 2)
-        row["mb_per_cpu_s"] = round(size / MB / row["cpu_s"], 2)
+        if name in agree:
+            row["same ids as bpetok, first docs"] = agree[name]
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print(f"input: {size / MB:.0f} MB JSONL; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
-    print("| run | wall s | MB/s | CPU s (all processes) | MB per CPU s | peak RSS MiB | notes |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    main_keys = ("run", "wall_s", "mb_per_s", "cpu_s", "mb_per_cpu_s", "peak_rss_mib")
-    for r in rows:
-        notes = ", ".join(f"{k} {v}" for k, v in r.items() if k not in main_keys)
-        print(f"| {r['run']} | {r['wall_s']} | {r['mb_per_s']} | {r['cpu_s']} | {r['mb_per_cpu_s']} | {r['peak_rss_mib']} | {notes} |")
+    print_table(rows, size)
     return 0
 
+
+def print_table(rows: list[dict], size: int) -> None:
+    """The markdown table: MB/s, MB per CPU s, the 2-idle-core estimate, each as a ratio to bpetok-1."""
+    for r in rows:
+        r["idle_2_cores_s"] = round(max(r["cpu_s"] / 2, r["busiest_process_cpu_s"]), 1)
+    base = next((r for r in rows if r["run"] == "bpetok-1"), None)
+
+    def ratio(r, key):
+        return f"{base[key] / r[key]:.2f}x" if base else "-"
+
+    print(f"input: {size / MB:.0f} MB JSONL; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
+          "ratios: bpetok-1's time / the run's (above 1: faster than bpetok-1)")
+    print("| run | wall s | MB/s | vs bpetok-1 | CPU s, all processes | MB per CPU s | vs bpetok-1 "
+          "| 2 idle cores s (est.) | vs bpetok-1 | peak RSS MiB | notes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    shown = ("run", "wall_s", "cpu_s", "idle_2_cores_s", "peak_rss_mib")
+    for r in rows:
+        notes = ", ".join(f"{k} {v}" for k, v in r.items() if k not in shown)
+        print(f"| {r['run']} | {r['wall_s']} | {size / MB / r['wall_s']:.2f} | {ratio(r, 'wall_s')} | {r['cpu_s']} | "
+              f"{size / MB / r['cpu_s']:.2f} | {ratio(r, 'cpu_s')} | {r['idle_2_cores_s']} | {ratio(r, 'idle_2_cores_s')} | "
+              f"{r['peak_rss_mib']} | {notes} |")
 
 if __name__ == "__main__":
     sys.exit(main())
