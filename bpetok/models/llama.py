@@ -124,19 +124,24 @@ def build_merger(
     any other one is a symbol that merges with nothing, as in Python.
     """
     merged = list(map(bytes.__add__, lefts, rights))
-    virtual = list(dict.fromkeys(text for text in chain(lefts, rights, merged) if text not in token_index))
-    symbol = dict(zip(virtual, range(n_tokens, n_tokens + len(virtual))))
-    symbol.update(token_index)
+    # Looked up in bulk (a 262k-token vocabulary has 515k merges); texts that are no token, rare,
+    # get virtual ids afterwards.
+    columns: list[list[Any]] = [list(map(token_index.get, texts)) for texts in (lefts, rights, merged)]
+    virtual: dict[bytes, int] = {}
+    for texts, column in zip((lefts, rights, merged), columns):
+        if None not in column:
+            continue
+        for k in [k for k, found in enumerate(column) if found is None]:
+            column[k] = virtual.setdefault(texts[k], n_tokens + len(virtual))
     # Every text that is one character gets its id (a merged text can be one only where it can
     # never form, as a character cut short by the end of the input; its id is still its own).
-    units = {text: i for text, i in symbol.items() if len(text) <= 4 and _is_one_symbol(text)}
-    ids = symbol.__getitem__
+    units = {text: i for text, i in chain(token_index.items(), virtual.items()) if len(text) <= 4 and _is_one_symbol(text)}
     return module.Merger(
         units,
-        array("I", map(ids, lefts)),
-        array("I", map(ids, rights)),
+        array("I", columns[0]),
+        array("I", columns[1]),
         array("I", priorities),
-        array("I", map(ids, merged)),
+        array("I", columns[2]),
         n_tokens + len(virtual),
         n_tokens,
         byte_ids,
