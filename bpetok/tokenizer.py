@@ -211,7 +211,11 @@ class Tokenizer:
             self.model: Any = model_spec.factory(vocabulary, spec)
         # The pretokenized path below (caches, chunks, batches) calls the model as ``bpe``.
         self.bpe: Any = self.model
-        self._pretokenized = model_spec.pretokenized and self.pretokenizer is not None
+        # A model may take whole fragments though its spec splits first (gpt2 over raw UTF-8
+        # escapes spaces before splitting): it says so with its own ``pretokenized``.
+        self._pretokenized = (
+            getattr(self.model, "pretokenized", model_spec.pretokenized) and self.pretokenizer is not None
+        )
         if spec is not None and not spec.bos_default and not any(
             role == "bos" and value < vocabulary.n_tokens for role, _, value in vocabulary.special_id_keys
         ):

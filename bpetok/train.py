@@ -396,6 +396,11 @@ def _pretokenizer(pre: str):
             f"unknown pre-tokenizer {pre!r}; installed: {_installed_pres()} (`bpetok list-pretokenizers`); "
             "a plugin can add others"
         )
+    if not row.spec.byte_encode:
+        raise BpetokError(
+            f"pre-tokenizer {pre!r} (llama.cpp type {row.spec.llama_type}) runs BPE over raw UTF-8; the trainer "
+            "learns byte-level BPE only: choose a byte-level one (`bpetok list-pretokenizers`), e.g. qwen2"
+        )
     return row.spec.factory()
 
 

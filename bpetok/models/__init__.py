@@ -12,6 +12,10 @@ fragment to the model in one of two ways, which the spec chooses:
   fragment; ``at_start`` is True for the text's first fragment and for one right after a special
   token (where SentencePiece-style models add their space prefix).
 
+A model object may set its own ``pretokenized = False`` to take whole fragments although its spec
+splits first: gpt2's raw-UTF-8 variant (:mod:`bpetok.models.raw_utf8`) escapes spaces before it
+runs the pre-tokenizer, so it splits each fragment itself.
+
 Either way the model also gives ``normal_piece(text) -> bytes``, the bytes a NORMAL token's
 stored text stands for (llama.cpp's ``token_to_piece``); special, byte and other tokens are
 rendered by the Tokenizer, the same for every model.

@@ -774,7 +774,13 @@ def _llama_utf8_chars(data: bytes):
 # -- the model's registration (bpetok_register_models) ------------------------------------------
 
 
-def _build_model(vocabulary, pretokenizer) -> BytePairModel:
+def _build_model(vocabulary, pretokenizer):
+    """The byte-level model, or its raw-UTF-8 variant where the pre-tokenizer spec says
+    ``byte_encode=False`` (llama.cpp's gemma4, mmbert, sarvam-moe, whitespace types)."""
+    if not pretokenizer.byte_encode:
+        from bpetok.models.raw_utf8 import RawUtf8Model  # imports this module
+
+        return RawUtf8Model(vocabulary, pretokenizer)
     return BytePairModel(
         vocabulary.tokens,
         vocabulary.merges,

@@ -61,6 +61,16 @@ class PreTokenizerSpec:
       ids (``" word,"``), which makes most of a text dictionary lookups. tests/test_fast.py
       checks the promise for every registered spec.
     - ``llama_type``: llama.cpp's name for the type (``LLAMA_VOCAB_PRE_TYPE_<llama_type>``).
+    - ``byte_encode``: False where llama.cpp runs BPE over the raw UTF-8 of the pieces instead of
+      GPT-2's byte alphabet (its ``llm_tokenizer_bpe::byte_encode``): every character is a symbol,
+      a symbol that is no token falls back to ``<0xXX>`` tokens. The gpt2 model then builds its
+      raw-UTF-8 variant (:mod:`bpetok.models.raw_utf8`), which takes whole fragments.
+    - ``escape_whitespaces``: spaces become ``▁`` (U+2581) before the split, and back in a NORMAL
+      token's piece; without it a raw-UTF-8 token's piece is read through GPT-2's alphabet, as
+      llama.cpp's ``token_to_piece`` does.
+    - ``newline_runs_whole``: a piece of newlines only that is a token is emitted whole.
+    - ``metaspace_words``: each piece that is not newlines only starts with ``▁`` (added if
+      missing) and is cut again before every further ``▁`` (llama.cpp's mmbert words).
 
     ``for_vocabulary``, when set, builds the pre-tokenizer from the loaded vocabulary instead of
     ``factory()``: for a pre name that stands for pre-tokenizers the file itself describes (a
@@ -79,6 +89,10 @@ class PreTokenizerSpec:
     bos_default: bool = True
     space_chunks: bool = False
     llama_type: str = ""
+    byte_encode: bool = True
+    escape_whitespaces: bool = False
+    newline_runs_whole: bool = False
+    metaspace_words: bool = False
     description: str = ""
     for_vocabulary: Callable[[Vocabulary], PreTokenizer] | None = None
     # Filled in by the registry: which plugin registered this spec.
