@@ -19,6 +19,13 @@ rules and its ids test bpetok's implementation of them::
     python scripts/record_reference_cases.py --pretok-inputs tests/data/pretok-cases.inp  # the texts, once
     python scripts/record_reference_cases.py --pretok tests/data/llama.cpp-tests/ggml-vocab-qwen2.gguf.gz \
         tests/data/pretok/ [PRE ...]                                                    # default: every spec
+
+The raw-UTF-8 types (gemma4, granite-embed-multi-311m, mmbert, sarvam-moe, whitespace), on llama.cpp's
+Gemma 4 test vocabulary as a gpt2 model, with llama.cpp b11434 through scripts/llama_vocab_driver.c
+(build it as its header says)::
+
+    python scripts/record_reference_cases.py --raw-utf8 tests/data/llama.cpp-tests/ggml-vocab-gemma-4.gguf.gz \
+        tests/data/pretok-raw/ /tmp/llama_vocab_driver [PRE ...]
 """
 
 from __future__ import annotations
@@ -184,6 +191,175 @@ def record_pretok(base: str, out_dir: str, inputs: str, pres: list[str]) -> None
                 json.dump(record, f, ensure_ascii=False, separators=(",", ":"))
             print(f"{name}: {len(texts)} texts, {len(special)} differ with parse_special")
 
+# -- raw-UTF-8 types (tests/data/pretok-raw/) ----------------------------------------------------
+# gemma4, granite-embed-multi-311m, mmbert, sarvam-moe and whitespace run BPE over raw UTF-8; their
+# cases are recorded on llama.cpp's Gemma 4 test vocabulary as a gpt2 model, with llama.cpp b11434
+# itself through scripts/llama_vocab_driver.c (llama-cpp-python 0.3.36 does not know mmbert; the
+# other four are cross-checked against it). llama.cpp aborts on some inputs for some of these
+# types (whitespace: any space next to other whitespace): the driver dies and the case is
+# recorded as null.
+RAW_UTF8_PRES = ["gemma4", "granite-embed-multi-311m", "mmbert", "sarvam-moe", "whitespace"]
+RAW_UTF8_EXTRA = [
+    "\u2581", "a \u2581 b", "\u2581\u2581x", "x\u2581", "\n\n\n", "a\n\n\nb", "a\n \nb", "\n\n  \n", " \n", "\t\n",
+    "<mask>", " <mask>", "a <mask> b", "<mask> x", "<start_of_turn>user\nHi<end_of_turn>\n", "<|turn>model\n<turn|>",
+    "<eos>", "<bos>Hi", "<pad>", "x\u3000y", "a\u00a0b", "a\u2028b", "a\x85b", "a\u200bb", "tab\there", "a\t\tb",
+    "\r\n\r\n", "word  word", " ", "  ", "Hello World", "HELLO world 123", "ǅ ǈ", "e\u0301", "\U0001f600\U0001f600",
+]
+# Raw bytes (parse_special false): invalid UTF-8, overlongs (c0 a0 is a space), encoded
+# surrogates, a sequence past U+10FFFF.
+RAW_UTF8_BYTES = [
+    b"a\xffb", b"\xff", b"a\xc0\xa0b", b"\xc0\xa0", b"\xc0\xbc", b"x\xed\xa0\x80y", b"\xe4\xb8a", b"x\xf4\x90\x80\x80",
+    b"\xe2\x96", b"a \xe2\x96\x81 b", b"\n\xc0\xa0\n",
+]
+
+
+class LlamaDriver:
+    """llama.cpp's tokenizer through scripts/llama_vocab_driver.c; restarted when llama.cpp aborts."""
+
+    def __init__(self, driver: str, gguf: str):
+        self.argv = [driver, gguf]
+        self.proc = None
+
+    def _start(self):
+        import subprocess
+
+        if self.proc is None:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL)
+        return self.proc
+
+    def _ask(self, request: bytes) -> bytes | None:
+        """The first i32 of the answer and its payload, or None when llama.cpp aborted."""
+        proc = self._start()
+        try:
+            proc.stdin.write(request)
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        head = proc.stdout.read(4)
+        if len(head) < 4:
+            proc.wait()
+            self.proc = None
+            return None
+        return head
+
+    def _i32(self, n: int) -> list[int]:
+        import struct
+
+        return list(struct.unpack(f"<{n}i", self.proc.stdout.read(4 * n))) if n else []
+
+    def tokenize(self, data: bytes, add_special: bool, parse_special: bool) -> list[int] | None:
+        import struct
+
+        head = self._ask(b"T" + bytes((add_special, parse_special)) + struct.pack("<I", len(data)) + data)
+        if head is None:
+            return None
+        return self._i32(struct.unpack("<i", head)[0])
+
+    def piece(self, token_id: int, special: bool) -> bytes:
+        import struct
+
+        head = self._ask(b"P" + struct.pack("<i", token_id) + bytes((special,)))
+        n = struct.unpack("<i", head)[0]
+        return self.proc.stdout.read(n)
+
+    def detokenize(self, ids: list[int]) -> bytes:
+        import struct
+
+        head = self._ask(b"D" + struct.pack(f"<I{len(ids)}i", len(ids), *ids))
+        n = struct.unpack("<i", head)[0]
+        return self.proc.stdout.read(n)
+
+    def info(self) -> tuple[int, bool, int]:
+        import struct
+
+        n_tokens = struct.unpack("<i", self._ask(b"I"))[0]
+        add_bos, bos = self._i32(2)
+        return n_tokens, bool(add_bos), bos
+
+    def is_eog(self, token_id: int) -> bool:
+        import struct
+
+        return bool(struct.unpack("<i", self._ask(b"E" + struct.pack("<i", token_id)))[0])
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc = None
+
+
+def pieces_digest(rows) -> str:
+    """SHA-256 of ``[[id, hex(piece special), hex(piece plain)], ...]`` as compact JSON: the whole
+    token_to_piece table in 64 characters (tests recompute it from bpetok's pieces)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+def record_raw_utf8(base: str, out_dir: str, inputs: str, driver: str, pres: list[str]) -> None:
+    """For each raw-UTF-8 pre name: llama.cpp b11434's ids (null where it aborts), both
+    parse_special, the raw-byte cases, BOS, detokenized bytes, and every id's pieces (a digest
+    and a sample), on ``base`` as a gpt2 vocabulary with that pre. Writes ``out_dir/<pre>.json.gz``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gguf_with_pre", pathlib.Path(__file__).parent / "gguf_with_pre.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    texts = read_inputs(inputs) + RAW_UTF8_EXTRA
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in pres or RAW_UTF8_PRES:
+            path = os.path.join(tmp, f"{pre}.gguf")
+            module.gguf_with_pre(base, path, pre, "gpt2")
+            llama = LlamaDriver(driver, path)
+            plain = [llama.tokenize(t.encode("utf-8", "surrogatepass"), False, False) for t in texts]
+            special = {}
+            for i, text in enumerate(texts):
+                ids = llama.tokenize(text.encode("utf-8", "surrogatepass"), False, True)
+                if ids != plain[i]:
+                    special[i] = ids
+            raw = [[data.hex(), llama.tokenize(data, False, False)] for data in RAW_UTF8_BYTES]
+            bos = llama.tokenize(b"Hi", True, False)
+            n_tokens, add_bos, bos_id = llama.info()
+            rows = [[i, llama.piece(i, True).hex(), llama.piece(i, False).hex()] for i in range(n_tokens)]
+            eog = [i for i in range(n_tokens) if llama.is_eog(i)]
+            detok = [None if ids is None else llama.detokenize(ids).hex() for ids in plain[:60]]
+            llama.close()
+            rng = random.Random(pre)
+            sample = sorted(set(rng.sample(range(n_tokens), 3000)) | set(range(300)))
+            aborted = [i for i, ids in enumerate(plain) if ids is None]
+            agrees = cross_check_llama_cpp_python(path, texts, plain, special) if pre != "mmbert" else None
+            record = {
+                "pre": pre, "model": "gpt2", "base": os.path.basename(base), "inputs": os.path.basename(inputs),
+                "extra": RAW_UTF8_EXTRA, "llama.cpp": "b11434 (scripts/llama_vocab_driver.c)",
+                "llama_cpp_python_0.3.36_agrees": agrees,
+                "ids": plain, "special": special, "bytes": raw, "bos": bos, "add_bos": add_bos, "bos_id": bos_id,
+                "detok": detok, "eog": eog, "n_tokens": n_tokens, "pieces_sha256": pieces_digest(rows),
+                "pieces_sample": [rows[i] for i in sample],
+            }
+            with gzip.open(os.path.join(out_dir, f"{pre}.json.gz"), "wt", encoding="utf-8") as f:
+                json.dump(record, f, ensure_ascii=False, separators=(",", ":"))
+            print(f"{pre}: {len(texts)} texts, {len(aborted)} aborted, {len(special)} differ with parse_special, "
+                  f"llama-cpp-python agrees: {agrees}")
+
+
+def cross_check_llama_cpp_python(path: str, texts: list[str], plain, special) -> bool:
+    """Whether llama-cpp-python 0.3.36 gives the same ids where llama.cpp b11434 did not abort
+    (its llama.cpp aborts the whole process on those, so they are not asked)."""
+    from llama_cpp import Llama
+
+    llama = Llama(path, vocab_only=True, verbose=False)
+    for i, text in enumerate(texts):
+        data = text.encode("utf-8", "surrogatepass")
+        if plain[i] is not None and llama.tokenize(data, add_bos=False, special=False) != plain[i]:
+            return False
+        expected = special.get(i, plain[i])
+        if expected is not None and llama.tokenize(data, add_bos=False, special=True) != expected:
+            return False
+    return True
+
+
 SPECIAL_SNIPPETS = ["<|im_end|>", "<|endoftext|>", "<think>", "</think>", "</s>", "<|im_start|>", "<|im_end",
                     "<reponame>", "<|fim_pad|>", "'s", "'LL", " 's", "\r\n", "  ", "123456"]
 
@@ -220,6 +396,9 @@ def main() -> None:
     parser.add_argument("--pretok-inputs", metavar="FILE", help="write the pre-tokenizer cases' texts to FILE")
     parser.add_argument("--pretok", nargs="+", metavar=("BASE OUT_DIR", "PRE"),
                         help="record every pre-tokenizer type's ids on BASE with its pre, into OUT_DIR")
+    parser.add_argument("--raw-utf8", nargs="+", metavar=("BASE OUT_DIR DRIVER", "PRE"),
+                        help="record the raw-UTF-8 types on BASE as a gpt2 vocabulary with llama.cpp through "
+                             "DRIVER (scripts/llama_vocab_driver.c), into OUT_DIR")
     parser.add_argument("--corpus", default="/work/shared/corpus", help="where en/code/multi.txt.xz are")
     parser.add_argument("--inputs", default=str(pathlib.Path(__file__).parent.parent / "tests/data/pretok-cases.inp"))
     args = parser.parse_args()
@@ -228,6 +407,12 @@ def main() -> None:
         texts = pretok_texts(args.corpus)
         write_inputs(args.pretok_inputs, texts)
         print(f"wrote {len(texts)} texts to {args.pretok_inputs}")
+        return
+    if args.raw_utf8:
+        if len(args.raw_utf8) < 3:
+            parser.error("--raw-utf8 needs BASE, OUT_DIR and DRIVER")
+        base, out_dir, driver, *pres = args.raw_utf8
+        record_raw_utf8(base, out_dir, args.inputs, driver, pres)
         return
     if args.pretok:
         if len(args.pretok) < 2:
