@@ -100,6 +100,13 @@ def tokenizer_json(tok: Tokenizer) -> dict:
         raise ExportError(
             f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2) only"
         )
+    if tok.spec is not None and not tok.spec.byte_encode:
+        # llama.cpp runs BPE over raw UTF-8 for this pre (gemma4, mmbert, whitespace...): a
+        # ByteLevel tokenizer.json would give other ids.
+        raise ExportError(
+            f"{vocab.path}: tokenizer.ggml.pre {vocab.pre!r} runs BPE over raw UTF-8, not bytes "
+            f"(llama.cpp type {tok.spec.llama_type}); bpetok-hf writes byte-level BPE (gpt2) only"
+        )
     from_hf = vocab.metadata.get(ADDED) if vocab.metadata.get(MARK) else None
     model_vocab: dict[str, int] = {}
     added = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -10,6 +11,10 @@ import pytest
 
 import bpetok
 from bpetok.plugins import make_plugin_manager
+from bpetok_hf.writer import ExportError, export_hf
+
+# llama.cpp's test vocabularies in bpetok's own test data.
+LLAMA_TESTS = pathlib.Path(__file__).resolve().parents[3] / "tests" / "data" / "llama.cpp-tests"
 
 
 def _bpetok(*args, input_text=None):
@@ -41,6 +46,35 @@ def test_export_command_errors_are_one_line(tmp_path):
     done = _bpetok("export", tmp_path / "missing.gguf", "-o", tmp_path / "out")
     assert done.returncode == 1 and done.stderr.startswith("bpetok: error: ") and "missing.gguf" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def _raw_utf8_copy(tmp_path) -> pathlib.Path:
+    """llama.cpp's Gemma 4 test vocabulary as a gpt2 model with pre mmbert (BPE over raw UTF-8)."""
+    from bpetok.gguf import GGUFValueType, read_gguf
+    from bpetok.gguf_writer import items_of, write_gguf
+
+    items = []
+    for key, vtype, value, elem in items_of(read_gguf(LLAMA_TESTS / "ggml-vocab-gemma-4.gguf.gz")):
+        if key == "tokenizer.ggml.model":
+            items += [(key, vtype, "gpt2", elem), ("tokenizer.ggml.pre", GGUFValueType.STRING, "mmbert", None)]
+        else:
+            items.append((key, vtype, value, elem))
+    write_gguf(tmp_path / "mmbert.gguf", items)
+    return tmp_path / "mmbert.gguf"
+
+
+@pytest.mark.parametrize("vocab", ["ggml-vocab-llama-spm.gguf.gz", "ggml-vocab-gemma-4.gguf.gz", "mmbert"])
+def test_export_refuses_what_is_not_byte_level_bpe(vocab, tmp_path):
+    path = _raw_utf8_copy(tmp_path) if vocab == "mmbert" else LLAMA_TESTS / vocab
+    done = _bpetok("export", path, "--format", "hf", "-o", tmp_path / "out")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"bpetok: error: {path}: ") and done.stderr.count("\n") == 1
+    assert "byte-level BPE (gpt2) only" in done.stderr and not (tmp_path / "out").exists()
+    what = {"mmbert": "pre 'mmbert' runs BPE over raw UTF-8", "ggml-vocab-llama-spm.gguf.gz": "model is 'llama'",
+            "ggml-vocab-gemma-4.gguf.gz": "model is 'gemma4'"}[vocab]
+    assert what in done.stderr
+    with pytest.raises(ExportError, match="byte-level BPE"):  # a ValueError subclass from bpetok's errors
+        export_hf(bpetok.from_file(path), tmp_path / "out")
 
 
 def test_blocked_plugin_leaves_tokenizer_json_unread(exported, monkeypatch):
