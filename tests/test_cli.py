@@ -37,7 +37,19 @@ def test_list_pretokenizers_table(capsys):
     assert lines["llama4"][:4] == ["llama4", "gpt2", "gpt4o", "GPT4O"]
     assert lines["-"][:4] == ["-", "gpt2", "default", "DEFAULT"]  # a file without tokenizer.ggml.pre
     builtin = [line for line in lines.values() if line[5] == "bpetok"]  # installed plugins may add more
-    assert len(builtin) == 88  # llama.cpp's 87 byte-level pre names and the missing key
+    assert len(builtin) == 93  # llama.cpp's 92 BPE pre names and the missing key
+    assert lines["mmbert"][:4] == ["mmbert", "gpt2", "gemma4", "MMBERT"]
+    assert lines["whitespace"][:4] == ["whitespace", "gpt2", "whitespace", "WHITESPACE"]
+
+
+def test_info_names_a_raw_utf8_type(capsys, tmp_path):
+    from test_raw_utf8 import gemma4_as_gpt2
+
+    path = gemma4_as_gpt2(tmp_path / "sarvam.gguf", "sarvam-moe")
+    assert main(["info", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["model"], info["pre"], info["pretokenizer"], info["llama_type"]) == (
+        "gpt2", "sarvam-moe", "gemma4", "SARVAM_MOE")
 
 
 def test_info_names_the_llama_cpp_type(capsys):

@@ -74,7 +74,9 @@ def test_lone_surrogates_tokenize_as_their_bytes(pair):
 
 QWEN2_TEST_VOCAB = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"
 # bpetok's own families (llama.cpp types): a plugin's pre name (bpetok-hf's hf-regex) means nothing to llama.cpp.
-FAMILY_PRES = [row.pre for row in get_registry().rows() if row.pre == row.spec.pre_names[0] and row.spec.llama_type]
+# The raw-UTF-8 ones need a vocabulary with <0xXX> tokens (below).
+FAMILY_PRES = [row.pre for row in get_registry().rows()
+               if row.pre == row.spec.pre_names[0] and row.spec.llama_type and row.spec.byte_encode]
 
 
 def test_fresh_random_sample_matches_llama_cpp_for_some_families(tmp_path):
@@ -93,6 +95,29 @@ def test_fresh_random_sample_matches_llama_cpp_for_some_families(tmp_path):
                 for special in (False, True):
                     expected = record.llama_ids(llama, text, special)
                     assert tok.encode(text, parse_special=special) == expected, f"seed {seed}, {pre}: {text!r}"
+
+
+# The raw-UTF-8 names llama-cpp-python 0.3.36's llama.cpp knows (it predates mmbert) and that never
+# abort on valid UTF-8 (whitespace aborts the process on a space next to other whitespace).
+LIVE_RAW_UTF8 = ["gemma4", "granite-embed-multi-311m", "sarvam-moe"]
+
+
+def test_fresh_random_sample_matches_llama_cpp_for_a_raw_utf8_type(tmp_path):
+    """One raw-UTF-8 type drawn at random each run, 100 fresh random texts (both parse_special), on
+    llama.cpp's Gemma 4 test vocabulary as a gpt2 model; tests/test_raw_utf8.py checks all five on
+    recorded cases every run."""
+    from test_raw_utf8 import gemma4_as_gpt2
+
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    pre = rng.choice(LIVE_RAW_UTF8)
+    path = gemma4_as_gpt2(tmp_path / f"{pre}.gguf", pre)
+    llama = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    tok = bpetok.from_gguf(path)
+    for text in record.random_texts(rng, 50) + record.pretok_fuzz(rng, 50):
+        for special in (False, True):
+            expected = record.llama_ids(llama, text, special)
+            assert tok.encode(text, parse_special=special) == expected, f"seed {seed}, {pre}: {text!r}"
 
 
 def detokenize(llama, ids: list[int]) -> bytes:

@@ -385,7 +385,7 @@ def test_builtin_pretokenizers_come_from_bpetok_s_own_entry_points():
     eps = importlib.metadata.distribution("bpetok").entry_points
     declared = {ep.name: ep.value for ep in eps if ep.group == "bpetok"}
     families = ("default", "gpt2", "smollm", "llama3", "qwen2", "deepseek", "gpt4o", "tekken", "bloom", "chameleon",
-                "superbpe", "kimi_k2", "afmoe")
+                "superbpe", "kimi_k2", "afmoe", "gemma4", "whitespace")
     assert declared == {name: f"bpetok.pretok.{name}" for name in families}
     row = PreTokenizerRegistry(make_plugin_manager()).get("gpt2", "qwen2")
     assert (row.distribution, row.version) == ("bpetok", importlib.metadata.version("bpetok"))

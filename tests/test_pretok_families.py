@@ -27,9 +27,8 @@ from helpers import (DATA, LLAMA_TESTS, gguf_with_pre, load_cases, read_inputs, 
 QWEN2 = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"
 
 # (pre name, llama.cpp type, clean_spaces, ignore_merges, add_bos, add_sep, a default BOS id),
-# from llama.cpp b11434 src/llama-vocab.cpp. Not here: the five names whose type runs BPE over raw
-# UTF-8 instead of bytes (gemma4, granite-embed-multi-311m, mmbert, sarvam-moe: escape_whitespaces;
-# whitespace), which are not byte-level BPE.
+# from llama.cpp b11434 src/llama-vocab.cpp. The last five run BPE over raw UTF-8 instead of bytes
+# (RAW_UTF8; llama.cpp also forces add_bos on for GEMMA4 after reading the file's key).
 LLAMA_CPP_TYPES = [
     ("default", "DEFAULT", True, False, False, False, True),
     ("minicpm5", "MINICPM5", True, True, False, False, True),
@@ -118,15 +117,38 @@ LLAMA_CPP_TYPES = [
     ("minimax-m2", "MINIMAX_M2", False, False, False, False, True),
     ("solar-open", "SOLAR_OPEN", False, False, False, False, True),
     ("mellum2", "MELLUM2", True, False, False, False, True),
+    ("gemma4", "GEMMA4", True, False, False, False, True),
+    ("granite-embed-multi-311m", "GEMMA4", True, False, False, False, True),
+    ("mmbert", "MMBERT", True, False, False, False, True),
+    ("sarvam-moe", "SARVAM_MOE", False, False, False, False, True),
+    ("whitespace", "WHITESPACE", True, False, False, False, True),
 ]
-NOT_BYTE_LEVEL = {"gemma4", "granite-embed-multi-311m", "mmbert", "sarvam-moe", "whitespace"}
+# pre name -> (escape_whitespaces, newline runs looked up whole, mmbert's metaspace words) for the
+# types llama.cpp runs with byte_encode = false; their cases are in tests/data/pretok-raw/
+# (tests/test_raw_utf8.py).
+RAW_UTF8 = {
+    "gemma4": (True, True, False),
+    "granite-embed-multi-311m": (True, True, False),
+    "mmbert": (True, True, True),
+    "sarvam-moe": (True, False, False),
+    "whitespace": (False, False, False),
+}
 RECORDED = sorted(p.name[: -len(".json.gz")] for p in (DATA / "pretok").glob("*.json.gz"))
+RECORDED_RAW = sorted(p.name[: -len(".json.gz")] for p in (DATA / "pretok-raw").glob("*.json.gz"))
 
 
 def test_the_table_is_llama_cpp_s_92_names():
     names = [row[0] for row in LLAMA_CPP_TYPES]
-    assert len(set(names)) == len(names) == 92 - len(NOT_BYTE_LEVEL)
-    assert len({row[1] for row in LLAMA_CPP_TYPES}) == 58 - 4  # GEMMA4, MMBERT, SARVAM_MOE, WHITESPACE
+    assert len(set(names)) == len(names) == 92
+    assert len({row[1] for row in LLAMA_CPP_TYPES}) == 58
+
+
+@pytest.mark.parametrize("row", LLAMA_CPP_TYPES, ids=lambda row: row[0])
+def test_byte_encode_and_the_raw_utf8_flags_follow_the_type(row):
+    spec = get_registry().get("gpt2", row[0]).spec
+    raw = RAW_UTF8.get(row[0])
+    assert spec.byte_encode is (raw is None)
+    assert (spec.escape_whitespaces, spec.newline_runs_whole, spec.metaspace_words) == (raw or (False, False, False))
 
 
 @pytest.mark.parametrize("row", LLAMA_CPP_TYPES, ids=lambda row: row[0])
@@ -146,7 +168,8 @@ def test_a_missing_pre_key_is_llama_cpp_s_default_type():
 def test_every_type_has_recorded_cases():
     specs = {get_registry().get("gpt2", pre).spec for pre, *_ in LLAMA_CPP_TYPES}
     recorded = {get_registry().get("gpt2", pre).spec for pre in RECORDED}
-    assert specs == recorded
+    assert specs == recorded | {get_registry().get("gpt2", pre).spec for pre in RAW_UTF8}
+    assert sorted(RAW_UTF8) == RECORDED_RAW  # every name, not just every type: GEMMA4 has two
 
 
 @pytest.fixture(scope="module")

@@ -95,8 +95,9 @@ def _pretokenizer(row):
     return _instances[row.spec]
 
 
-# bpetok's own families (llama.cpp types); a plugin's spec may need a vocabulary of its own format.
-FAMILY_PRES = [row.pre for row in SPEC_ROWS if row.spec.llama_type]
+# bpetok's own byte-level families (llama.cpp types); a plugin's spec may need a vocabulary of its
+# own format, and the raw-UTF-8 ones one with <0xXX> tokens (below).
+FAMILY_PRES = [row.pre for row in SPEC_ROWS if row.spec.llama_type and row.spec.byte_encode]
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +119,27 @@ def test_every_family_round_trips(family_tokenizers, pre, text):
     ids = tok.encode(text, parse_special=False)
     assert b"".join(map(tok.token_bytes, ids)) == text.encode("utf-8")
     assert ids == tok.encode_reference(text, parse_special=False)
+
+
+# -- the raw-UTF-8 types, on llama.cpp's Gemma 4 test vocabulary as a gpt2 model -------------------
+
+
+@pytest.fixture(scope="module")
+def raw_utf8_tokenizers(tmp_path_factory):
+    from test_raw_utf8 import gemma4_as_gpt2
+
+    folder = tmp_path_factory.mktemp("raw")
+    return {pre: bpetok.from_gguf(gemma4_as_gpt2(folder / f"{pre}.gguf", pre)) for pre in ("gemma4", "mmbert", "sarvam-moe")}
+
+
+@pytest.mark.parametrize("pre", ["gemma4", "mmbert", "sarvam-moe"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=scalar_text.filter(lambda t: "\u2581" not in t))
+def test_raw_utf8_types_round_trip(raw_utf8_tokenizers, pre, text):
+    """Every character has a token or <0xXX> tokens, so the pieces give the text back (spaces were
+    ▁); mmbert's words put a ▁ before every line."""
+    tok = raw_utf8_tokenizers[pre]
+    expected = re.sub(r"[^\n]+", lambda m: " " + m.group(), text) if pre == "mmbert" else text
+    ids = tok.encode(text, parse_special=False)
+    assert b"".join(map(tok.token_bytes, ids)) == expected.encode("utf-8")
+    assert tok.count(text, parse_special=False) == len(ids)
