@@ -12,16 +12,18 @@
  *         build/ggml/src/libggml-cpu.a build/ggml/src/libggml-base.a -lpthread -ldl -lm
  *
  * Usage: llama_vocab_driver VOCAB.gguf, then requests on stdin, answers on stdout (little-endian):
- *   'T' u8 add_special u8 parse_special u32 len bytes -> i32 n, n x i32 ids
+ *   'T' u8 add_special u8 parse_special u32 len bytes -> i32 n, n x i32 ids; n = INT32_MIN: aborted
  *   'P' i32 id u8 special                            -> i32 len, bytes   (token_to_piece)
  *   'D' u32 n, n x i32 ids                             -> i32 len, bytes   (detokenize, unparse_special)
  *   'I'                                                -> i32 n_tokens, i32 add_bos, i32 bos id
  *   'E' i32 id                                         -> i32 is_eog
- * If llama.cpp aborts on an input, the process dies: the caller sees end of file.
+ * Each tokenize request runs in a forked child, so an input on which llama.cpp aborts (GGML_ASSERT)
+ * costs one child, not the loaded vocabulary.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "llama.h"
@@ -29,6 +31,9 @@
 static void quiet(enum ggml_log_level level, const char *text, void *data) {
     (void) level; (void) text; (void) data;
 }
+
+/* The answer to a tokenize request on which llama.cpp aborted (the child that ran it died). */
+#define ABORTED INT32_MIN
 
 /* Answers go to the original stdout; anything llama.cpp prints while aborting (a backtrace) to stderr. */
 static FILE *answers;
@@ -65,15 +70,25 @@ int main(int argc, char **argv) {
             int32_t cap = (int32_t) len + 16;
             llama_token *ids = malloc(sizeof(llama_token) * cap);
             if (!ids) return 1;
-            int32_t n = llama_tokenize(vocab, text, (int32_t) len, ids, cap, flags[0], flags[1]);
-            if (n < 0) {
-                cap = -n;
-                ids = realloc(ids, sizeof(llama_token) * cap);
-                if (!ids) return 1;
-                n = llama_tokenize(vocab, text, (int32_t) len, ids, cap, flags[0], flags[1]);
+            /* Tokenize in a child: if llama.cpp aborts there, the loaded vocabulary survives. */
+            pid_t child = fork();
+            if (child < 0) return 1;
+            if (child == 0) {
+                int32_t n = llama_tokenize(vocab, text, (int32_t) len, ids, cap, flags[0], flags[1]);
+                if (n < 0) {
+                    cap = -n;
+                    ids = realloc(ids, sizeof(llama_token) * cap);
+                    if (!ids) _exit(1);
+                    n = llama_tokenize(vocab, text, (int32_t) len, ids, cap, flags[0], flags[1]);
+                }
+                write_i32(n);
+                if (n > 0) fwrite(ids, sizeof(llama_token), n, answers);
+                fflush(answers);
+                _exit(0);
             }
-            write_i32(n);
-            if (n > 0) fwrite(ids, sizeof(llama_token), n, answers);
+            int status = 0;
+            if (waitpid(child, &status, 0) < 0) return 1;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) write_i32(ABORTED);
             free(ids);
             free(text);
         } else if (cmd == 'P') {

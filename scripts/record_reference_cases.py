@@ -214,7 +214,8 @@ RAW_UTF8_BYTES = [
 
 
 class LlamaDriver:
-    """llama.cpp's tokenizer through scripts/llama_vocab_driver.c; restarted when llama.cpp aborts."""
+    """llama.cpp's tokenizer through scripts/llama_vocab_driver.c (which tokenizes in a forked child,
+    so an abort costs one child); restarted should the driver itself die."""
 
     def __init__(self, driver: str, gguf: str):
         self.argv = [driver, gguf]
@@ -252,9 +253,10 @@ class LlamaDriver:
         import struct
 
         head = self._ask(b"T" + bytes((add_special, parse_special)) + struct.pack("<I", len(data)) + data)
-        if head is None:
+        n = None if head is None else struct.unpack("<i", head)[0]
+        if n is None or n == -(2**31):  # llama.cpp aborted (in the driver's child, or the driver)
             return None
-        return self._i32(struct.unpack("<i", head)[0])
+        return self._i32(n)
 
     def piece(self, token_id: int, special: bool) -> bytes:
         import struct
