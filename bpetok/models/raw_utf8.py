@@ -12,9 +12,10 @@ fragment of text between special tokens:
    decodes them, so an overlong encoding of a space stays a space);
 2. the spec's pre-tokenizer splits the text; with ``metaspace_words`` every piece that is not
    newlines only gets a leading ``▁`` and is cut again before each further ``▁``;
-3. each piece is merged as the gemma4 model merges (:class:`~bpetok.models.gemma4.RawBytePairModel`):
-   characters are symbols, merge rank decides, a symbol that is no token falls back to ``<0xXX>``
-   tokens; with ``newline_runs_whole`` a newline run that is a token is taken whole.
+3. each piece is merged as the gemma4 model merges (:class:`~bpetok.models.gemma4.RawBytePairModel`,
+   its C loop or its Python twin): characters are symbols, merge rank decides, a symbol that is no
+   token falls back to ``<0xXX>`` tokens; with ``newline_runs_whole`` a newline run that is a token
+   is taken whole.
 
 A piece of more than one character that holds a space has no ids: llama.cpp's ``find_bpe_rank``
 asserts that no symbol holds a space and aborts the process (with ``whitespace``: any run of
@@ -27,8 +28,9 @@ so the engine's piece caches and space chunks, which see the text, do not apply.
 
 from __future__ import annotations
 
+from bpetok.cache import as_ids
 from bpetok.errors import InputError
-from bpetok.models.gemma4 import RawBytePairModel, _llama_decode
+from bpetok.models.gemma4 import _CACHE_LONGEST, RawBytePairModel, _llama_decode
 from bpetok.models.gpt2 import decode_token_text
 from bpetok.models.llama import SPACE
 
@@ -71,9 +73,11 @@ class RawUtf8Model(RawBytePairModel):
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
-        if self.escape_whitespaces:
-            text = text.replace(" ", SPACE)
-        return self._encode_text(text)
+        return self._encode_text(self._escape(text))
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` the plain way: no cache, each piece by :func:`merge_symbols`."""
+        return self._encode_text(self._escape(text), reference=True)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes: spaces escaped first, then the bytes decoded as
@@ -82,7 +86,10 @@ class RawUtf8Model(RawBytePairModel):
             data = data.replace(b" ", _SPACE_BYTES)
         return self._encode_text(_llama_decode(data), data)
 
-    def _encode_text(self, text: str, data: bytes | None = None) -> list[int]:
+    def _escape(self, text: str) -> str:
+        return text.replace(" ", SPACE) if self.escape_whitespaces else text
+
+    def _encode_text(self, text: str, data: bytes | None = None, reference: bool = False) -> list[int]:
         pieces = self.splitter.split(text)
         if self.metaspace:
             pieces = metaspace_words(pieces)
@@ -98,21 +105,34 @@ class RawUtf8Model(RawBytePairModel):
                     "replace the space or the characters next to it"
                 )
             key = piece.encode("utf-8", "surrogatepass")
+            if reference:
+                ids += self.encode_piece_reference(key)
+                continue
             found = cache.get(key)
             if found is None:
                 found = self.encode_piece(key)
-                if len(cache) < 200_000 and len(key) <= 1024:
-                    cache[key] = found
+                if len(key) <= _CACHE_LONGEST and not cache.full:
+                    cache.put(key, as_ids(found))
             ids += found
         return ids
 
     def encode_piece(self, data: bytes) -> list[int]:
-        """Ids of one piece (its spaces already ``▁`` where the spec escapes them)."""
-        if self.newline_runs_whole and not data.strip(b"\n"):
-            whole = self.ids.get(data)
-            if whole is not None:
-                return [whole]
-        return self._emit(data, self.merge(data))
+        """Ids of one piece (its spaces already ``▁`` where the spec escapes them), by the C merge
+        loop where it is built."""
+        whole = self._whole_newlines(data)
+        if whole is not None:
+            return [whole]
+        merger = self.merger()
+        found = merger.encode(data) if merger is not None else None  # None for 2 GiB and more
+        return found if found is not None else self._emit(data, self.merge(data))
+
+    def encode_piece_reference(self, data: bytes) -> list[int]:
+        """:meth:`encode_piece` by :func:`merge_symbols`, the readable twin of the C loop."""
+        whole = self._whole_newlines(data)
+        return [whole] if whole is not None else self._emit(data, self.merge(data))
+
+    def _whole_newlines(self, data: bytes) -> int | None:
+        return self._newline_token(data) if self.newline_runs_whole else None
 
     def normal_piece(self, text: bytes) -> bytes:
         """A NORMAL token's bytes: ``▁`` back to spaces where the spec escapes them, else the text
