@@ -10,7 +10,9 @@ setup(
     ext_modules=[
         Extension(
             "bpetok.models._bpe",
-            sources=["bpetok/models/_bpe.c"],
+            # The splitters (bpetok/pretok/_split.c) live beside the pre-tokenizers they accelerate.
+            sources=["bpetok/models/_bpe.c", "bpetok/pretok/_split.c"],
+            depends=["bpetok/pretok/_split.h", "bpetok/pretok/_unicode_classes.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

@@ -243,7 +243,12 @@ class Tokenizer:
         # The compiled kernel (None: the pure-Python engine), with the pieces' share of the budget.
         # A whole-fragment model (SPM, gemma4) has none: it runs its own merge loop (``compiled``).
         make_kernel = getattr(self.bpe, "make_kernel", None) if self._pretokenized else None
-        self._kernel = make_kernel(self._cache.budget, self._chunks.budget) if make_kernel else None
+        split = spec.kernel_split if spec is not None else ""
+        self._kernel = make_kernel(self._cache.budget, self._chunks.budget, split=split) if make_kernel else None
+        # The kernel, when it splits text itself (it has the splitter the spec declares: kernel_split).
+        self._text_kernel: Any = self._kernel if self._kernel is not None and self._kernel.split else None
+        if self._text_kernel is not None:  # it caches a text's head as pieces: no heads cache
+            self._heads = IdCache(0)
         # A whole-fragment model that caches (gemma4's lines) gets the pieces' cache and its budget.
         use_cache = None if self._pretokenized else getattr(self.model, "use_cache", None)
         if use_cache is not None:
@@ -598,6 +603,8 @@ class Tokenizer:
 
     def _encode_ordinary(self, text: str) -> list[int]:
         """Ids of text without special tokens: space chunks when the pre-tokenizer allows them."""
+        if self._text_kernel is not None:  # all of it in C: chunks, cache lookups, splitting, BPE
+            return self._text_kernel.encode_text(text)
         if self._space_chunks:
             return self._encode_chunked(text)
         return self._encode_pieces(text)

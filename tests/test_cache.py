@@ -66,7 +66,9 @@ def test_new_cjk_text_stops_growing_a_tokenizer_at_its_budget(qwen3):
     info = tok.cache_info()
     assert all(row["bytes"] <= row["budget"] for row in info.values())
     assert sum(row["budget"] for row in info.values()) <= budget
-    assert info["heads"]["entries"] > 0 and info["chunks"]["entries"] > 0
+    assert info["chunks"]["entries"] > 0
+    if tok._text_kernel is None:  # the kernel's whole-text path caches a text's head as pieces
+        assert info["heads"]["entries"] > 0
 
 
 def test_the_accounting_is_what_the_entries_hold(qwen3):
@@ -93,11 +95,14 @@ def test_ids_are_stored_as_arrays(qwen3):
     text = "The quick brown fox 中文 jumps over the lazy dog. " * 3
     assert tok.encode(text) == qwen3.encode_reference(text)
     assert tok.encode(text) == qwen3.encode_reference(text)
-    # With the C kernel, pieces and chunks live in its caches (uint32 ids); heads stay in Python.
+    # With the C kernel, pieces and chunks live in its caches (uint32 ids); heads stay in Python,
+    # unless the kernel splits whole texts (then a head's pieces go to its piece cache).
     caches = (tok._cache, tok._chunks, tok._heads) if tok.engine == "pure Python" else (tok._heads,)
     for cache in caches:
-        assert cache and all(type(ids) is array and ids.itemsize == 4 for ids in cache.values())
-    assert all(row["entries"] > 0 for row in tok.cache_info().values())
+        if cache.budget:
+            assert cache and all(type(ids) is array and ids.itemsize == 4 for ids in cache.values())
+    assert all(row["entries"] > 0 for row in tok.cache_info().values() if row["budget"])
+    assert tok._heads.budget or tok._text_kernel is not None
 
 
 def test_a_zero_budget_caches_nothing_and_stays_exact(qwen3):

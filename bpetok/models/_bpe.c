@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../pretok/_split.h"
+
 #define NO_RANK UINT32_MAX
 #define EMPTY_KEY UINT64_MAX
 /* Up to this many symbols a piece is merged by rescanning its pair ranks (fast on short
@@ -207,6 +209,7 @@ typedef struct {
     uint64_t seed;
     unsigned char byte_chars[256][2]; /* each byte's GPT-2 character, UTF-8 */
     unsigned char byte_char_len[256];
+    SplitKind split; /* the pre-tokenizer encode_text runs (bpetok/pretok/_split.c), or SPLIT_NONE */
     PyObject *array_type;
 } Kernel;
 
@@ -463,15 +466,22 @@ static void Kernel_dealloc(Kernel *self)
 static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"byte_ids", "ranks", "stride", "shift", "n_tokens", "virtual_emit", "whole",
-                             "byte_chars", "cache_bytes", "seed", "chunk_bytes", NULL};
+                             "byte_chars", "cache_bytes", "seed", "chunk_bytes", "split", NULL};
     PyObject *byte_ids, *ranks, *virtual_emit, *whole, *byte_chars;
     unsigned long long stride, seed;
     unsigned int shift, n_tokens;
     Py_ssize_t cache_bytes, chunk_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!KIIO!OO!nK|n", kwlist, &byte_ids, &PyDict_Type, &ranks, &stride,
+    const char *split = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!KIIO!OO!nK|nz", kwlist, &byte_ids, &PyDict_Type, &ranks, &stride,
                                      &shift, &n_tokens, &PyList_Type, &virtual_emit, &whole, &PyList_Type,
-                                     &byte_chars, &cache_bytes, &seed, &chunk_bytes))
+                                     &byte_chars, &cache_bytes, &seed, &chunk_bytes, &split))
         return -1;
+    self->split = split ? split_kind_of(split) : SPLIT_NONE;
+    if (split && self->split == SPLIT_NONE) {
+        PyErr_Format(PyExc_ValueError, "kernel: no compiled splitter named '%.100s' (see bpetok.models._bpe.SPLITTERS)",
+                     split);
+        return -1;
+    }
     if (self->merges.slots != NULL || self->virtual_start != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised");
         return -1;
@@ -657,6 +667,29 @@ static int utf8_of(PyObject *item, PyObject **keep, const unsigned char **text, 
     return 0;
 }
 
+/* A piece or a chunk of a call: its UTF-8, and its ids once known. */
+/* The UTF-8 of a whole text, without leaving a copy behind in the str (PyUnicode_AsUTF8 would
+ * keep one for as long as the str lives): an ASCII str's own data, else a bytes object in *keep
+ * (lone surrogates as their three UTF-8-style bytes). */
+static int text_utf8(PyObject *text, PyObject **keep, const unsigned char **s, size_t *n)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "text must be a str, not %.100s", Py_TYPE(text)->tp_name);
+        return -1;
+    }
+    if (PyUnicode_IS_ASCII(text)) {
+        *s = PyUnicode_DATA(text);
+        *n = (size_t)PyUnicode_GET_LENGTH(text);
+        return 0;
+    }
+    *keep = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (*keep == NULL)
+        return -1;
+    *s = (const unsigned char *)PyBytes_AS_STRING(*keep);
+    *n = (size_t)PyBytes_GET_SIZE(*keep);
+    return 0;
+}
+
 typedef struct {
     const unsigned char *text;
     size_t len;
@@ -667,38 +700,54 @@ typedef struct {
     Py_ssize_t first; /* a repeated miss: the index of its first occurrence in this call, else -1 */
 } Piece;
 
-/* The pieces of a call: their UTF-8, looked up in the cache; misses merged (without the GIL
- * when there is enough work) and added to the cache. On success p[i].ids/.n_ids are set for
- * every piece; *buffer and *keep must be freed/released by the caller. */
-static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint32_t **buffer, PyObject **keep)
+/* The distinct texts of a call's misses, so that each is worked out once per call: open
+ * addressing over indices into the call's Piece array, load at most 1/2. */
+typedef struct {
+    Py_ssize_t *slots; /* -1: free */
+    size_t mask;
+} SeenSet;
+
+static int seen_init(SeenSet *seen, size_t n)
 {
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    Piece *p = PyMem_Calloc(n ? n : 1, sizeof(Piece));
-    *out_pieces = p;
+    size_t size = 1;
+    while (size < n * 2)
+        size <<= 1;
+    seen->slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
+    seen->mask = size - 1;
+    if (seen->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(seen->slots, 0xff, size * sizeof(Py_ssize_t));
+    return 0;
+}
+
+/* The index of an earlier piece of p with p[i]'s text (hash set), else -1 after adding i. */
+static Py_ssize_t seen_add(SeenSet *seen, const Piece *p, Py_ssize_t i)
+{
+    size_t slot = p[i].hash & seen->mask;
+    for (; seen->slots[slot] >= 0; slot = (slot + 1) & seen->mask) {
+        const Piece *q = &p[seen->slots[slot]];
+        if (q->hash == p[i].hash && q->len == p[i].len && memcmp(q->text, p[i].text, p[i].len) == 0)
+            return seen->slots[slot];
+    }
+    seen->slots[slot] = i;
+    return -1;
+}
+
+/* Look the pieces p[0 .. n) (text and len set) up in the cache; merge the misses, each distinct
+ * text once (without the GIL when there is enough work), and cache them. On success every
+ * p[i].ids/.n_ids is set; *buffer holds the misses' ids and is the caller's to free. */
+static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffer)
+{
     *buffer = NULL;
-    *keep = NULL;
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
     size_t miss_capacity = 0, miss_bytes = 0, misses = 0;
-    /* The call's misses by their text, so a piece new to the cache is merged once per call:
-     * open addressing over indices into p, load at most 1/2. */
-    size_t seen_mask = 1;
-    while (seen_mask < (size_t)n * 2)
-        seen_mask <<= 1;
-    Py_ssize_t *seen = PyMem_Malloc(seen_mask * sizeof(Py_ssize_t));
-    if (seen == NULL) {
-        PyErr_NoMemory();
+    SeenSet seen;
+    if (seen_init(&seen, (size_t)n) < 0)
         return -1;
-    }
-    memset(seen, 0xff, seen_mask * sizeof(Py_ssize_t)); /* -1: free */
-    seen_mask--;
     for (Py_ssize_t i = 0; i < n; i++) {
         p[i].first = -1;
-        PyObject *item = PyList_GET_ITEM(list, i);
-        if (utf8_of(item, keep, &p[i].text, &p[i].len) < 0)
-            goto fail;
+        p[i].ids = NULL;
         p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         if (e != NULL) {
@@ -706,25 +755,14 @@ static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint3
             p[i].n_ids = e->n_ids;
             continue;
         }
-        size_t slot = p[i].hash & seen_mask;
-        while (seen[slot] >= 0) {
-            const Piece *q = &p[seen[slot]];
-            if (q->hash == p[i].hash && q->len == p[i].len && memcmp(q->text, p[i].text, p[i].len) == 0) {
-                p[i].first = seen[slot];
-                break;
-            }
-            slot = (slot + 1) & seen_mask;
-        }
-        if (p[i].first >= 0)
+        if ((p[i].first = seen_add(&seen, p, i)) >= 0)
             continue;
-        seen[slot] = i;
         p[i].offset = miss_capacity;
         miss_capacity += ids_bound(self, p[i].len);
         miss_bytes += p[i].len;
         misses++;
     }
-    PyMem_Free(seen);
-    seen = NULL;
+    PyMem_Free(seen.slots);
     if (misses == 0)
         return 0;
     uint32_t *ids = PyMem_RawMalloc((miss_capacity ? miss_capacity : 1) * sizeof(uint32_t));
@@ -736,7 +774,7 @@ static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint3
     Py_ssize_t failure = 0;
     Scratch scratch = {0};
     /* The work below reads only this object's tables (never changed after init), the pieces'
-     * UTF-8 (held alive by `list`, which the caller owns a copy of) and writes to `ids`. */
+     * UTF-8 (held alive by the caller) and writes to `ids`. */
     PyThreadState *state = miss_bytes >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (p[i].ids != NULL || p[i].len == 0 || p[i].first >= 0)
@@ -774,9 +812,25 @@ static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint3
             }
     }
     return 0;
-fail:
-    PyMem_Free(seen);
-    return -1;
+}
+
+/* The pieces of a list of str: their UTF-8, then resolve_pieces. *out_pieces and *buffer must
+ * be freed and *keep released by the caller. */
+static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint32_t **buffer, PyObject **keep)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Piece *p = PyMem_Calloc(n ? n : 1, sizeof(Piece));
+    *out_pieces = p;
+    *buffer = NULL;
+    *keep = NULL;
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (utf8_of(PyList_GET_ITEM(list, i), keep, &p[i].text, &p[i].len) < 0)
+            return -1;
+    return resolve_pieces(self, p, n, buffer);
 }
 
 static PyObject *as_list(PyObject *pieces)
@@ -991,15 +1045,6 @@ fail:
     return NULL;
 }
 
-typedef struct {
-    const unsigned char *text;
-    size_t len;
-    uint64_t hash;
-    const uint32_t *ids;
-    size_t n_ids;
-    Py_ssize_t miss; /* its index in the call's missing chunks, or -1 */
-} Chunk;
-
 PyDoc_STRVAR(Kernel_encode_chunks_doc,
              "encode_chunks(parts, start, split) -> list[int]: the ids of \" \" + part for each of parts[start:],\n"
              "from the chunk cache; the chunks it lacks are pre-tokenized with split (together: see\n"
@@ -1020,8 +1065,10 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "start %zd is outside 0..%zd", start, n);
         return NULL;
     }
-    Py_ssize_t m = n - start, *seen = NULL, *stops = NULL;
-    Chunk *c = PyMem_Calloc(m ? (size_t)m : 1, sizeof(Chunk));
+    Py_ssize_t m = n - start, *stops = NULL;
+    /* The chunks, as pieces: .offset is a missing chunk's index in `missing`. */
+    Piece *c = PyMem_Calloc(m ? (size_t)m : 1, sizeof(Piece));
+    SeenSet seen = {NULL, 0};
     PyObject *keep = NULL, *missing = PyList_New(0), *pieces = NULL, *piece_keep = NULL, *result = NULL;
     Piece *p = NULL;
     uint32_t *buffer = NULL, *miss_ids = NULL;
@@ -1031,21 +1078,16 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    size_t seen_mask = 1;
-    while (seen_mask < (size_t)m * 2)
-        seen_mask <<= 1;
-    seen = PyMem_Malloc(seen_mask * sizeof(Py_ssize_t));
     miss_of = PyMem_Malloc((m ? (size_t)m : 1) * sizeof(Py_ssize_t));
-    if (seen == NULL || miss_of == NULL) {
+    if (miss_of == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    memset(seen, 0xff, seen_mask * sizeof(Py_ssize_t));
-    seen_mask--;
+    if (seen_init(&seen, (size_t)m) < 0)
+        goto done;
     int last_alone = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *part = PyList_GET_ITEM(list, start + i);
-        c[i].miss = -1;
         if (utf8_of(part, &keep, &c[i].text, &c[i].len) < 0)
             goto done;
         c[i].hash = hash_bytes(self->seed, c[i].text, c[i].len);
@@ -1055,20 +1097,13 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             c[i].n_ids = e->n_ids;
             continue;
         }
-        size_t slot = c[i].hash & seen_mask;
-        while (seen[slot] >= 0) {
-            const Chunk *q = &c[seen[slot]];
-            if (q->hash == c[i].hash && q->len == c[i].len && memcmp(q->text, c[i].text, c[i].len) == 0) {
-                c[i].miss = q->miss;
-                break;
-            }
-            slot = (slot + 1) & seen_mask;
-        }
-        if (c[i].miss >= 0)
+        Py_ssize_t first = seen_add(&seen, c, i);
+        if (first >= 0) {
+            c[i].offset = c[first].offset;
             continue;
-        seen[slot] = i;
-        c[i].miss = PyList_GET_SIZE(missing);
-        miss_of[c[i].miss] = i;
+        }
+        c[i].offset = (size_t)PyList_GET_SIZE(missing);
+        miss_of[c[i].offset] = i;
         if (PyList_Append(missing, part) < 0)
             goto done;
         last_alone = i == m - 1;
@@ -1104,7 +1139,7 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             }
             miss_n[k] = at - miss_at[k];
             from = stops[k];
-            const Chunk *first = &c[miss_of[k]];
+            const Piece *first = &c[miss_of[k]];
             if (table_add(&self->chunks, first->hash, first->text, first->len, miss_ids + miss_at[k], miss_n[k]) < 0) {
                 PyErr_NoMemory();
                 goto done;
@@ -1113,9 +1148,9 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
     }
     size_t total = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
-        if (c[i].ids == NULL && c[i].miss >= 0) {
-            c[i].ids = miss_ids + miss_at[c[i].miss];
-            c[i].n_ids = miss_n[c[i].miss];
+        if (c[i].ids == NULL) { /* a missing chunk */
+            c[i].ids = miss_ids + miss_at[c[i].offset];
+            c[i].n_ids = miss_n[c[i].offset];
         }
         total += c[i].n_ids;
     }
@@ -1133,7 +1168,7 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
     }
 done:
     PyMem_Free(c);
-    PyMem_Free(seen);
+    PyMem_Free(seen.slots);
     PyMem_Free(miss_of);
     PyMem_Free(stops);
     PyMem_Free(p);
@@ -1146,6 +1181,255 @@ done:
     Py_XDECREF(pieces);
     Py_XDECREF(missing);
     Py_DECREF(list);
+    return result;
+}
+
+/* -- text -> ids, split in C ---------------------------------------------------------------- */
+
+/* A text's space chunks are looked up, split and merged this many at a time (bounded scratch). */
+#define TEXT_BATCH_CHUNKS 4096
+
+/* A growing array of ids. */
+typedef struct {
+    uint32_t *ids;
+    size_t n, capacity;
+} IdBuffer;
+
+static int ids_reserve(IdBuffer *b, size_t more)
+{
+    if (more <= b->capacity - b->n)
+        return 0;
+    size_t capacity = b->capacity ? b->capacity : 256;
+    while (capacity - b->n < more) {
+        if (capacity > SIZE_MAX / 2 / sizeof(uint32_t)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        capacity *= 2;
+    }
+    uint32_t *ids = PyMem_Realloc(b->ids, capacity * sizeof(uint32_t));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->ids = ids;
+    b->capacity = capacity;
+    return 0;
+}
+
+static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
+{
+    if (ids_reserve(b, n) < 0)
+        return -1;
+    if (n)
+        memcpy(b->ids + b->n, ids, n * sizeof(uint32_t));
+    b->n += n;
+    return 0;
+}
+
+static PyObject *list_of_ids(const uint32_t *ids, size_t n)
+{
+    PyObject *result = PyList_New((Py_ssize_t)n);
+    for (size_t j = 0; result != NULL && j < n; j++) {
+        PyObject *id = PyLong_FromUnsignedLong(ids[j]);
+        if (id == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)j, id);
+    }
+    return result;
+}
+
+/* Where the space chunk that starts at byte `at` ends: at the next space after a non-space
+ * (the tokenizer's cut, see Tokenizer._encode_chunked), or at n. */
+static size_t chunk_end(const unsigned char *s, size_t n, size_t at)
+{
+    for (size_t i = at + 1; i < n; i++) {
+        const unsigned char *space = memchr(s + i, ' ', n - i);
+        if (space == NULL)
+            return n;
+        i = (size_t)(space - s);
+        if (split_space_after_nonspace(s, n, i))
+            return i;
+    }
+    return n;
+}
+
+/* Append the pieces of s[begin .. end), split on its own, to *pieces (count *n, room *capacity). */
+static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size_t end, Piece **pieces, size_t *n,
+                      size_t *capacity)
+{
+    const unsigned char *text = s + begin;
+    size_t len = end - begin;
+    for (size_t at = 0; at < len;) {
+        size_t stop = split_next(kind, text, len, at);
+        if (stop <= at || stop > len) { /* a splitter must advance within the text */
+            PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: the splitter did not advance (a bug)");
+            return -1;
+        }
+        if (*n == *capacity) {
+            size_t grown = *capacity ? *capacity * 2 : 1024;
+            Piece *more = grown < SIZE_MAX / sizeof(Piece) ? PyMem_Realloc(*pieces, grown * sizeof(Piece)) : NULL;
+            if (more == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            *pieces = more;
+            *capacity = grown;
+        }
+        (*pieces)[*n].text = text + at;
+        (*pieces)[*n].len = stop - at;
+        (*n)++;
+        at = stop;
+    }
+    return 0;
+}
+
+/* The ids of s[0 .. n), whose first chunk starts at byte 0: the chunks are cut at spaces after
+ * a non-space; each but the first (a text's head, never cached) is looked up in the chunk cache
+ * by its text after the space; the others are split here, merged and remembered. */
+static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer *out)
+{
+    int status = -1;
+    Piece *c = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(Piece)), *pieces = NULL;
+    size_t *begin = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(size_t));
+    size_t *end = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(size_t));
+    size_t *stop = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(size_t)); /* a new chunk's last piece + 1 */
+    size_t pieces_capacity = 0;
+    uint32_t *buffer = NULL;
+    SeenSet seen = {NULL, 0};
+    if (c == NULL || begin == NULL || end == NULL || stop == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t at = 0; at < n;) {
+        size_t m = 0, n_pieces = 0;
+        for (; at < n && m < TEXT_BATCH_CHUNKS; m++) {
+            begin[m] = at;
+            end[m] = at = chunk_end(s, n, at);
+        }
+        if (seen_init(&seen, m) < 0)
+            goto done;
+        for (size_t k = 0; k < m; k++) {
+            Piece *chunk = &c[k];
+            chunk->ids = NULL;
+            chunk->first = -1;
+            if (begin[k] == 0) { /* the head: split, never cached */
+                if (split_into(self->split, s, begin[k], end[k], &pieces, &n_pieces, &pieces_capacity) < 0)
+                    goto done;
+                stop[k] = n_pieces;
+                continue;
+            }
+            chunk->text = s + begin[k] + 1;
+            chunk->len = end[k] - begin[k] - 1;
+            chunk->hash = hash_bytes(self->seed, chunk->text, chunk->len);
+            const Entry *e = table_find(&self->chunks, chunk->hash, chunk->text, chunk->len);
+            if (e != NULL) {
+                chunk->ids = e->ids;
+                chunk->n_ids = e->n_ids;
+            } else if ((chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) < 0) {
+                if (split_into(self->split, s, begin[k], end[k], &pieces, &n_pieces, &pieces_capacity) < 0)
+                    goto done;
+                stop[k] = n_pieces;
+            }
+        }
+        PyMem_Free(seen.slots);
+        seen.slots = NULL;
+        if (resolve_pieces(self, pieces, (Py_ssize_t)n_pieces, &buffer) < 0)
+            goto done;
+        size_t from = 0;
+        for (size_t k = 0; k < m; k++) {
+            Piece *chunk = &c[k];
+            if (chunk->ids != NULL) { /* cached */
+                if (ids_append(out, chunk->ids, chunk->n_ids) < 0)
+                    goto done;
+            } else if (chunk->first >= 0) { /* as an earlier chunk of this batch */
+                const Piece *first = &c[chunk->first];
+                if (ids_reserve(out, first->n_ids) < 0)
+                    goto done;
+                memcpy(out->ids + out->n, out->ids + first->offset, first->n_ids * sizeof(uint32_t));
+                out->n += first->n_ids;
+            } else { /* new: its pieces' ids, remembered */
+                chunk->offset = out->n;
+                for (; from < stop[k]; from++)
+                    if (ids_append(out, pieces[from].ids, pieces[from].n_ids) < 0)
+                        goto done;
+                chunk->n_ids = out->n - chunk->offset;
+                if (begin[k] != 0 &&
+                    table_add(&self->chunks, chunk->hash, chunk->text, chunk->len, out->ids + chunk->offset,
+                              chunk->n_ids) < 0) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+            }
+        }
+        PyMem_RawFree(buffer);
+        buffer = NULL;
+    }
+    status = 0;
+done:
+    PyMem_Free(c);
+    PyMem_Free(begin);
+    PyMem_Free(end);
+    PyMem_Free(stop);
+    PyMem_Free(pieces);
+    PyMem_Free(seen.slots);
+    PyMem_RawFree(buffer);
+    return status;
+}
+
+PyDoc_STRVAR(Kernel_encode_text_doc,
+             "encode_text(text) -> list[int]: the ids of text (no special tokens), pre-tokenized by the\n"
+             "kernel's own splitter (Kernel(split=...)) and cut into space chunks as Tokenizer._encode_chunked\n"
+             "cuts them; the chunk and piece caches are used as encode_chunks uses them.");
+
+static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
+{
+    if (self->split == SPLIT_NONE) {
+        PyErr_SetString(PyExc_ValueError, "encode_text needs a kernel built with split=NAME");
+        return NULL;
+    }
+    PyObject *keep = NULL, *result = NULL;
+    const unsigned char *s;
+    size_t n;
+    IdBuffer out = {NULL, 0, 0};
+    if (text_utf8(text, &keep, &s, &n) == 0 && encode_utf8(self, s, n, &out) == 0)
+        result = list_of_ids(out.ids, out.n);
+    PyMem_Free(out.ids);
+    Py_XDECREF(keep);
+    return result;
+}
+
+PyDoc_STRVAR(split_doc, "split(name, text) -> list[str]: text's pieces by the compiled splitter name (see SPLITTERS).");
+
+static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    const char *name;
+    PyObject *text, *keep = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "sU", &name, &text))
+        return NULL;
+    SplitKind kind = split_kind_of(name);
+    if (kind == SPLIT_NONE) {
+        PyErr_Format(PyExc_ValueError, "no compiled splitter named '%.100s' (see bpetok.models._bpe.SPLITTERS)", name);
+        return NULL;
+    }
+    const unsigned char *s;
+    size_t n, n_pieces = 0, capacity = 0;
+    Piece *pieces = NULL;
+    if (text_utf8(text, &keep, &s, &n) == 0 && split_into(kind, s, 0, n, &pieces, &n_pieces, &capacity) == 0) {
+        result = PyList_New((Py_ssize_t)n_pieces);
+        for (size_t i = 0; result != NULL && i < n_pieces; i++) {
+            PyObject *piece = PyUnicode_DecodeUTF8((const char *)pieces[i].text, (Py_ssize_t)pieces[i].len,
+                                                   "surrogatepass");
+            if (piece == NULL)
+                Py_CLEAR(result);
+            else
+                PyList_SET_ITEM(result, (Py_ssize_t)i, piece);
+        }
+    }
+    PyMem_Free(pieces);
+    Py_XDECREF(keep);
     return result;
 }
 
@@ -1195,10 +1479,23 @@ static PyObject *Kernel_cache_info(Kernel *self, PyObject *Py_UNUSED(ignored))
                          (Py_ssize_t)self->chunks.budget);
 }
 
+static PyObject *Kernel_get_split(Kernel *self, void *Py_UNUSED(closure))
+{
+    if (self->split == SPLIT_NONE)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(SPLIT_NAMES[self->split - 1]);
+}
+
+static PyGetSetDef Kernel_getset[] = {
+    {"split", (getter)Kernel_get_split, NULL, "the compiled splitter encode_text runs, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Kernel_methods[] = {
     {"encode", (PyCFunction)Kernel_encode, METH_O, Kernel_encode_doc},
     {"encode_groups", (PyCFunction)Kernel_encode_groups, METH_VARARGS, Kernel_encode_groups_doc},
     {"encode_chunks", (PyCFunction)Kernel_encode_chunks, METH_VARARGS, Kernel_encode_chunks_doc},
+    {"encode_text", (PyCFunction)Kernel_encode_text, METH_O, Kernel_encode_text_doc},
     {"encode_piece", (PyCFunction)Kernel_encode_piece, METH_O, Kernel_encode_piece_doc},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS, Kernel_cache_info_doc},
     {NULL, NULL, 0, NULL},
@@ -1214,12 +1511,18 @@ static PyTypeObject KernelType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = Kernel_doc,
     .tp_methods = Kernel_methods,
+    .tp_getset = Kernel_getset,
     .tp_init = (initproc)Kernel_init,
     .tp_new = PyType_GenericNew,
 };
 
+static PyMethodDef module_methods[] = {
+    {"split", (PyCFunction)module_split, METH_VARARGS, split_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef bpe_module = {
-    PyModuleDef_HEAD_INIT, "_bpe", "bpetok's compiled BPE kernel (see bpetok/models/gpt2.py).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_bpe", "bpetok's compiled BPE kernel (see bpetok/models/gpt2.py).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__bpe(void)
@@ -1232,6 +1535,23 @@ PyMODINIT_FUNC PyInit__bpe(void)
     Py_INCREF(&KernelType);
     if (PyModule_AddObject(m, "Kernel", (PyObject *)&KernelType) < 0) {
         Py_DECREF(&KernelType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    while (SPLIT_NAMES[count] != NULL)
+        count++;
+    PyObject *names = PyTuple_New(count);
+    for (Py_ssize_t i = 0; names != NULL && i < count; i++) {
+        PyObject *name = PyUnicode_FromString(SPLIT_NAMES[i]);
+        if (name == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, i, name);
+    }
+    if (names == NULL || PyModule_AddObject(m, "SPLITTERS", names) < 0) { /* the compiled splitters' names */
+        Py_XDECREF(names);
         Py_DECREF(m);
         return NULL;
     }

@@ -202,12 +202,15 @@ class BytePairModel:
                 ranks[key] = rank << shift | self._symbol_id(left + right)
         return ranks
 
-    def make_kernel(self, cache_bytes: int, chunk_bytes: int = 0):
+    def make_kernel(self, cache_bytes: int, chunk_bytes: int = 0, split: str = ""):
         """These tables in the compiled kernel, with a piece cache of ``cache_bytes`` and a space
-        chunk cache of ``chunk_bytes``; None when the kernel is not available (see :func:`kernel_module`)."""
+        chunk cache of ``chunk_bytes``; None when the kernel is not available (see :func:`kernel_module`).
+        ``split``: the kernel's own splitter (a :attr:`PreTokenizerSpec.kernel_split`), used only
+        if this build has it (``kernel.split`` says which one runs, or None)."""
         module = kernel_module()
         if module is None:
             return None
+        split_name = split if split in getattr(module, "SPLITTERS", ()) else None
         n = self.n_tokens
         return module.Kernel(
             self.byte_ids,
@@ -221,6 +224,7 @@ class BytePairModel:
             cache_bytes,
             int.from_bytes(os.urandom(8), "little"),
             chunk_bytes,
+            split_name,
         )
 
     # -- encoding --------------------------------------------------------------------------------

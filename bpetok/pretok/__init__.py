@@ -71,6 +71,11 @@ class PreTokenizerSpec:
     - ``newline_runs_whole``: a piece of newlines only that is a token is emitted whole.
     - ``metaspace_words``: each piece that is not newlines only starts with ``▁`` (added if
       missing) and is cut again before every further ``▁`` (llama.cpp's mmbert words).
+    - ``kernel_split``: the name of a splitter compiled into the C kernel (``bpetok/pretok/_split.c``,
+      listed in ``bpetok.models._bpe.SPLITTERS``) that splits exactly as this pre-tokenizer does.
+      With the kernel built, the engine then hands whole texts to the kernel (text -> space chunks
+      -> pieces -> ids, no Python object per piece); the pre-tokenizer's ``split`` stays the readable
+      twin that tests/test_split.py holds it equal to. A name the kernel lacks: the Python path runs.
 
     ``for_vocabulary``, when set, builds the pre-tokenizer from the loaded vocabulary instead of
     ``factory()``: for a pre name that stands for pre-tokenizers the file itself describes (a
@@ -93,6 +98,7 @@ class PreTokenizerSpec:
     escape_whitespaces: bool = False
     newline_runs_whole: bool = False
     metaspace_words: bool = False
+    kernel_split: str = ""
     description: str = ""
     for_vocabulary: Callable[[Vocabulary], PreTokenizer] | None = None
     # Filled in by the registry: which plugin registered this spec.

@@ -77,6 +77,7 @@ def bpetok_register_pretokenizers(register):
             # cut text there and cache the ids of whole chunks such as " word,".
             space_chunks=True,
             llama_type="LLAMA3",
+            kernel_split="llama3",  # llama.cpp's custom llama3 splitter, in C (bpetok/pretok/_split.c)
             description="Llama 3: numbers in runs of 1-3, case-insensitive contractions, ignore_merges",
         )
     )
@@ -89,6 +90,8 @@ def bpetok_register_pretokenizers(register):
         ("JAIS2", ("jais-2",), [JAIS2], {}),
         ("MINICPM5", ("minicpm5",), MINICPM5, {"ignore_merges": True}),
     ):
+        same = passes == [PATTERN]
         register(chain_spec("llama3", llama_type, names, passes, space_chunks=True,
-                            description="llama3's pattern" if passes == [PATTERN] else "a llama3 variant",
+                            kernel_split="llama3" if same else "",
+                            description="llama3's pattern" if same else "a llama3 variant",
                             **flags))

@@ -59,6 +59,7 @@ def bpetok_register_pretokenizers(register):
                 # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
                 space_chunks=True,
                 llama_type="QWEN2",
+                kernel_split="qwen2",  # llama.cpp's custom qwen2 splitter, in C (bpetok/pretok/_split.c)
                 description="Qwen2/Qwen3: one digit per piece, case-insensitive contractions",
             )
         )
@@ -70,7 +71,7 @@ def bpetok_register_pretokenizers(register):
         ("GROK_2", ("grok-2",), False),
     ):
         register(chain_spec("qwen2", llama_type, names, [PATTERN], clean_spaces=clean_spaces, space_chunks=True,
-                            description="qwen2's pattern"))
+                            kernel_split="qwen2", description="qwen2's pattern"))
     for llama_type, names, passes, flags, description in (
         ("QWEN35", ("qwen35",), [QWEN35], {"space_chunks": True},
          "Qwen3.5: qwen2 with combining marks kept in letter runs"),

@@ -1,0 +1,175 @@
+"""The kernel's compiled splitters (bpetok/pretok/_split.c) against their readable twins, the
+pure-Python regexes of bpetok/pretok/qwen2.py and llama3.py.
+
+tests/test_exact.py, test_llama3.py and test_pretok_families.py hold the tokenizer (which runs
+the compiled splitter when the kernel is built and the spec declares ``kernel_split``) to
+llama.cpp's ids; these hold each splitter equal to its twin piece for piece, and the kernel's
+whole-text path (``Kernel.encode_text``) equal to the reference encoder. The kernel module is
+imported directly, so these run under BPETOK_PURE_PYTHON=1 too.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpetok.models import _bpe  # the suite requires the kernel to be built (CI builds it)
+from bpetok.plugins import get_registry
+from bpetok.pretok import llama3, qwen2
+from bpetok.pretok.unicode_data import RANGE_STARTS, WHITESPACE
+from helpers import load_cases
+
+TWINS = {"qwen2": qwen2.make_pretokenizer(), "llama3": llama3.make_pretokenizer()}
+
+
+@pytest.fixture(scope="module", params=sorted(TWINS))
+def splitter(request):
+    return request.param, TWINS[request.param].split
+
+
+def test_the_build_has_every_twin():
+    assert set(_bpe.SPLITTERS) == set(TWINS)
+
+
+@pytest.mark.parametrize("cases", ["qwen3", "smollm2", "llama-bpe", "qwen35"])
+def test_every_reference_text(splitter, cases):
+    name, twin = splitter
+    texts = [case["text"] for case in load_cases(cases)]
+    assert len(texts) > 200
+    for text in texts:
+        assert _bpe.split(name, text) == twin(text), text
+
+
+# Codepoints of every class llama.cpp knows: the first of each of its ranges, its whitespace, and
+# the ASCII the patterns name (quotes, contraction letters in both cases, \r \n, digits).
+_CLASS_SAMPLES = sorted({c for c in RANGE_STARTS if not 0xD800 <= c <= 0xDFFF} | WHITESPACE)
+_ASCII = list(" \t\n\r\x0b\x0c'sStTrReEvVmMlLdDxX0123456789.,!?-_()")
+_ALPHABET = st.one_of(
+    st.sampled_from(_ASCII),
+    st.sampled_from(_CLASS_SAMPLES).map(chr),
+    st.characters(),  # any codepoint, lone surrogates included
+    st.sampled_from(["\u1680", "\u3000", "\x85", "\xa0", "\x1c", "\u0301", "\u0663", "\U0001f600", "\ud800", "\udfff"]),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(text=st.text(_ALPHABET, max_size=60))
+def test_any_text(splitter, text):
+    name, twin = splitter
+    assert _bpe.split(name, text) == twin(text)
+
+
+def _random_texts(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    parts = [" " * 5, "\n", "\r\n", "\t ", "'S", "'ll", "'Re", "'vE", "'d", "'m", "'t", "1234567", "٣٤٥", "x", "Éé",
+             "中文", ".,;", "\u3000", "\u2028", "\ud800", "😀", " !", "\x1c", "\u0301"]
+    return ["".join(rng.choice(parts) for _ in range(rng.randint(0, 40))) for _ in range(count)]
+
+
+def test_mixed_runs(splitter):
+    name, twin = splitter
+    for text in _random_texts(0, 3000):
+        assert _bpe.split(name, text) == twin(text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " " * 100_000,
+        " " * 50_000 + "x",
+        "\n" * 1000 + " " * 1000 + "a",
+        " \t \u3000" * 10_000,
+        "7" * 100_000,
+        "'s'S'll'LL're'RE" * 1000,
+        "a" * 100_000,
+        "!?" * 50_000 + "\r\n" * 100,
+    ],
+    ids=["spaces", "spaces-x", "newlines", "unicode-spaces", "digits", "contractions", "letters", "punctuation"],
+)
+def test_long_runs(splitter, text):
+    name, twin = splitter
+    assert _bpe.split(name, text) == twin(text)
+
+
+def test_every_spec_that_declares_a_splitter_has_it():
+    declared = list({id(row.spec): row.spec for row in get_registry().rows() if row.spec.kernel_split}.values())
+    assert {spec.kernel_split for spec in declared} == set(_bpe.SPLITTERS)
+    texts = _random_texts(1, 300) + [case["text"] for case in load_cases("qwen3")[:500]]
+    for spec in declared:
+        pretokenizer = spec.factory()
+        for text in texts:
+            assert _bpe.split(spec.kernel_split, text) == pretokenizer.split(text), (spec.llama_type, text)
+
+
+# -- the kernel's whole-text path ----------------------------------------------------------------
+
+
+def test_the_tokenizer_uses_the_compiled_splitter(qwen3, smollm2):
+    # smollm's two-pass pattern has no compiled splitter: it keeps the Python one.
+    if qwen3.engine == "C kernel":
+        assert qwen3._kernel.split == "qwen2" and qwen3._text_kernel is qwen3._kernel
+        assert smollm2._kernel.split is None and smollm2._text_kernel is None
+
+
+def _reference(tok, text: str) -> list[int]:
+    """The readable path: the Python twin's pieces, each merged by the reference BPE."""
+    pieces = tok.pretokenizer.split(text)
+    return [i for piece in pieces for i in tok.bpe.encode_piece_reference(piece.encode("utf-8", "surrogatepass"))]
+
+
+def _kernel_with_split(tok, name, cache_bytes=1 << 20, chunk_bytes=1 << 20):
+    bpe = tok.bpe
+    from bpetok.models.gpt2 import BYTE_TO_CHAR
+
+    return _bpe.Kernel(
+        bpe.byte_ids, bpe.ranks, bpe.stride, bpe.shift, bpe.n_tokens,
+        [bpe._emit([bpe.n_tokens + k]) for k in range(len(bpe.virtual_texts))],
+        bpe.token_to_id if bpe.ignore_merges else None,
+        [c.encode() for c in BYTE_TO_CHAR], cache_bytes, 12345, chunk_bytes, name,
+    )
+
+
+@pytest.mark.parametrize("budget", [0, 1 << 20], ids=["no-cache", "cache"])
+def test_encode_text_equals_the_reference(qwen3, budget):
+    kernel = _kernel_with_split(qwen3, "qwen2", budget, budget)
+    texts = [case["text"] for case in load_cases("qwen3")][:2000] + _random_texts(2, 500)
+    for text in texts + texts:  # the second time from the caches
+        assert kernel.encode_text(text) == _reference(qwen3, text), text
+
+
+def test_encode_text_over_many_chunks(qwen3):
+    # More chunks than one batch (4096), repeated ones within a batch, a head and a last part
+    # ending in whitespace.
+    rng = random.Random(3)
+    words = ["the", "cat,", "x\n", "'s", "123", "中文", "\u3000y", "😀", "a  b", "\ud800"]
+    text = "  " + " ".join(rng.choice(words) for _ in range(20_000)) + " \n "
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    expected = _reference(qwen3, text)
+    assert kernel.encode_text(text) == expected
+    assert kernel.encode_text(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(_ALPHABET, max_size=80))
+def test_encode_text_any_text(qwen3, text):
+    kernel = _KERNELS.setdefault("qwen3", _kernel_with_split(qwen3, "qwen2"))
+    assert kernel.encode_text(text) == _reference(qwen3, text)
+
+
+_KERNELS: dict = {}
+
+
+def test_unknown_splitters_are_refused(qwen3):
+    with pytest.raises(ValueError, match="no compiled splitter named 'nope'"):
+        _bpe.split("nope", "text")
+    with pytest.raises(ValueError, match="no compiled splitter named 'nope'"):
+        _kernel_with_split(qwen3, "nope")
+    with pytest.raises(ValueError, match="needs a kernel built with split"):
+        _kernel_with_split(qwen3, None).encode_text("text")
+    with pytest.raises(TypeError):
+        _kernel_with_split(qwen3, "qwen2").encode_text(b"bytes")
+    with pytest.raises(TypeError):
+        _bpe.split("qwen2", b"bytes")
