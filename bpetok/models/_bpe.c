@@ -216,14 +216,14 @@ typedef struct {
 /* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL). */
 typedef struct {
     uint32_t *sym, *rank, *merged, *next, *prev;
-    struct HeapItem *heap;
+    uint64_t *heap;
     unsigned char *text;
     size_t capacity;
 } Scratch;
 
-typedef struct HeapItem {
-    uint32_t rank, pos, left, right, merged;
-} HeapItem;
+/* A queued pair: rank << 32 | position of its left symbol, so one compare orders pairs by rank,
+ * the leftmost first on ties. */
+typedef uint64_t HeapItem;
 
 static void scratch_free(Scratch *s)
 {
@@ -259,17 +259,12 @@ static int scratch_reserve(Scratch *s, size_t n)
     return 0;
 }
 
-static inline int heap_less(const HeapItem *a, const HeapItem *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
 static void heap_push(HeapItem *h, size_t *n, HeapItem item)
 {
     size_t i = (*n)++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (!heap_less(&item, &h[parent]))
+        if (item >= h[parent])
             break;
         h[i] = h[parent];
         i = parent;
@@ -286,9 +281,9 @@ static HeapItem heap_pop(HeapItem *h, size_t *n)
         size_t child = 2 * i + 1;
         if (child >= count)
             break;
-        if (child + 1 < count && heap_less(&h[child + 1], &h[child]))
+        if (child + 1 < count && h[child + 1] < h[child])
             child++;
-        if (!heap_less(&h[child], &last))
+        if (h[child] >= last)
             break;
         h[i] = h[child];
         i = child;
@@ -345,17 +340,21 @@ static size_t merge_heap(const Kernel *k, Scratch *s, size_t n)
     }
     for (size_t i = 0; i + 1 < n; i++) {
         const Merge *m = merge_find(&k->merges, sym[i], sym[i + 1]);
-        if (m) {
-            HeapItem item = {m->rank, (uint32_t)i, sym[i], sym[i + 1], m->merged};
-            heap_push(heap, &heap_n, item);
-        }
+        if (m)
+            heap_push(heap, &heap_n, (uint64_t)m->rank << 32 | i);
     }
     while (heap_n) {
         HeapItem top = heap_pop(heap, &heap_n);
-        uint32_t left = top.pos, right = next[left];
-        if (sym[left] != top.left || right >= n || sym[right] != top.right)
-            continue; /* stale: a side was merged since this pair was queued */
-        sym[left] = top.merged;
+        uint32_t left = (uint32_t)top, rank = (uint32_t)(top >> 32), right = next[left];
+        if (sym[left] == UINT32_MAX || right >= n)
+            continue; /* stale: the left symbol was merged away, or is now the last */
+        /* A pair is queued each time it forms and a symbol never goes back to an earlier value,
+         * so the pair now at `left` is the queued one exactly when it has the queued rank. */
+        const Merge *m = merge_find(&k->merges, sym[left], sym[right]);
+        if (m == NULL || m->rank != rank)
+            continue;
+        uint32_t merged = m->merged;
+        sym[left] = merged;
         sym[right] = UINT32_MAX;
         uint32_t after = next[right];
         next[left] = after;
@@ -365,18 +364,14 @@ static size_t merge_heap(const Kernel *k, Scratch *s, size_t n)
         /* Each merge adds at most two pairs and removes one symbol: the heap holds at most
          * (n - 1) + 2 * (n - 1) items, under 3n; checked all the same. */
         if (before != UINT32_MAX) {
-            const Merge *m = merge_find(&k->merges, sym[before], top.merged);
-            if (m && heap_n < heap_cap) {
-                HeapItem item = {m->rank, before, sym[before], top.merged, m->merged};
-                heap_push(heap, &heap_n, item);
-            }
+            const Merge *mb = merge_find(&k->merges, sym[before], merged);
+            if (mb && heap_n < heap_cap)
+                heap_push(heap, &heap_n, (uint64_t)mb->rank << 32 | before);
         }
         if (after < n) {
-            const Merge *m = merge_find(&k->merges, top.merged, sym[after]);
-            if (m && heap_n < heap_cap) {
-                HeapItem item = {m->rank, left, top.merged, sym[after], m->merged};
-                heap_push(heap, &heap_n, item);
-            }
+            const Merge *ma = merge_find(&k->merges, merged, sym[after]);
+            if (ma && heap_n < heap_cap)
+                heap_push(heap, &heap_n, (uint64_t)ma->rank << 32 | left);
         }
     }
     size_t out = 0;
