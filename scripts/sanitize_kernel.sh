@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Build the C modules (bpetok/models/_bpe.c, _symbols.c) with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run the tests that feed it: the kernel's own (reference pieces, Hypothesis, hostile calls,
-# threads), the oracle cases (llama.cpp's ids), the Hypothesis properties and the GGUF fuzz tests.
+# threads), the compiled splitters against their Python twins, the oracle cases (llama.cpp's ids, qwen2
+# and llama3), the Hypothesis properties and the GGUF fuzz tests.
 #
 #     scripts/sanitize_kernel.sh            # from the repository, in a venv with bpetok's test extra
 #
 # The package is copied to a temporary directory and the kernel built there, so the working
 # tree's own build is untouched. Python itself is not instrumented: libasan is preloaded, and
 # leak detection is off (the interpreter keeps memory until exit by design). Any finding stops
-# the run with a report and a non-zero exit.
+# the run with a report and a non-zero exit (--capture=sys: pytest leaves file descriptor 2 to
+# the sanitizers, so the report is printed rather than lost with the dying process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="$(mktemp -d)"
@@ -27,6 +29,7 @@ export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:mall
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 unset BPETOK_PURE_PYTHON
 python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf.gz'); assert t.engine == 'C kernel', t.engine; print(bpetok.__file__, t.engine)"
-python -m pytest -q -p no:cacheprovider tests/test_kernel.py tests/test_symbols.py tests/test_exact.py tests/test_properties.py \
-    tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py "$@"
+python -m pytest -q -p no:cacheprovider --capture=sys tests/test_kernel.py tests/test_symbols.py tests/test_exact.py \
+    tests/test_properties.py tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py tests/test_split.py \
+    tests/test_llama3.py "$@"
 echo "sanitized run: no finding"

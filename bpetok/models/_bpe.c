@@ -691,7 +691,7 @@ typedef struct {
     uint64_t hash;
     const uint32_t *ids; /* a cache entry's ids, or into the call's own buffer */
     size_t n_ids;
-    size_t offset; /* a miss: where its ids go in the call's buffer */
+    size_t offset; /* a miss: where its ids go in the call's buffer (else SIZE_MAX) */
     Py_ssize_t first; /* a repeated miss: the index of its first occurrence in this call, else -1 */
 } Piece;
 
@@ -743,6 +743,8 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
     for (Py_ssize_t i = 0; i < n; i++) {
         p[i].first = -1;
         p[i].ids = NULL;
+        p[i].n_ids = 0;
+        p[i].offset = SIZE_MAX; /* not merged by this call */
         p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         if (e != NULL) {
@@ -800,7 +802,7 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
             p[i].n_ids = p[p[i].first].n_ids;
             continue;
         }
-        if (p[i].ids == ids + p[i].offset && p[i].len <= CACHE_LONGEST && p[i].len > 0)
+        if (p[i].offset != SIZE_MAX && p[i].len <= CACHE_LONGEST && p[i].len > 0)
             if (table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids) < 0) {
                 PyErr_NoMemory();
                 return -1;
