@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from bpetok.models import _bpe  # the suite requires the kernel to be built (CI builds it)
 from bpetok.plugins import get_registry
-from bpetok.pretok import llama3, qwen2
+from bpetok.pretok import llama3, qwen2, smollm
 from bpetok.pretok.unicode_data import RANGE_STARTS, WHITESPACE
 from helpers import load_cases
 
-TWINS = {"qwen2": qwen2.make_pretokenizer(), "llama3": llama3.make_pretokenizer()}
+TWINS = {"qwen2": qwen2.make_pretokenizer(), "llama3": llama3.make_pretokenizer(), "smollm": smollm.make_pretokenizer()}
 
 
 @pytest.fixture(scope="module", params=sorted(TWINS))
@@ -108,10 +108,11 @@ def test_every_spec_that_declares_a_splitter_has_it():
 
 
 def test_the_tokenizer_uses_the_compiled_splitter(qwen3, smollm2):
-    # smollm's two-pass pattern has no compiled splitter: it keeps the Python one.
     if qwen3.engine == "C kernel":
         assert qwen3._kernel.split == "qwen2" and qwen3._text_kernel is qwen3._kernel
-        assert smollm2._kernel.split is None and smollm2._text_kernel is None
+        assert smollm2._kernel.split == "smollm" and smollm2._text_kernel is smollm2._kernel
+    else:
+        assert qwen3._text_kernel is None and smollm2._text_kernel is None
 
 
 def _reference(tok, text: str) -> list[int]:

@@ -11,6 +11,7 @@ typedef enum {
     SPLIT_NONE = 0,
     SPLIT_QWEN2,  /* bpetok/pretok/qwen2.py PATTERN: one digit per piece */
     SPLIT_LLAMA3, /* bpetok/pretok/llama3.py PATTERN: digits in runs of up to three */
+    SPLIT_SMOLLM, /* bpetok/pretok/smollm.py PATTERN: numbers cut out, then GPT-2's pattern */
 } SplitKind;
 
 /* The splitter a spec's kernel_split names, or SPLIT_NONE for a name this build lacks. */

@@ -54,6 +54,7 @@ def bpetok_register_pretokenizers(register):
                 # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
                 space_chunks=True,
                 llama_type=llama_type,
+                kernel_split="smollm",  # PATTERN in C (bpetok/pretok/_split.c)
                 description="SmolLM2: digits cut out first, then GPT-2's pattern",
             )
         )
