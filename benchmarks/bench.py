@@ -9,6 +9,9 @@ Every engine is built in this process from the same GGUF file (read with bpetok'
   order), the qwen2 pattern, CONTROL/USER_DEFINED tokens as special tokens; ``encode_ordinary``.
 - ``hf``: HF ``tokenizers`` with a BPE model (the GGUF's vocabulary and merges),
   ``Split(qwen2 pattern, isolated)`` + ``ByteLevel(use_regex=False)``, a ByteLevel decoder.
+- ``quicktok``: quicktok-v1 (``pip install quicktok-v1``, C++), its own bundled Qwen3 encoding
+  (``quicktok.Tokenizer("qwen3", "")``), ``encode_ordinary``; only for a qwen2-family GGUF, and
+  skipped when not installed (the id check below says whether it gave bpetok's ids).
 - ``llama.cpp``: llama-cpp-python's ``Llama(path, vocab_only=True).tokenize(..., special=False)``
   (skipped when not installed).
 - ``bpetok``: ``bpetok.from_gguf(path).encode(text, parse_special=False)``.
@@ -95,6 +98,19 @@ def make_tiktoken(path):
     return fresh
 
 
+def make_quicktok(path):
+    import quicktok
+
+    pre = bpetok.load_vocabulary(path).pre
+    if pre != "qwen2":
+        raise SystemExit(f"bench: quicktok ships Qwen3's encoding only; {path} is pre={pre!r} (drop it from --engines)")
+
+    def fresh():
+        return quicktok.Tokenizer("qwen3", "").encode_ordinary  # not get_encoding: that one is cached
+
+    return fresh
+
+
 def make_hf(path):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -130,6 +146,7 @@ ENGINES = {
     "bpetok": make_bpetok,
     "bpetok-py": make_bpetok_python,
     "tiktoken": make_tiktoken,
+    "quicktok": make_quicktok,
     "hf": make_hf,
     "llama.cpp": make_llama,
 }
@@ -198,22 +215,36 @@ CHILD = {
 }
 
 
+def _child_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def load_process(path: str, repeat: int) -> dict:
-    """Whole-process wall time and peak RSS of loading + one encode, median of ``repeat`` runs."""
-    out = {}
-    for name, code in CHILD.items():
-        if name == "llama.cpp" and not _installed("llama_cpp"):
-            continue
-        walls, rss = [], []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True)
-            walls.append(time.perf_counter() - start)
+    """Whole-process wall time, CPU time (user + system, the child's own: steadier than wall
+    time on a shared machine) and peak RSS of loading + one encode, medians of ``repeat`` runs,
+    the processes alternating."""
+    names = [name for name in CHILD if name != "llama.cpp" or _installed("llama_cpp")]
+    runs: dict[str, dict[str, list]] = {name: {"walls": [], "cpus": [], "rss": []} for name in names}
+    for _ in range(repeat):
+        for name in names:
+            start, cpu = time.perf_counter(), _child_cpu()
+            done = subprocess.run([sys.executable, "-c", CHILD[name], path], capture_output=True, text=True)
+            runs[name]["walls"].append(time.perf_counter() - start)
+            runs[name]["cpus"].append(_child_cpu() - cpu)
             if done.returncode != 0:
                 raise SystemExit(f"bench: the {name} load subprocess failed (exit {done.returncode}): {done.stderr[-500:]}")
-            rss.append(int(done.stdout.split()[-1]) / 1024)  # VmHWM is in kB
-        out[name] = {"seconds": statistics.median(walls), "peak_MiB": statistics.median(rss)}
-    return out
+            runs[name]["rss"].append(int(done.stdout.split()[-1]) / 1024)  # VmHWM is in kB
+    return {
+        name: {
+            "seconds": statistics.median(run["walls"]),
+            "cpu_seconds": statistics.median(run["cpus"]),
+            "peak_MiB": statistics.median(run["rss"]),
+        }
+        for name, run in runs.items()
+    }
 
 
 def _burn(n: int) -> int:
@@ -388,9 +419,13 @@ def report(results: dict) -> str:
             r = b[kind]
             lines.append(f"| {kind} | {r['single_MB/s']:.2f} | {r['batch_MB/s']:.2f} | **{r['speedup']:.2f}×** |")
     if "load" in results:
-        lines += ["\nWhole process: load the vocabulary + encode 'Hello world' (median)\n", "| | seconds | peak RSS MiB |", "|---|---|---|"]
+        lines += [
+            "\nWhole process: load the vocabulary + encode 'Hello world' (median)\n",
+            "| | wall seconds | CPU seconds | peak RSS MiB |",
+            "|---|---|---|---|",
+        ]
         for name, r in results["load"].items():
-            lines.append(f"| {name} | {r['seconds']:.3f} | {r['peak_MiB']:.0f} |")
+            lines.append(f"| {name} | {r['seconds']:.3f} | {r['cpu_seconds']:.3f} | {r['peak_MiB']:.0f} |")
     if "pathological" in results:
         names = list(next(iter(results["pathological"].values())))
         lines += ["\nPathological inputs, 1 MB each: seconds (fresh tokenizer)\n", "| input | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -435,7 +470,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-load", action="store_true", help="skip the whole-process load measurement")
     parser.add_argument("--no-batch", action="store_true", help="skip the encode_batch measurement")
     parser.add_argument("--no-pathological", action="store_true", help="skip the pathological inputs")
-    parser.add_argument("--pathological-engines", default="bpetok,tiktoken,hf,llama.cpp")
+    parser.add_argument("--pathological-engines", default="bpetok,tiktoken,quicktok,hf,llama.cpp")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a pathological run is given up")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--plot", help="also draw a PNG here (needs matplotlib)")
@@ -447,9 +482,10 @@ def main(argv=None) -> int:
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
         parser.error(f"unknown engine(s) {unknown}; choose from {list(ENGINES)}")
-    if "llama.cpp" in engines and not _installed("llama_cpp"):
-        print("bench: llama_cpp is not installed; skipping llama.cpp", file=sys.stderr)
-        engines.remove("llama.cpp")
+    for engine, module in (("llama.cpp", "llama_cpp"), ("quicktok", "quicktok")):
+        if engine in engines and not _installed(module):
+            print(f"bench: {module} is not installed; skipping {engine}", file=sys.stderr)
+            engines.remove(engine)
     if "bpetok" not in engines:
         parser.error("--engines must include bpetok (ratios and id checks are against it)")
     engines.sort(key=list(ENGINES).index)

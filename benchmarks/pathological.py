@@ -1,6 +1,6 @@
 """CPU seconds of one encode of each 1 MB pathological input (bench.py's), in this process.
 
-    python3 benchmarks/pathological.py VOCAB.gguf [--engines bpetok,tiktoken]
+    python3 benchmarks/pathological.py VOCAB.gguf [--engines bpetok,tiktoken,quicktok]
 
 bench.py times these in subprocesses against a wall-clock timeout, vocabulary load included;
 on a busy machine that measures the machine. This measures each engine's own work.
@@ -20,7 +20,7 @@ import bench  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("vocab")
-    ap.add_argument("--engines", default="bpetok,tiktoken")
+    ap.add_argument("--engines", default="bpetok,tiktoken,quicktok")
     args = ap.parse_args()
     inputs = bench.pathological_inputs()
     for engine in args.engines.split(","):
