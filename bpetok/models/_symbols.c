@@ -417,13 +417,25 @@ done:
     return status;
 }
 
-static int check_ready(Merger *self, Py_buffer *view)
+/* Take ``arg`` (bytes) into ``view``: 0 with the view held, 1 when the input is too long for
+ * the C loop (view released: the caller returns None), -1 with an exception set. */
+static int take_input(Merger *self, PyObject *arg, const char *method, Py_buffer *view)
 {
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes bytes, not %.100s", method, Py_TYPE(arg)->tp_name);
+        return -1;
+    }
     if (!self->units.slots || !self->merges.slots) {
         PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
         return -1;
     }
-    return view->len <= LONGEST_INPUT ? 0 : 1;
+    if (PyObject_GetBuffer(arg, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (view->len > LONGEST_INPUT) {
+        PyBuffer_Release(view);
+        return 1;
+    }
+    return 0;
 }
 
 /* Merge ``view`` with the GIL released when it is long; -1 (MemoryError set) on failure. */
@@ -453,20 +465,12 @@ PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
 static PyObject *Merger_encode(Merger *self, PyObject *arg)
 {
     Py_buffer view;
-    if (!PyBytes_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "encode() takes bytes, not %.100s", Py_TYPE(arg)->tp_name);
+    int ready = take_input(self, arg, "encode", &view);
+    if (ready < 0)
         return NULL;
-    }
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    PyObject *result = NULL;
-    int ready = check_ready(self, &view);
-    if (ready != 0) {
-        PyBuffer_Release(&view);
-        if (ready < 0)
-            return NULL;
+    if (ready > 0)
         Py_RETURN_NONE;
-    }
+    PyObject *result = NULL;
     Work w;
     if (run_merge(self, &view, &w) < 0) {
         PyBuffer_Release(&view);
@@ -508,19 +512,11 @@ PyDoc_STRVAR(spans_doc, "spans(data: bytes) -> list[tuple[int, int]] | None\n\n"
 static PyObject *Merger_spans(Merger *self, PyObject *arg)
 {
     Py_buffer view;
-    if (!PyBytes_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "spans() takes bytes, not %.100s", Py_TYPE(arg)->tp_name);
+    int ready = take_input(self, arg, "spans", &view);
+    if (ready < 0)
         return NULL;
-    }
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    int ready = check_ready(self, &view);
-    if (ready != 0) {
-        PyBuffer_Release(&view);
-        if (ready < 0)
-            return NULL;
+    if (ready > 0)
         Py_RETURN_NONE;
-    }
     Work w;
     if (run_merge(self, &view, &w) < 0) {
         PyBuffer_Release(&view);

@@ -21,13 +21,12 @@ aborts: ``find_bpe_rank`` asserts that no symbol holds a space).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from bpetok.cache import IdCache, as_ids
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
-from bpetok.models.llama import SPACE, build_merger, merge_symbols, merger_module
+from bpetok.models.llama import SPACE, CompiledMergeLoop, build_merger, merge_symbols
 
 __all__ = ["RawBytePairModel"]
 
@@ -38,8 +37,10 @@ _NEWLINE_RUNS = re.compile(rb"[^\n]+|\n+")
 _CACHE_LONGEST = 1024
 
 
-class RawBytePairModel:
+class RawBytePairModel(CompiledMergeLoop):
     """BPE by merge rank over the UTF-8 characters of a piece, ``▁`` for spaces (see the module docstring)."""
+
+    newline_runs_whole = True  # llama.cpp's gemma4 looks a run of newlines that is a token up whole
 
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
@@ -60,24 +61,6 @@ class RawBytePairModel:
         self.byte_ids = [self.ids.get(b"<0x%02X>" % b) for b in range(256)]
         # Each line's ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
         self._cache = IdCache(0)
-        self._merger: Any = None  # the C merge loop's tables, built on first use (see merger())
-        self._merger_built = False
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache lines' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
-        return self.merger() is not None
-
-    def merger(self):
-        """The C merge loop for this vocabulary, or None (not built, or BPETOK_PURE_PYTHON is set)."""
-        if not self._merger_built:
-            self._merger = self.build_merger(merger_module())
-            self._merger_built = True
-        return self._merger
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
@@ -131,7 +114,7 @@ class RawBytePairModel:
 
     def encode_piece(self, data: bytes) -> list[int]:
         """Ids of one newline run, or one run without newlines, its spaces already ``▁``."""
-        whole = self._newline_token(data)
+        whole = self._whole_newlines(data)
         if whole is not None:
             return [whole]
         merger = self.merger()
@@ -140,12 +123,14 @@ class RawBytePairModel:
 
     def encode_piece_reference(self, data: bytes) -> list[int]:
         """:meth:`encode_piece` by :func:`merge_symbols`, the readable twin of the C loop."""
-        whole = self._newline_token(data)
+        whole = self._whole_newlines(data)
         return [whole] if whole is not None else self._emit(data, self.merge(data))
 
-    def _newline_token(self, data: bytes) -> int | None:
-        """A run of newlines that is a token is that token, whole."""
-        return None if data.strip(b"\n") else self.ids.get(data)
+    def _whole_newlines(self, data: bytes) -> int | None:
+        """A run of newlines that is a token is that token, whole (where newline_runs_whole)."""
+        if not self.newline_runs_whole or data.strip(b"\n"):
+            return None
+        return self.ids.get(data)
 
     def merge(self, data: bytes) -> list[tuple[int, int]]:
         """The final symbols of ``data`` as (start, length) byte spans, llama.cpp's merge loop."""

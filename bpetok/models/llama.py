@@ -195,7 +195,36 @@ def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
     return spans
 
 
-class SentencePieceModel:
+class CompiledMergeLoop:
+    """What the models on the C merge loop share: its tables, built on first use (:meth:`merger`),
+    and the cache the Tokenizer hands over. A model sets ``_cache`` and defines ``build_merger``."""
+
+    _merger: Any = None
+    _merger_built = False
+    _cache: IdCache
+
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
+        self._cache = cache
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
+        return self.merger() is not None
+
+    def merger(self):
+        """The C merge loop for this vocabulary, or None (not built, BPETOK_PURE_PYTHON, or
+        ``build_merger`` declined: NaN scores)."""
+        if not self._merger_built:
+            self._merger = self.build_merger(merger_module())
+            self._merger_built = True
+        return self._merger
+
+    def build_merger(self, module):
+        raise NotImplementedError
+
+
+class SentencePieceModel(CompiledMergeLoop):
     """Score-ordered merges over the characters of one fragment (see the module docstring)."""
 
     def __init__(self, vocabulary, pretokenizer=None):
@@ -206,24 +235,10 @@ class SentencePieceModel:
         self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
-        self._merger: Any = None  # the C merge loop's tables, built on first use (see merger())
-        self._merger_built = False
         # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
         # The fragment is the unit: cutting it into words and caching those measured slower on
         # new text than merging it whole in C (benchmarks/models_bench.py, docs/benchmarks.md).
         self._cache = IdCache(0)
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
-        return self.merger() is not None
-
-    def merger(self):
-        """The C merge loop for this vocabulary, or None (not built, BPETOK_PURE_PYTHON, NaN scores)."""
-        if not self._merger_built:
-            self._merger = self.build_merger(merger_module())
-            self._merger_built = True
-        return self._merger
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
@@ -246,10 +261,6 @@ class SentencePieceModel:
                     rights.append(right)
                     priorities.append(order[scores[token_id]])
         return build_merger(module, index, self.n_tokens, lefts, rights, priorities, self.byte_ids, missing_byte_fails=True)
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache fragments' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""

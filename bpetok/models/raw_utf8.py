@@ -116,24 +116,6 @@ class RawUtf8Model(RawBytePairModel):
             ids += found
         return ids
 
-    def encode_piece(self, data: bytes) -> list[int]:
-        """Ids of one piece (its spaces already ``▁`` where the spec escapes them), by the C merge
-        loop where it is built."""
-        whole = self._whole_newlines(data)
-        if whole is not None:
-            return [whole]
-        merger = self.merger()
-        found = merger.encode(data) if merger is not None else None  # None for 2 GiB and more
-        return found if found is not None else self._emit(data, self.merge(data))
-
-    def encode_piece_reference(self, data: bytes) -> list[int]:
-        """:meth:`encode_piece` by :func:`merge_symbols`, the readable twin of the C loop."""
-        whole = self._whole_newlines(data)
-        return [whole] if whole is not None else self._emit(data, self.merge(data))
-
-    def _whole_newlines(self, data: bytes) -> int | None:
-        return self._newline_token(data) if self.newline_runs_whole else None
-
     def normal_piece(self, text: bytes) -> bytes:
         """A NORMAL token's bytes: ``▁`` back to spaces where the spec escapes them, else the text
         read through GPT-2's alphabet (llama.cpp's ``llama_decode_text``, markers included)."""
