@@ -695,6 +695,41 @@ typedef struct {
     Py_ssize_t first; /* a repeated miss: the index of its first occurrence in this call, else -1 */
 } Piece;
 
+static PyObject *list_of_ids(const uint32_t *ids, size_t n)
+{
+    PyObject *result = PyList_New((Py_ssize_t)n);
+    for (size_t j = 0; result != NULL && j < n; j++) {
+        PyObject *id = PyLong_FromUnsignedLong(ids[j]);
+        if (id == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)j, id);
+    }
+    return result;
+}
+
+/* The ids of ``n`` pieces, in order, as one list (NULL with an exception set on failure). */
+static PyObject *list_of_piece_ids(const Piece *p, Py_ssize_t n)
+{
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total += p[i].n_ids;
+    PyObject *result = PyList_New((Py_ssize_t)total);
+    size_t at = 0;
+    for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
+        for (size_t j = 0; j < p[i].n_ids; j++) {
+            PyObject *id = PyLong_FromUnsignedLong(p[i].ids[j]);
+            if (id == NULL) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyList_SET_ITEM(result, (Py_ssize_t)at++, id);
+        }
+    }
+    return result;
+}
+
 /* The distinct texts of a call's misses, so that each is worked out once per call: open
  * addressing over indices into the call's Piece array, load at most 1/2. */
 typedef struct {
@@ -849,22 +884,7 @@ static PyObject *Kernel_encode(Kernel *self, PyObject *pieces)
     uint32_t *buffer;
     PyObject *keep, *result = NULL;
     if (encode_pieces(self, list, &p, &buffer, &keep) == 0) {
-        Py_ssize_t n = PyList_GET_SIZE(list);
-        size_t total = 0;
-        for (Py_ssize_t i = 0; i < n; i++)
-            total += p[i].n_ids;
-        result = PyList_New((Py_ssize_t)total);
-        size_t at = 0;
-        for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
-            for (size_t j = 0; j < p[i].n_ids; j++) {
-                PyObject *id = PyLong_FromUnsignedLong(p[i].ids[j]);
-                if (id == NULL) {
-                    Py_CLEAR(result);
-                    break;
-                }
-                PyList_SET_ITEM(result, (Py_ssize_t)at++, id);
-            }
-        }
+        result = list_of_piece_ids(p, PyList_GET_SIZE(list));
     }
     PyMem_Free(p);
     PyMem_RawFree(buffer);
@@ -1143,26 +1163,13 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             }
         }
     }
-    size_t total = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
         if (c[i].ids == NULL) { /* a missing chunk */
             c[i].ids = miss_ids + miss_at[c[i].offset];
             c[i].n_ids = miss_n[c[i].offset];
         }
-        total += c[i].n_ids;
     }
-    result = PyList_New((Py_ssize_t)total);
-    size_t at = 0;
-    for (Py_ssize_t i = 0; result != NULL && i < m; i++) {
-        for (size_t j = 0; j < c[i].n_ids; j++) {
-            PyObject *id = PyLong_FromUnsignedLong(c[i].ids[j]);
-            if (id == NULL) {
-                Py_CLEAR(result);
-                break;
-            }
-            PyList_SET_ITEM(result, (Py_ssize_t)at++, id);
-        }
-    }
+    result = list_of_piece_ids(c, m);
 done:
     PyMem_Free(c);
     PyMem_Free(seen.slots);
@@ -1222,20 +1229,6 @@ static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
         memcpy(b->ids + b->n, ids, n * sizeof(uint32_t));
     b->n += n;
     return 0;
-}
-
-static PyObject *list_of_ids(const uint32_t *ids, size_t n)
-{
-    PyObject *result = PyList_New((Py_ssize_t)n);
-    for (size_t j = 0; result != NULL && j < n; j++) {
-        PyObject *id = PyLong_FromUnsignedLong(ids[j]);
-        if (id == NULL) {
-            Py_CLEAR(result);
-            break;
-        }
-        PyList_SET_ITEM(result, (Py_ssize_t)j, id);
-    }
-    return result;
 }
 
 /* Where the space chunk that starts at byte `at` ends: at the next space after a non-space
@@ -1449,15 +1442,8 @@ static PyObject *Kernel_encode_piece(Kernel *self, PyObject *arg)
             PyErr_NoMemory();
         } else if (got < 0) {
             PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: a piece gave more ids than its bound (a bug)");
-        } else if ((result = PyList_New(got)) != NULL) {
-            for (Py_ssize_t j = 0; j < got; j++) {
-                PyObject *id = PyLong_FromUnsignedLong(ids[j]);
-                if (id == NULL) {
-                    Py_CLEAR(result);
-                    break;
-                }
-                PyList_SET_ITEM(result, j, id);
-            }
+        } else {
+            result = list_of_ids(ids, (size_t)got);
         }
     }
     scratch_free(&scratch);
