@@ -1,15 +1,18 @@
 """Encoding a corpus into token-id shards for training (``bpetok encode-dataset``).
 
-The flow, one way: the inputs are read in order into *documents* (a text file, a line, a JSONL
-record's field, a Parquet cell); documents are grouped into *blocks* of about
-:data:`BLOCK_CHARS` characters; blocks are encoded in this process, on local worker processes
-(``concurrent.futures``) or on a Dask cluster; their ids come back in block order and are cut
-into *shards* of whole documents holding at most ``shard_tokens`` ids each.
+The flow, one way: the driver (this process) cuts the inputs into *tasks* of about
+:data:`BLOCK_BYTES` bytes each: a byte range of a JSONL or text file, cut at a line break, or a
+few Parquet row groups (:func:`plan_tasks`), so only where to read travels, not the text. The
+task runs in this process, on local worker processes (``concurrent.futures``) or on a Dask
+cluster: it reads its records into *documents* (a text file, a line, a JSONL record's field, a
+Parquet cell), encodes them and returns their ids, lengths and bad records (:func:`run_task`).
+The results come back in task order and are cut into *shards* of whole documents holding at
+most ``shard_tokens`` ids each.
 
 Why the output does not depend on the workers or the engine: a document's ids are
 ``tok.encode(text)`` whichever process computes them, results are consumed in input order, and
 a shard ends where its next document would not fit: the cut depends only on the documents'
-lengths in ids, never on which block or worker they came from, nor on timing.
+lengths in ids, never on which task or worker they came from, nor on timing.
 
 Why a rerun resumes: each shard is written to a temporary file in the output directory and
 renamed when complete, and the manifest (written the same way) lists the finished shards with
@@ -54,13 +57,13 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = "bpetok-shards/1"
-# A block is the unit of work sent to a worker: large enough that the per-task overhead (pickling
-# the texts, one round trip) is small, small enough that a worker's memory stays far below 1 GiB.
-BLOCK_CHARS = 1 << 22
+# The input a task reads: large enough that the per-task overhead (one round trip, a worker's
+# reading and its returned ids) is small, small enough that a worker's memory stays far below 1 GiB.
+BLOCK_BYTES = 1 << 22
 # 2**26 ids: 128 MiB as uint16, 256 MiB as uint32; the writer holds one shard's ids (npy shards are
 # written part by part, with no concatenated copy), so its memory is bounded by this, not by the corpus.
 DEFAULT_SHARD_TOKENS = 1 << 26
-# Blocks submitted ahead of the one being written, per worker: keeps every worker busy while
+# Tasks submitted ahead of the one being written, per worker: keeps every worker busy while
 # bounding the texts and ids held in memory.
 AHEAD_PER_WORKER = 2
 EXAMPLES_KEPT = 20  # error examples kept in the manifest (all errors are counted)
@@ -116,7 +119,7 @@ def file_sha256(path: str) -> str:
 
 
 def encode_block(model: ModelSource, texts: list[str], parse_special: bool, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """A block's ids, flat (``uint32``), and each document's length in ids. Runs on a worker."""
+    """Documents' ids, flat (``uint32``), and each document's length in ids."""
     import numpy as np
 
     tok = model.tokenizer()
@@ -129,29 +132,120 @@ def encode_block(model: ModelSource, texts: list[str], parse_special: bool, eos:
     return flat, lengths
 
 
-# -- reading documents ----------------------------------------------------------------------------
+# -- tasks: what a worker reads -------------------------------------------------------------------
 
 
-class ErrorLog:
-    """Records that could not be read: counted by kind, the first few kept as examples.
+@dataclass(frozen=True)
+class Task:
+    """A unit of work, small enough to ship: where a worker finds its records, not the records.
 
-    With ``on_error="fail"`` the first one raises a :class:`DatasetError` naming the file and line.
+    ``kind`` is ``jsonl`` or ``lines`` (the records are the lines of the bytes ``start:stop`` of
+    ``paths[0]``, or of ``data`` when this process had to decompress them), ``parquet`` (row groups
+    ``start:stop``), or ``files`` (each of ``paths`` is one document). ``inputs`` are the paths'
+    positions among the run's inputs; ``paths`` are absolute, as the workers open them.
     """
 
-    def __init__(self, on_error: str):
-        if on_error not in ("skip", "fail"):
-            raise BpetokError(f"on_error must be 'skip' or 'fail', not {on_error!r}")
-        self.on_error = on_error
-        self.counts: Counter = Counter()
-        self.examples: list[str] = []
+    kind: str
+    inputs: tuple[int, ...]
+    paths: tuple[str, ...]
+    start: int = 0
+    stop: int = 0
+    data: bytes | None = field(default=None, repr=False)
 
-    def add(self, kind: str, where: str, reason: str) -> None:
-        message = f"{where}: {reason}"
-        if self.on_error == "fail":
-            raise DatasetError(f"{message} (pass --on-error skip to count and skip such records)")
-        self.counts[kind] += 1
+
+@dataclass(frozen=True)
+class Reading:
+    """How a worker turns records into ids: the same for every task of a run."""
+
+    field: str
+    parse_special: bool
+    eos: int | None
+
+
+@dataclass
+class TaskResult:
+    """A task's ids (``uint32``, flat), each encoded document's length, and what its records held.
+
+    ``examples`` are ``(input, record, reason)``: the record's number is counted from the task's
+    first record (the driver, which sees the tasks in order, makes it the line or row in the file).
+    """
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    documents: int  # documents read, encoded or (the first ``skip``) not
+    records: int  # lines or rows read: where the next task's numbering starts
+    input: int
+    errors: Counter = field(default_factory=Counter)
+    examples: list[tuple[int, int | None, str]] = field(default_factory=list)
+    empty: Counter = field(default_factory=Counter)
+
+    def add_error(self, kind: str, input: int, record: int | None, reason: str) -> None:
+        self.errors[kind] += 1
         if len(self.examples) < EXAMPLES_KEPT:
-            self.examples.append(message)
+            self.examples.append((input, record, reason))
+
+
+def run_task(model: ModelSource, task: Task, reading: Reading, skip: int = 0) -> TaskResult:
+    """Read a task's records, encode its documents but the first ``skip``. Runs on a worker."""
+    import numpy as np
+
+    result = TaskResult(np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, 0, task.inputs[0])
+    texts = list(_task_documents(task, reading.field, result))
+    result.documents = len(texts)
+    if skip < len(texts):
+        result.ids, result.lengths = encode_block(model, texts[skip:], reading.parse_special, reading.eos)
+    return result
+
+
+def _task_documents(task: Task, key: str, result: TaskResult) -> Iterator[str]:
+    path = task.paths[0]
+    try:
+        if task.kind == "files":
+            for input, path in zip(task.inputs, task.paths):
+                with _open_input(path) as f:
+                    text = _decode(f.read(), input, None, result)
+                if text == "":
+                    result.empty["documents"] += 1
+                elif text is not None:
+                    yield text
+        elif task.kind == "parquet":
+            yield from _parquet_documents(path, task.start, task.stop, key, task.inputs[0], result)
+        else:
+            data = task.data
+            if data is None:
+                with _open_input(path) as f:
+                    f.seek(task.start)
+                    data = f.read(task.stop - task.start)
+                if len(data) != task.stop - task.start:
+                    raise DatasetError(f"{path}: shorter than when the run started; was it changed? Run again")
+            lines = data.split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()  # the line break ending the last line
+            result.records = len(lines)
+            if task.kind == "jsonl":
+                yield from _jsonl_documents(lines, key, task.inputs[0], result)
+            else:
+                yield from _text_lines(lines, task.inputs[0], result)
+    except _decompress_errors() as e:
+        raise DatasetError(f"{path}: cannot decompress the input ({e}); is it truncated?") from e
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read the input ({e.strerror or e})") from e
+
+
+@contextmanager
+def _open_input(path: str) -> Iterator:
+    """The input's bytes (decompressed), or an error that says a worker must see the same path."""
+    try:
+        f = _open_binary(path)
+    except OSError as e:
+        import socket
+
+        raise DatasetError(
+            f"{path}: cannot open the input on {socket.gethostname()} ({e.strerror or e}); workers read their "
+            "inputs themselves, so every Dask worker must see them at the same path (a shared filesystem)"
+        ) from e
+    with f:
+        yield f
 
 
 def _open_binary(path: str):
@@ -188,112 +282,83 @@ def input_kind(path: str) -> str:
     return "text"
 
 
-def _decode(data: bytes, where: str, errors: ErrorLog) -> str | None:
+def _decode(data: bytes, input: int, record: int | None, result: TaskResult) -> str | None:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        errors.add("invalid_utf8", where, f"invalid UTF-8 at byte {e.start} ({data[e.start:e.start + 4]!r})")
+        result.add_error("invalid_utf8", input, record, f"invalid UTF-8 at byte {e.start} ({data[e.start:e.start + 4]!r})")
         return None
 
 
-def _text_documents(path: str, lines: bool, errors: ErrorLog, empty: Counter) -> Iterator[str]:
-    with _open_binary(path) as f:
-        if not lines:
-            text = _decode(f.read(), path, errors)
-            if text == "":
-                empty["documents"] += 1
-            elif text is not None:
-                yield text
-            return
-        for n, raw in enumerate(f, 1):
-            raw = raw.rstrip(b"\r\n")
-            if not raw:
-                empty["documents"] += 1
-                continue
-            text = _decode(raw, f"{path}:{n}", errors)
-            if text is not None:
-                yield text
-
-
-def _jsonl_documents(path: str, key: str, errors: ErrorLog, empty: Counter) -> Iterator[str]:
-    with _open_binary(path) as f:
-        for n, raw in enumerate(f, 1):
-            where = f"{path}:{n}"
-            if not raw.strip():
-                empty["lines"] += 1
-                continue
-            line = _decode(raw.rstrip(b"\r\n"), where, errors)
-            if line is None:
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                errors.add("invalid_json", where, f"not valid JSON ({e.msg}: column {e.colno})")
-                continue
-            if not isinstance(record, dict):
-                errors.add("not_an_object", where, f"a JSON {type(record).__name__}, not an object with a {key!r} field")
-                continue
-            if key not in record:
-                errors.add("missing_field", where, f"no {key!r} field (fields: {', '.join(list(record)[:8])}); choose one with --field")
-                continue
-            text = record[key]
-            if not isinstance(text, str):
-                errors.add("not_a_string", where, f"field {key!r} is a {type(text).__name__}, not a string")
-                continue
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate written as \\udXXX in the JSON
-                errors.add("invalid_utf8", where, f"field {key!r} holds a lone surrogate (not UTF-8 text)")
-                continue
-            if not text:
-                empty["documents"] += 1
-                continue
+def _text_lines(lines: list[bytes], input: int, result: TaskResult) -> Iterator[str]:
+    for n, raw in enumerate(lines, 1):
+        raw = raw.rstrip(b"\r\n")
+        if not raw:
+            result.empty["documents"] += 1
+            continue
+        text = _decode(raw, input, n, result)
+        if text is not None:
             yield text
 
 
-def _parquet_documents(path: str, key: str, errors: ErrorLog, empty: Counter) -> Iterator[str]:
+def _jsonl_documents(lines: list[bytes], key: str, input: int, result: TaskResult) -> Iterator[str]:
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            result.empty["lines"] += 1
+            continue
+        line = _decode(raw.rstrip(b"\r\n"), input, n, result)
+        if line is None:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            result.add_error("invalid_json", input, n, f"not valid JSON ({e.msg}: column {e.colno})")
+            continue
+        if not isinstance(record, dict):
+            result.add_error("not_an_object", input, n, f"a JSON {type(record).__name__}, not an object with a {key!r} field")
+            continue
+        if key not in record:
+            result.add_error("missing_field", input, n, f"no {key!r} field (fields: {', '.join(list(record)[:8])}); choose one with --field")
+            continue
+        text = record[key]
+        if not isinstance(text, str):
+            result.add_error("not_a_string", input, n, f"field {key!r} is a {type(text).__name__}, not a string")
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate written as \\udXXX in the JSON
+            result.add_error("invalid_utf8", input, n, f"field {key!r} holds a lone surrogate (not UTF-8 text)")
+            continue
+        if not text:
+            result.empty["documents"] += 1
+            continue
+        yield text
+
+
+def _parquet_file(path: str, source=None):
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise BpetokError(f"{path}: reading Parquet needs pyarrow: pip install 'bpetok[parquet]'") from None
     try:
-        pf = pq.ParquetFile(path)
+        return pq.ParquetFile(path if source is None else source)
     except (pa.ArrowInvalid, OSError) as e:
         raise BpetokError(f"{path}: not a readable Parquet file ({e})") from e
-    names = pf.schema_arrow.names
-    if key not in names:
-        raise BpetokError(f"{path}: no column {key!r} (columns: {', '.join(names)}); choose one with --field")
-    column_type = pf.schema_arrow.field(key).type
-    if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
-        raise BpetokError(f"{path}: column {key!r} is {column_type}, not a string column; choose another with --field")
-    row = 0
-    for batch in pf.iter_batches(columns=[key]):
-        for text in batch.column(0).to_pylist():
-            row += 1
-            if text is None:
-                errors.add("null", f"{path}: row {row}", f"column {key!r} is null")
-            elif not text:
-                empty["documents"] += 1
-            else:
-                yield text
 
 
-def iter_documents(paths: list[str], *, key: str, lines: bool, errors: ErrorLog, empty: Counter) -> Iterator[str]:
-    """Every input's documents in order; bad records go to ``errors``, empty ones are counted in ``empty``."""
-    for path in paths:
-        kind = input_kind(path)
-        try:
-            if kind == "jsonl":
-                yield from _jsonl_documents(path, key, errors, empty)
-            elif kind == "parquet":
-                yield from _parquet_documents(path, key, errors, empty)
-            else:
-                yield from _text_documents(path, lines, errors, empty)
-        except _decompress_errors() as e:
-            raise BpetokError(f"{path}: cannot decompress the input ({e}); is it truncated?") from e
-        except OSError as e:
-            raise BpetokError(f"{path}: cannot read the input ({e.strerror or e})") from e
+def _parquet_documents(path: str, start: int, stop: int, key: str, input: int, result: TaskResult) -> Iterator[str]:
+    with _open_input(path) as f:
+        pf = _parquet_file(path, f)
+        column = pf.read_row_groups(list(range(start, stop)), columns=[key]).column(0).to_pylist()
+    result.records = len(column)
+    for row, text in enumerate(column, 1):
+        if text is None:
+            result.add_error("null", input, row, f"column {key!r} is null")
+        elif not text:
+            result.empty["documents"] += 1
+        else:
+            yield text
 
 
 def _decompress_errors() -> tuple:
@@ -307,26 +372,160 @@ def _decompress_errors() -> tuple:
     return tuple(errors)
 
 
-def _blocks(docs: Iterator[str], block_chars: int) -> Iterator[list[str]]:
-    block, size = [], 0
-    for text in docs:
-        block.append(text)
-        size += len(text)
-        if size >= block_chars:
-            yield block
-            block, size = [], 0
-    if block:
-        yield block
+# -- planning tasks (the driver) --------------------------------------------------------------------
 
 
-# -- running blocks ------------------------------------------------------------------------------
+def plan_tasks(paths: list[str], *, key: str, lines: bool, block_bytes: int) -> Iterator[Task]:
+    """The run's tasks, in input order, each about ``block_bytes`` of input.
+
+    Uncompressed JSONL and text lines are cut into byte ranges at line breaks (the driver seeks
+    and reads to the next one: it never reads the records); Parquet into groups of row groups;
+    whole-file text documents are grouped a few files a task. A compressed line-based input cannot
+    be cut without decompressing it, so the driver decompresses it and ships the bytes, cut at line
+    breaks (the workers still parse and encode them).
+    """
+    files: list[tuple[int, str]] = []
+    size = 0
+    for i, path in enumerate(paths):
+        kind = input_kind(path)
+        full = os.path.abspath(path)
+        if kind == "text" and not lines:
+            files.append((i, full))
+            size += os.path.getsize(path)
+            if size >= block_bytes:
+                yield Task("files", tuple(f[0] for f in files), tuple(f[1] for f in files))
+                files, size = [], 0
+            continue
+        if files:
+            yield Task("files", tuple(f[0] for f in files), tuple(f[1] for f in files))
+            files, size = [], 0
+        kind = "lines" if kind == "text" else kind
+        try:
+            if kind == "parquet":
+                yield from _parquet_tasks(i, path, full, key, block_bytes)
+            elif path.endswith(_COMPRESSED):
+                yield from _decompressed_tasks(i, path, full, kind, block_bytes)
+            else:
+                yield from _range_tasks(i, path, full, kind, block_bytes)
+        except _decompress_errors() as e:
+            raise BpetokError(f"{path}: cannot decompress the input ({e}); is it truncated?") from e
+        except OSError as e:
+            raise BpetokError(f"{path}: cannot read the input ({e.strerror or e})") from e
+    if files:
+        yield Task("files", tuple(f[0] for f in files), tuple(f[1] for f in files))
 
 
-def in_order(submit: Callable, blocks: Iterable[list[str]], ahead: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Submit blocks, at most ``ahead`` unfinished, and yield their results in block order."""
+def _range_tasks(i: int, path: str, full: str, kind: str, block_bytes: int) -> Iterator[Task]:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = 0
+        while start < size:
+            stop = start + block_bytes
+            if stop < size:
+                f.seek(stop - 1)
+                stop += len(f.readline()) - 1  # to just after the next line break (or the end)
+            stop = min(stop, size)
+            yield Task(kind, (i,), (full,), start, stop)
+            start = stop
+
+
+def _decompressed_tasks(i: int, path: str, full: str, kind: str, block_bytes: int) -> Iterator[Task]:
+    with _open_binary(path) as f:
+        while True:
+            data = f.read(block_bytes)
+            if not data:
+                return
+            if not data.endswith(b"\n"):
+                data += f.readline()
+            yield Task(kind, (i,), (full,), data=data)
+
+
+def _parquet_tasks(i: int, path: str, full: str, key: str, block_bytes: int) -> Iterator[Task]:
+    import pyarrow as pa
+
+    pf = _parquet_file(path)
+    names = pf.schema_arrow.names
+    if key not in names:
+        raise BpetokError(f"{path}: no column {key!r} (columns: {', '.join(names)}); choose one with --field")
+    column_type = pf.schema_arrow.field(key).type
+    if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+        raise BpetokError(f"{path}: column {key!r} is {column_type}, not a string column; choose another with --field")
+    start, size = 0, 0
+    for group in range(pf.metadata.num_row_groups):
+        size += pf.metadata.row_group(group).total_byte_size
+        if size >= block_bytes:
+            yield Task("parquet", (i,), (full,), start, group + 1)
+            start, size = group + 1, 0
+    if start < pf.metadata.num_row_groups:
+        yield Task("parquet", (i,), (full,), start, pf.metadata.num_row_groups)
+
+# -- the driver's side: errors in input order --------------------------------------------------------
+
+
+class ErrorLog:
+    """Records that could not be read, over the whole run: counted by kind, the first few kept as examples.
+
+    Tasks' results arrive in input order; each example is given its file and line (or row) here.
+    With ``on_error="fail"`` the first one raises a :class:`DatasetError` naming the file and line.
+    """
+
+    def __init__(self, on_error: str, paths: list[str]):
+        if on_error not in ("skip", "fail"):
+            raise BpetokError(f"on_error must be 'skip' or 'fail', not {on_error!r}")
+        self.on_error = on_error
+        self.paths = paths
+        self.counts: Counter = Counter()
+        self.examples: list[str] = []
+        self.empty: Counter = Counter()
+        self._input = -1
+        self._records_before = 0  # in the input being read: the lines or rows of its earlier tasks
+
+    def absorb(self, result: TaskResult) -> None:
+        if result.input != self._input:
+            self._input, self._records_before = result.input, 0
+        for input, record, reason in result.examples:
+            message = f"{self._where(input, record)}: {reason}"
+            if self.on_error == "fail":
+                raise DatasetError(f"{message} (pass --on-error skip to count and skip such records)")
+            if len(self.examples) < EXAMPLES_KEPT:
+                self.examples.append(message)
+        self.counts.update(result.errors)
+        self.empty.update(result.empty)
+        self._records_before += result.records
+
+    def _where(self, input: int, record: int | None) -> str:
+        path = self.paths[input]
+        if record is None:
+            return path
+        if input_kind(path) == "parquet":
+            return f"{path}: row {self._records_before + record}"
+        return f"{path}:{self._records_before + record}"
+
+
+def _after_kept(tasks: Iterable[Task], kept: int, model: ModelSource, reading: Reading, log: ErrorLog) -> Iterator[tuple[Task, int]]:
+    """Each task with the number of its leading documents not to encode: on a resume, the ``kept``
+    documents the finished shards hold are read here (their errors counted again), not encoded."""
+    for task in tasks:
+        if kept:
+            counted = run_task(model, task, reading, skip=sys.maxsize)
+            if counted.documents <= kept:
+                log.absorb(counted)
+                kept -= counted.documents
+                continue
+        yield task, kept
+        kept = 0
+    if kept:
+        raise BpetokError("the manifest's shards hold more documents than the inputs; delete the output directory to start over")
+
+
+# -- running tasks -------------------------------------------------------------------------------
+
+
+def in_order(submit: Callable, tasks: Iterable, ahead: int) -> Iterator:
+    """Submit tasks, at most ``ahead`` unfinished, and yield their results in task order."""
     pending: deque = deque()
-    for block in blocks:
-        pending.append(submit(block))
+    for task in tasks:
+        pending.append(submit(task))
         if len(pending) >= ahead:
             yield pending.popleft().result()
     while pending:
@@ -555,7 +754,7 @@ def encode_dataset(
     client=None,
     on_error: str = "fail",
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
-    block_chars: int = BLOCK_CHARS,
+    block_bytes: int = BLOCK_BYTES,
     progress: bool | None = None,
 ) -> DatasetResult:
     """Encode every document of ``inputs`` with the GGUF vocabulary ``model`` into shards in ``output_dir``.
@@ -576,9 +775,11 @@ def encode_dataset(
     :param parse_special: read special-token texts (``<|im_end|>``) in documents as their ids;
         off by default, so a document cannot inject control tokens.
     :param workers: local worker processes (1: encode in this process).
-    :param client: a ``dask.distributed.Client``: run the blocks on its cluster instead.
+    :param client: a ``dask.distributed.Client``: run the tasks on its cluster instead; its workers
+        read the inputs themselves, so they must see them at the same (absolute) paths.
     :param on_error: ``fail`` at the first unreadable record, or ``skip`` it and count it.
     :param shard_tokens: the most ids in a shard (a longer document gets a shard of its own).
+    :param block_bytes: about how much input one task reads (the output does not depend on it).
     :raises BpetokError: unreadable model or input, a bad record with ``on_error="fail"``, an
         output directory holding another run's shards.
     """
@@ -592,7 +793,7 @@ def encode_dataset(
     output_dir = os.fspath(output_dir)
     workers = as_int(workers, "encode_dataset(workers=...)")
     shard_tokens = as_int(shard_tokens, "encode_dataset(shard_tokens=...)")
-    block_chars = as_int(block_chars, "encode_dataset(block_chars=...)")
+    block_bytes = as_int(block_bytes, "encode_dataset(block_bytes=...)")
     for name, flag in (("lines", lines), ("append_eos", append_eos), ("parse_special", parse_special)):
         check_flag(flag, f"encode_dataset({name}=...)")
     if not paths:
@@ -604,9 +805,9 @@ def encode_dataset(
             import pyarrow  # noqa: F401
         except ImportError:
             raise BpetokError("--format parquet needs pyarrow: pip install 'bpetok[parquet]'") from None
-    if shard_tokens < 1 or workers < 1 or block_chars < 1:
-        raise BpetokError("shard_tokens, workers and block_chars must be at least 1")
-    errors = ErrorLog(on_error)
+    if shard_tokens < 1 or workers < 1 or block_bytes < 1:
+        raise BpetokError("shard_tokens, workers and block_bytes must be at least 1")
+    errors = ErrorLog(on_error, paths)
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
     tok = source.tokenizer()
     eos = None
@@ -654,12 +855,9 @@ def encode_dataset(
 
     writer = _ShardWriter(output_dir, format, dtype, shard_tokens, manifest["shards"], skip)
     writer.on_shard = save_manifest
-    empty: Counter = Counter()
-    docs = iter_documents(paths, key=field, lines=lines, errors=errors, empty=empty)
-    skipped = sum(1 for _ in zip(range(skip), docs))  # documents the kept shards already hold
-    if skipped < skip:
-        raise BpetokError(f"{output_dir}: the manifest's shards hold more documents than the inputs; delete it to start over")
-    blocks = _blocks(docs, block_chars)
+    reading = Reading(field, parse_special, eos)
+    tasks = plan_tasks(paths, key=field, lines=lines, block_bytes=block_bytes)
+    work = _after_kept(tasks, skip, source, reading, errors)
     bar = _progress_bar(progress)
 
     pool = ExitStack()
@@ -667,18 +865,19 @@ def encode_dataset(
         if client is not None:
             remote = client.scatter(ModelSource(source.path, source.sha256, _read_bytes(model)), broadcast=True)
             n = max(sum(client.nthreads().values()), 1)
-            results = in_order(lambda b: client.submit(encode_block, remote, b, parse_special, eos, pure=False),
-                                blocks, AHEAD_PER_WORKER * n)
+            results = in_order(lambda w: client.submit(run_task, remote, w[0], reading, w[1], pure=False),
+                               work, AHEAD_PER_WORKER * n)
         elif workers > 1:
             executor = pool.enter_context(process_pool(workers))
-            results = in_order(lambda b: executor.submit(encode_block, source, b, parse_special, eos),
-                                blocks, AHEAD_PER_WORKER * workers)
+            results = in_order(lambda w: executor.submit(run_task, source, w[0], reading, w[1]),
+                               work, AHEAD_PER_WORKER * workers)
         else:
-            results = (encode_block(source, b, parse_special, eos) for b in blocks)
-        for ids, lengths in results:
-            writer.add(ids, lengths)
+            results = (run_task(source, task, reading, kept) for task, kept in work)
+        for result in results:
+            errors.absorb(result)
+            writer.add(result.ids, result.lengths)
             if bar is not None:
-                bar.update(len(lengths))
+                bar.update(len(result.lengths))
         writer.flush()
     except Exception as e:
         if type(e).__name__ in ("BrokenProcessPool", "KilledWorker"):  # concurrent.futures', dask's
@@ -694,7 +893,7 @@ def encode_dataset(
 
     manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
     manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])
-    manifest["empty"] = dict(sorted(empty.items()))
+    manifest["empty"] = dict(sorted(errors.empty.items()))
     manifest["errors"] = {"counts": dict(sorted(errors.counts.items())), "examples": errors.examples}
     manifest["complete"] = True
     save_manifest()

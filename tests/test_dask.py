@@ -44,7 +44,7 @@ def files(out) -> dict[str, bytes]:
 
 
 def test_dask_writes_the_same_bytes_as_local(tmp_path, client, corpus):
-    kwargs = dict(shard_tokens=20_000, block_chars=20_000, append_eos=True)
+    kwargs = dict(shard_tokens=20_000, block_bytes=20_000, append_eos=True)
     bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", **kwargs)
     result = bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "dask", client=client, **kwargs)
     assert len(result.manifest["shards"]) > 3
@@ -68,7 +68,7 @@ def test_cli_dask_scheduler_address(tmp_path, client, corpus):
 def test_a_lost_worker_does_not_change_the_output(tmp_path, corpus):
     """A worker process killed mid-run: Dask runs its blocks again elsewhere (its nanny starts a new
     worker), the run finishes, and the shards are the bytes of a local run."""
-    kwargs = dict(shard_tokens=20_000, block_chars=10_000)
+    kwargs = dict(shard_tokens=20_000, block_bytes=10_000)
     bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", **kwargs)
     # Its own cluster: the module's one keeps its two workers (and their tokenizers) for the other tests.
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \

@@ -60,7 +60,7 @@ def smollm2_jsonl(tmp_path_factory, smollm2_cases):
 
 def test_shards_hold_llama_cpp_ids(tmp_path, smollm2_cases, smollm2_jsonl):
     out = tmp_path / "out"
-    result = bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000, block_chars=30_000)
+    result = bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000, block_bytes=30_000)
     assert read_npy_shards(out) == [c["ids"] for c in smollm2_cases]
     manifest = result.manifest
     assert manifest["dtype"] == "uint16"  # 49,152 tokens fit
@@ -100,14 +100,14 @@ def test_a_document_longer_than_a_shard_gets_its_own(tmp_path):
 
 def test_two_workers_write_the_same_bytes(tmp_path, smollm2_jsonl):
     one, two = tmp_path / "one", tmp_path / "two"
-    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], one, shard_tokens=20_000, block_chars=20_000)
-    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], two, shard_tokens=20_000, block_chars=20_000, workers=2)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], one, shard_tokens=20_000, block_bytes=20_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], two, shard_tokens=20_000, block_bytes=20_000, workers=2)
     assert files(one) == files(two)
 
 
 def test_block_size_does_not_change_the_output(tmp_path, smollm2_jsonl):
-    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "a", shard_tokens=20_000, block_chars=7_000)
-    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "b", shard_tokens=20_000, block_chars=500_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "a", shard_tokens=20_000, block_bytes=7_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "b", shard_tokens=20_000, block_bytes=500_000)
     assert files(tmp_path / "a") == files(tmp_path / "b")
 
 
@@ -117,7 +117,7 @@ class Interrupt(Exception):
 
 def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch):
     fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
-    kwargs = dict(shard_tokens=20_000, block_chars=20_000)
+    kwargs = dict(shard_tokens=20_000, block_bytes=20_000)
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], fresh, **kwargs)
 
     real_flush = ds._ShardWriter.flush
@@ -148,7 +148,7 @@ def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2
 # interrupt it after the first one on a small input (with 4M-character blocks all shards of a small
 # input come out in one burst after a single encode).
 SMALL_BLOCKS_CLI = (
-    "import sys, bpetok.cli, bpetok.datasets as d; d.encode_dataset.__kwdefaults__['block_chars'] = 20_000; "
+    "import sys, bpetok.cli, bpetok.datasets as d; d.encode_dataset.__kwdefaults__['block_bytes'] = 20_000; "
     "sys.exit(bpetok.cli.main(sys.argv[1:]))"
 )
 
@@ -323,3 +323,81 @@ def test_wrong_argument_types_are_type_errors(tmp_path, smollm2_jsonl):
         bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "c", append_eos="yes")
     with pytest.raises(BpetokError, match="at least 1"):
         bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], tmp_path / "d", shard_tokens=0)
+
+
+# -- tasks: workers read byte ranges, row groups or files themselves -------------------------------
+
+
+def test_byte_range_tasks_cover_the_file_cut_at_line_breaks(tmp_path, smollm2_jsonl):
+    data = open(smollm2_jsonl, "rb").read()
+    tasks = list(ds.plan_tasks([smollm2_jsonl], key="text", lines=False, block_bytes=5_000))
+    assert len(tasks) > 10 and all(t.kind == "jsonl" and t.data is None for t in tasks)
+    assert tasks[0].start == 0 and tasks[-1].stop == len(data)
+    for before, after in zip(tasks, tasks[1:]):
+        assert before.stop == after.start and data[before.stop - 1:before.stop] == b"\n"
+    assert all(t.stop - t.start >= 5_000 for t in tasks[:-1])  # nothing ends early: cut at the next line break
+
+
+@pytest.mark.parametrize("name", ["bad.jsonl", "bad.jsonl.gz"])
+def test_bad_records_are_numbered_by_line_in_the_file_whatever_the_tasks(tmp_path, name):
+    """Each task numbers its lines from 1; the driver makes them the file's line numbers."""
+    body = b"".join(BAD_JSONL.replace(b"good one", b"good %d" % i) for i in range(30))  # 9 lines each
+    (tmp_path / name).write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    bpetok.encode_dataset(SMOLLM2, [tmp_path / name], tmp_path / "one", on_error="skip")
+    many = bpetok.encode_dataset(SMOLLM2, [tmp_path / name], tmp_path / "many", on_error="skip", block_bytes=100)
+    assert files(tmp_path / "one") == files(tmp_path / "many")
+    assert many.errors == {"invalid_json": 30, "invalid_utf8": 60, "missing_field": 30, "not_a_string": 30, "not_an_object": 30}
+    examples = many.manifest["errors"]["examples"]
+    assert len(examples) == ds.EXAMPLES_KEPT
+    assert examples[6] == f"{tmp_path / name}:11: not valid JSON (Unterminated string starting at: column 10)"
+    with pytest.raises(ds.DatasetError, match=rf"{name}:2: not valid JSON"):
+        bpetok.encode_dataset(SMOLLM2, [tmp_path / name], tmp_path / "fail", block_bytes=100)
+
+
+def test_parquet_row_groups_as_tasks_and_null_rows_named(tmp_path, smollm2_cases):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts: list[str | None] = [c["text"] for c in smollm2_cases[:400]]
+    texts[250] = None
+    pq.write_table(pa.table({"content": texts}), tmp_path / "in.parquet", row_group_size=100)
+    assert len(list(ds.plan_tasks([str(tmp_path / "in.parquet")], key="content", lines=False, block_bytes=1))) == 4
+    kwargs = dict(field="content", on_error="skip", shard_tokens=5_000)
+    bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.parquet"], tmp_path / "one", **kwargs)
+    four = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.parquet"], tmp_path / "four", block_bytes=1, workers=2, **kwargs)
+    assert files(tmp_path / "one") == files(tmp_path / "four")
+    assert four.manifest["errors"]["examples"] == [f"{tmp_path / 'in.parquet'}: row 251: column 'content' is null"]
+    assert read_npy_shards(tmp_path / "four") == [c["ids"] for i, c in enumerate(smollm2_cases[:400]) if i != 250]
+
+
+def test_a_worker_that_cannot_open_the_input_says_so(tmp_path):
+    source = ds.ModelSource(path=str(SMOLLM2), sha256="x")
+    task = ds.Task("jsonl", (0,), (str(tmp_path / "elsewhere.jsonl"),), 0, 100)
+    with pytest.raises(ds.DatasetError, match=r"elsewhere\.jsonl: cannot open the input on .*same path"):
+        ds.run_task(source, task, ds.Reading("text", False, None))
+
+
+def test_resume_counts_the_kept_shards_bad_records_again(tmp_path, smollm2_cases, monkeypatch):
+    """The manifest of a resumed run, errors and their examples included, is the fresh run's."""
+    lines = [json.dumps({"text": c["text"]}).encode() for c in smollm2_cases]
+    for i in range(0, len(lines), 97):
+        lines.insert(i, b'{"text": "broken')
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    kwargs = dict(shard_tokens=20_000, block_bytes=30_000, on_error="skip", workers=2)
+    fresh = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "fresh", **kwargs)
+    assert fresh.errors["invalid_json"] > 20
+
+    real_flush = ds._ShardWriter.flush
+
+    def flush_then_die(self):
+        if len(self.shards) == 3:
+            raise Interrupt
+        real_flush(self)
+
+    monkeypatch.setattr(ds._ShardWriter, "flush", flush_then_die)
+    with pytest.raises(Interrupt):
+        bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "resumed", **kwargs)
+    monkeypatch.setattr(ds._ShardWriter, "flush", real_flush)
+    resumed = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "resumed", **kwargs)
+    assert resumed.resumed_shards == 3
+    assert files(tmp_path / "fresh") == files(tmp_path / "resumed")
