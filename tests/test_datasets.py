@@ -401,3 +401,32 @@ def test_resume_counts_the_kept_shards_bad_records_again(tmp_path, smollm2_cases
     resumed = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "resumed", **kwargs)
     assert resumed.resumed_shards == 3
     assert files(tmp_path / "fresh") == files(tmp_path / "resumed")
+
+
+FAULTS = """
+import resource, sys
+import bpetok.datasets as ds
+
+def faults_of_buffers():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(200):
+        buffer = bytearray(1 << 20)  # written: its pages are touched
+        del buffer
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+frozen = faults_of_buffers()
+ds._unfix_mmap_threshold()
+print(frozen, faults_of_buffers())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc tunables")
+def test_a_frozen_mmap_threshold_is_lifted_on_workers():
+    """Dask starts workers with MALLOC_TRIM_THRESHOLD_ set, which freezes glibc's mmap threshold:
+    each buffer of a MiB is then a fresh mapping whose 256 pages fault in; after the task's set-up
+    they come from the heap again."""
+    env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
+    run = subprocess.run([sys.executable, "-c", FAULTS], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    frozen, lifted = map(int, run.stdout.split())
+    assert frozen > 200 * 200 and lifted < frozen / 10, (frozen, lifted)
