@@ -153,6 +153,30 @@ def test_encode_text_over_many_chunks(qwen3):
     assert kernel.encode_text(text) == expected
 
 
+@pytest.mark.parametrize("budget", [0, 1 << 20], ids=["no-cache", "cache"])
+def test_encode_texts_equals_the_reference(qwen3, budget):
+    """encode_texts (one call for many texts, the GIL released once) against the reference, text
+    by text: empty texts, lone surrogates, texts past the GIL threshold, the same text twice."""
+    kernel = _kernel_with_split(qwen3, "qwen2", budget, budget)
+    texts = [case["text"] for case in load_cases("qwen3")][:1500] + _random_texts(4, 200)
+    texts += ["", "lone \ud800 surrogate", " ".join(texts[:300]), ""]
+    expected = [_reference(qwen3, text) for text in texts]
+    assert kernel.encode_texts(texts) == expected
+    assert kernel.encode_texts(tuple(texts[::-1])) == expected[::-1]  # from the caches; any sequence
+    assert kernel.encode_texts([]) == []
+    assert kernel.encode_texts(["a"]) == [_reference(qwen3, "a")]  # below the GIL threshold
+
+
+def test_encode_texts_refuses_what_encode_text_refuses(qwen3):
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    with pytest.raises(TypeError, match="text must be a str, not bytes"):
+        kernel.encode_texts(["fine", b"bytes"])
+    with pytest.raises(TypeError):
+        kernel.encode_texts(3)
+    with pytest.raises(ValueError, match="needs a kernel built with split"):
+        _kernel_with_split(qwen3, None).encode_texts(["text"])
+
+
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(_ALPHABET, max_size=80))
 def test_encode_text_any_text(qwen3, text):

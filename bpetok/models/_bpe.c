@@ -14,7 +14,15 @@
  * Memory safety: every symbol in the tables is checked against the symbol count when the
  * tables are built, every write into an output buffer is checked against its capacity, and the
  * only memory read is what this object owns or the pieces it was handed (UTF-8 buffers of str
- * objects it holds references to). The GIL is released only around work on C data.
+ * objects it holds references to).
+ *
+ * Threads: the GIL is released only around work on C data (encode_text: splitting, cache lookups
+ * and merging; the other entry points: merging). The tables are read-only after init; the two
+ * caches are shared by every call on the kernel and guarded by one read-write lock (lookups
+ * share it, additions take it alone). An entry is never moved or freed while the kernel lives,
+ * so the ids a lookup found stay valid after the lock is dropped. Whoever holds the lock never
+ * waits for the GIL (nor calls into Python), so waiting for the lock with the GIL held cannot
+ * deadlock. Scratch memory is per call.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -25,6 +33,26 @@
 
 #include "../pretok/_split.h"
 
+#ifdef _WIN32
+#include <windows.h>
+typedef SRWLOCK CacheLock;
+#define lock_init(l) (InitializeSRWLock(l), 0)
+#define lock_destroy(l) ((void)0)
+#define lock_read(l) AcquireSRWLockShared(l)
+#define unlock_read(l) ReleaseSRWLockShared(l)
+#define lock_write(l) AcquireSRWLockExclusive(l)
+#define unlock_write(l) ReleaseSRWLockExclusive(l)
+#else
+#include <pthread.h>
+typedef pthread_rwlock_t CacheLock;
+#define lock_init(l) pthread_rwlock_init(l, NULL)
+#define lock_destroy(l) pthread_rwlock_destroy(l)
+#define lock_read(l) pthread_rwlock_rdlock(l)
+#define unlock_read(l) pthread_rwlock_unlock(l)
+#define lock_write(l) pthread_rwlock_wrlock(l)
+#define unlock_write(l) pthread_rwlock_unlock(l)
+#endif
+
 #define NO_RANK UINT32_MAX
 #define EMPTY_KEY UINT64_MAX
 /* Up to this many symbols a piece is merged by rescanning its pair ranks (fast on short
@@ -32,8 +60,25 @@
 #define SCAN_LIMIT 48
 /* Pieces longer than this many bytes are never cached (one would fill the budget). */
 #define CACHE_LONGEST 1024
-/* Release the GIL when the new pieces of a call have at least this many bytes. */
+/* Release the GIL when a call has at least this many bytes of work on C data (below, a possible
+ * wait to take the GIL back could cost more than the work). */
 #define RELEASE_GIL_BYTES 2048
+
+/* What the functions that run without the GIL return on failure; set_error turns it into an
+ * exception once the GIL is held again. */
+#define FAIL_NO_MEMORY (-1)
+#define FAIL_BOUND (-2)   /* a piece gave more ids than its bound: a bug */
+#define FAIL_SPLITTER (-3) /* the splitter did not advance: a bug */
+
+static void set_error(int failure)
+{
+    if (failure == FAIL_NO_MEMORY)
+        PyErr_NoMemory();
+    else if (failure == FAIL_BOUND)
+        PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: a piece gave more ids than its bound (a bug)");
+    else
+        PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: the splitter did not advance (a bug)");
+}
 
 /* -- hashing ------------------------------------------------------------------------------ */
 
@@ -211,6 +256,10 @@ typedef struct {
     unsigned char byte_char_len[256];
     SplitKind split; /* the pre-tokenizer encode_text runs (bpetok/pretok/_split.c), or SPLIT_NONE */
     PyObject *array_type;
+    CacheLock lock; /* guards cache and chunks (see the top of this file) */
+    int lock_ready;
+    PyObject **id_objects; /* one int per token id, from encode_texts' first call on (else NULL) */
+    uint32_t n_id_objects;
 } Kernel;
 
 /* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL). */
@@ -454,8 +503,27 @@ static void Kernel_dealloc(Kernel *self)
     table_free(&self->whole);
     table_free(&self->cache);
     table_free(&self->chunks);
+    if (self->lock_ready)
+        lock_destroy(&self->lock);
+    for (uint32_t i = 0; self->id_objects != NULL && i < self->n_id_objects; i++)
+        Py_DECREF(self->id_objects[i]);
+    PyMem_Free(self->id_objects);
     Py_XDECREF(self->array_type);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    Kernel *self = (Kernel *)PyType_GenericNew(type, args, kwds);
+    if (self == NULL)
+        return NULL;
+    if (lock_init(&self->lock) != 0) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: could not create the cache lock");
+        return NULL;
+    }
+    self->lock_ready = 1;
+    return (PyObject *)self;
 }
 
 static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
@@ -471,14 +539,14 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
                                      &shift, &n_tokens, &PyList_Type, &virtual_emit, &whole, &PyList_Type,
                                      &byte_chars, &cache_bytes, &seed, &chunk_bytes, &split))
         return -1;
+    if (self->merges.slots != NULL || self->virtual_start != NULL) { /* before anything changes under a user */
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised");
+        return -1;
+    }
     self->split = split ? split_kind_of(split) : SPLIT_NONE;
     if (split && self->split == SPLIT_NONE) {
         PyErr_Format(PyExc_ValueError, "kernel: no compiled splitter named '%.100s' (see bpetok.models._bpe.SPLITTERS)",
                      split);
-        return -1;
-    }
-    if (self->merges.slots != NULL || self->virtual_start != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Kernel is already initialised");
         return -1;
     }
     Py_ssize_t n_virtual = PyList_GET_SIZE(virtual_emit);
@@ -695,11 +763,21 @@ typedef struct {
     Py_ssize_t first; /* a repeated miss: the index of its first occurrence in this call, else -1 */
 } Piece;
 
-static PyObject *list_of_ids(const uint32_t *ids, size_t n)
+/* An id as a Python int: the kernel's own object once it has them (see encode_texts). */
+static inline PyObject *id_object(const Kernel *k, uint32_t id)
+{
+    if (k->id_objects != NULL && id < k->n_id_objects) {
+        Py_INCREF(k->id_objects[id]);
+        return k->id_objects[id];
+    }
+    return PyLong_FromUnsignedLong(id);
+}
+
+static PyObject *list_of_ids(const Kernel *k, const uint32_t *ids, size_t n)
 {
     PyObject *result = PyList_New((Py_ssize_t)n);
     for (size_t j = 0; result != NULL && j < n; j++) {
-        PyObject *id = PyLong_FromUnsignedLong(ids[j]);
+        PyObject *id = id_object(k, ids[j]);
         if (id == NULL) {
             Py_CLEAR(result);
             break;
@@ -710,7 +788,7 @@ static PyObject *list_of_ids(const uint32_t *ids, size_t n)
 }
 
 /* The ids of ``n`` pieces, in order, as one list (NULL with an exception set on failure). */
-static PyObject *list_of_piece_ids(const Piece *p, Py_ssize_t n)
+static PyObject *list_of_piece_ids(const Kernel *k, const Piece *p, Py_ssize_t n)
 {
     size_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -719,7 +797,7 @@ static PyObject *list_of_piece_ids(const Piece *p, Py_ssize_t n)
     size_t at = 0;
     for (Py_ssize_t i = 0; result != NULL && i < n; i++) {
         for (size_t j = 0; j < p[i].n_ids; j++) {
-            PyObject *id = PyLong_FromUnsignedLong(p[i].ids[j]);
+            PyObject *id = id_object(k, p[i].ids[j]);
             if (id == NULL) {
                 Py_CLEAR(result);
                 break;
@@ -737,17 +815,16 @@ typedef struct {
     size_t mask;
 } SeenSet;
 
+/* 0, or FAIL_NO_MEMORY (no exception set: it may run without the GIL). Freed with PyMem_RawFree. */
 static int seen_init(SeenSet *seen, size_t n)
 {
     size_t size = 1;
     while (size < n * 2)
         size <<= 1;
-    seen->slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
+    seen->slots = PyMem_RawMalloc(size * sizeof(Py_ssize_t));
     seen->mask = size - 1;
-    if (seen->slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (seen->slots == NULL)
+        return FAIL_NO_MEMORY;
     memset(seen->slots, 0xff, size * sizeof(Py_ssize_t));
     return 0;
 }
@@ -766,27 +843,31 @@ static Py_ssize_t seen_add(SeenSet *seen, const Piece *p, Py_ssize_t i)
 }
 
 /* Look the pieces p[0 .. n) (text and len set) up in the cache; merge the misses, each distinct
- * text once (without the GIL when there is enough work), and cache them. On success every
- * p[i].ids/.n_ids is set; *buffer holds the misses' ids and is the caller's to free. */
-static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffer)
+ * text once, and cache them. On success (0) every p[i].ids/.n_ids is set; *buffer holds the
+ * misses' ids and is the caller's to free (PyMem_RawFree). On failure a FAIL_ code, no exception
+ * set. ``holding_gil``: the caller holds the GIL, which is then released around the merging when
+ * there is enough of it; otherwise the caller has released it and nothing here needs it. */
+static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffer, int holding_gil)
 {
     *buffer = NULL;
     size_t miss_capacity = 0, miss_bytes = 0, misses = 0;
     SeenSet seen;
     if (seen_init(&seen, (size_t)n) < 0)
-        return -1;
+        return FAIL_NO_MEMORY;
+    for (Py_ssize_t i = 0; i < n; i++)
+        p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
+    lock_read(&self->lock);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
+        p[i].ids = e ? e->ids : NULL;
+        p[i].n_ids = e ? e->n_ids : 0;
+    }
+    unlock_read(&self->lock);
     for (Py_ssize_t i = 0; i < n; i++) {
         p[i].first = -1;
-        p[i].ids = NULL;
-        p[i].n_ids = 0;
         p[i].offset = SIZE_MAX; /* not merged by this call */
-        p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
-        const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
-        if (e != NULL) {
-            p[i].ids = e->ids;
-            p[i].n_ids = e->n_ids;
+        if (p[i].ids != NULL)
             continue;
-        }
         if ((p[i].first = seen_add(&seen, p, i)) >= 0)
             continue;
         p[i].offset = miss_capacity;
@@ -794,20 +875,18 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
         miss_bytes += p[i].len;
         misses++;
     }
-    PyMem_Free(seen.slots);
+    PyMem_RawFree(seen.slots);
     if (misses == 0)
         return 0;
     uint32_t *ids = PyMem_RawMalloc((miss_capacity ? miss_capacity : 1) * sizeof(uint32_t));
     *buffer = ids;
-    if (ids == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (ids == NULL)
+        return FAIL_NO_MEMORY;
     Py_ssize_t failure = 0;
     Scratch scratch = {0};
     /* The work below reads only this object's tables (never changed after init), the pieces'
      * UTF-8 (held alive by the caller) and writes to `ids`. */
-    PyThreadState *state = miss_bytes >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    PyThreadState *state = holding_gil && miss_bytes >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (p[i].ids != NULL || p[i].len == 0 || p[i].first >= 0)
             continue;
@@ -823,31 +902,24 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
     scratch_free(&scratch);
     if (state != NULL)
         PyEval_RestoreThread(state);
-    if (failure == -1) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (failure < 0) {
-        PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: a piece gave more ids than its bound (a bug)");
-        return -1;
-    }
+    if (failure < 0)
+        return failure == -1 ? FAIL_NO_MEMORY : FAIL_BOUND;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (p[i].first >= 0) { /* first < i: its ids are set */
             p[i].ids = p[p[i].first].ids;
             p[i].n_ids = p[p[i].first].n_ids;
-            continue;
         }
-        if (p[i].offset != SIZE_MAX && p[i].len <= CACHE_LONGEST && p[i].len > 0)
-            if (table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids) < 0) {
-                PyErr_NoMemory();
-                return -1;
-            }
     }
-    return 0;
+    lock_write(&self->lock);
+    for (Py_ssize_t i = 0; i < n && failure == 0; i++)
+        if (p[i].offset != SIZE_MAX && p[i].len <= CACHE_LONGEST && p[i].len > 0)
+            failure = table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids);
+    unlock_write(&self->lock);
+    return failure < 0 ? FAIL_NO_MEMORY : 0;
 }
 
 /* The pieces of a list of str: their UTF-8, then resolve_pieces. *out_pieces and *buffer must
- * be freed and *keep released by the caller. */
+ * be freed (PyMem_Free, PyMem_RawFree) and *keep released by the caller. -1 with an exception set. */
 static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint32_t **buffer, PyObject **keep)
 {
     Py_ssize_t n = PyList_GET_SIZE(list);
@@ -862,7 +934,12 @@ static int encode_pieces(Kernel *self, PyObject *list, Piece **out_pieces, uint3
     for (Py_ssize_t i = 0; i < n; i++)
         if (utf8_of(PyList_GET_ITEM(list, i), keep, &p[i].text, &p[i].len) < 0)
             return -1;
-    return resolve_pieces(self, p, n, buffer);
+    int failure = resolve_pieces(self, p, n, buffer, 1);
+    if (failure < 0) {
+        set_error(failure);
+        return -1;
+    }
+    return 0;
 }
 
 static PyObject *as_list(PyObject *pieces)
@@ -884,7 +961,7 @@ static PyObject *Kernel_encode(Kernel *self, PyObject *pieces)
     uint32_t *buffer;
     PyObject *keep, *result = NULL;
     if (encode_pieces(self, list, &p, &buffer, &keep) == 0) {
-        result = list_of_piece_ids(p, PyList_GET_SIZE(list));
+        result = list_of_piece_ids(self, p, PyList_GET_SIZE(list));
     }
     PyMem_Free(p);
     PyMem_RawFree(buffer);
@@ -1100,20 +1177,29 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    if (seen_init(&seen, (size_t)m) < 0)
+    if (seen_init(&seen, (size_t)m) < 0) {
+        PyErr_NoMemory();
         goto done;
+    }
     int last_alone = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
-        PyObject *part = PyList_GET_ITEM(list, start + i);
-        if (utf8_of(part, &keep, &c[i].text, &c[i].len) < 0)
+        if (utf8_of(PyList_GET_ITEM(list, start + i), &keep, &c[i].text, &c[i].len) < 0)
             goto done;
         c[i].hash = hash_bytes(self->seed, c[i].text, c[i].len);
+    }
+    lock_read(&self->lock);
+    for (Py_ssize_t i = 0; i < m; i++) {
         const Entry *e = table_find(&self->chunks, c[i].hash, c[i].text, c[i].len);
         if (e != NULL) {
             c[i].ids = e->ids;
             c[i].n_ids = e->n_ids;
-            continue;
         }
+    }
+    unlock_read(&self->lock);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *part = PyList_GET_ITEM(list, start + i);
+        if (c[i].ids != NULL)
+            continue;
         Py_ssize_t first = seen_add(&seen, c, i);
         if (first >= 0) {
             c[i].offset = c[first].offset;
@@ -1156,11 +1242,17 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             }
             miss_n[k] = at - miss_at[k];
             from = stops[k];
+        }
+        int failure = 0;
+        lock_write(&self->lock);
+        for (Py_ssize_t k = 0; k < n_missing && failure == 0; k++) {
             const Piece *first = &c[miss_of[k]];
-            if (table_add(&self->chunks, first->hash, first->text, first->len, miss_ids + miss_at[k], miss_n[k]) < 0) {
-                PyErr_NoMemory();
-                goto done;
-            }
+            failure = table_add(&self->chunks, first->hash, first->text, first->len, miss_ids + miss_at[k], miss_n[k]);
+        }
+        unlock_write(&self->lock);
+        if (failure < 0) {
+            PyErr_NoMemory();
+            goto done;
         }
     }
     for (Py_ssize_t i = 0; i < m; i++) {
@@ -1169,10 +1261,10 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             c[i].n_ids = miss_n[c[i].offset];
         }
     }
-    result = list_of_piece_ids(c, m);
+    result = list_of_piece_ids(self, c, m);
 done:
     PyMem_Free(c);
-    PyMem_Free(seen.slots);
+    PyMem_RawFree(seen.slots);
     PyMem_Free(miss_of);
     PyMem_Free(stops);
     PyMem_Free(p);
@@ -1199,23 +1291,21 @@ typedef struct {
     size_t n, capacity;
 } IdBuffer;
 
+/* The functions below run without the GIL: raw allocation, FAIL_ codes instead of exceptions. */
+
 static int ids_reserve(IdBuffer *b, size_t more)
 {
     if (more <= b->capacity - b->n)
         return 0;
     size_t capacity = b->capacity ? b->capacity : 256;
     while (capacity - b->n < more) {
-        if (capacity > SIZE_MAX / 2 / sizeof(uint32_t)) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        if (capacity > SIZE_MAX / 2 / sizeof(uint32_t))
+            return FAIL_NO_MEMORY;
         capacity *= 2;
     }
-    uint32_t *ids = PyMem_Realloc(b->ids, capacity * sizeof(uint32_t));
-    if (ids == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    uint32_t *ids = PyMem_RawRealloc(b->ids, capacity * sizeof(uint32_t));
+    if (ids == NULL)
+        return FAIL_NO_MEMORY;
     b->ids = ids;
     b->capacity = capacity;
     return 0;
@@ -1224,7 +1314,7 @@ static int ids_reserve(IdBuffer *b, size_t more)
 static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
 {
     if (ids_reserve(b, n) < 0)
-        return -1;
+        return FAIL_NO_MEMORY;
     if (n)
         memcpy(b->ids + b->n, ids, n * sizeof(uint32_t));
     b->n += n;
@@ -1246,7 +1336,8 @@ static size_t chunk_end(const unsigned char *s, size_t n, size_t at)
     return n;
 }
 
-/* Append the pieces of s[begin .. end), split on its own, to *pieces (count *n, room *capacity). */
+/* Append the pieces of s[begin .. end), split on its own, to *pieces (count *n, room *capacity;
+ * freed with PyMem_RawFree). 0 or a FAIL_ code. */
 static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size_t end, Piece **pieces, size_t *n,
                       size_t *capacity)
 {
@@ -1254,17 +1345,13 @@ static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size
     size_t len = end - begin;
     for (size_t at = 0; at < len;) {
         size_t stop = split_next(kind, text, len, at);
-        if (stop <= at || stop > len) { /* a splitter must advance within the text */
-            PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: the splitter did not advance (a bug)");
-            return -1;
-        }
+        if (stop <= at || stop > len) /* a splitter must advance within the text */
+            return FAIL_SPLITTER;
         if (*n == *capacity) {
             size_t grown = *capacity ? *capacity * 2 : 1024;
-            Piece *more = grown < SIZE_MAX / sizeof(Piece) ? PyMem_Realloc(*pieces, grown * sizeof(Piece)) : NULL;
-            if (more == NULL) {
-                PyErr_NoMemory();
-                return -1;
-            }
+            Piece *more = grown < SIZE_MAX / sizeof(Piece) ? PyMem_RawRealloc(*pieces, grown * sizeof(Piece)) : NULL;
+            if (more == NULL)
+                return FAIL_NO_MEMORY;
             *pieces = more;
             *capacity = grown;
         }
@@ -1278,57 +1365,62 @@ static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size
 
 /* The ids of s[0 .. n), whose first chunk starts at byte 0: the chunks are cut at spaces after
  * a non-space; each but the first (a text's head, never cached) is looked up in the chunk cache
- * by its text after the space; the others are split here, merged and remembered. */
+ * by its text after the space; the others are split here, merged and remembered.
+ * 0 or a FAIL_ code; needs no GIL (out->ids is freed with PyMem_RawFree). */
 static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer *out)
 {
-    int status = -1;
-    Piece *c = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(Piece)), *pieces = NULL;
-    size_t *begin = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(size_t));
-    size_t *end = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(size_t));
-    size_t *stop = PyMem_Malloc(TEXT_BATCH_CHUNKS * sizeof(size_t)); /* a new chunk's last piece + 1 */
+    if (n == 0)
+        return 0;
+    int failure = FAIL_NO_MEMORY;
+    size_t most = n < TEXT_BATCH_CHUNKS ? n : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
+    Piece *c = PyMem_RawMalloc(most * sizeof(Piece)), *pieces = NULL;
+    size_t *begin = PyMem_RawMalloc(most * sizeof(size_t));
+    size_t *end = PyMem_RawMalloc(most * sizeof(size_t));
+    size_t *stop = PyMem_RawMalloc(most * sizeof(size_t)); /* a new chunk's last piece + 1 */
     size_t pieces_capacity = 0;
     uint32_t *buffer = NULL;
     SeenSet seen = {NULL, 0};
-    if (c == NULL || begin == NULL || end == NULL || stop == NULL) {
-        PyErr_NoMemory();
+    if (c == NULL || begin == NULL || end == NULL || stop == NULL)
         goto done;
-    }
     for (size_t at = 0; at < n;) {
         size_t m = 0, n_pieces = 0;
-        for (; at < n && m < TEXT_BATCH_CHUNKS; m++) {
+        for (; at < n && m < most; m++) {
             begin[m] = at;
             end[m] = at = chunk_end(s, n, at);
         }
-        if (seen_init(&seen, m) < 0)
+        if ((failure = seen_init(&seen, m)) < 0)
             goto done;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             chunk->ids = NULL;
             chunk->first = -1;
-            if (begin[k] == 0) { /* the head: split, never cached */
-                if (split_into(self->split, s, begin[k], end[k], &pieces, &n_pieces, &pieces_capacity) < 0)
-                    goto done;
-                stop[k] = n_pieces;
-                continue;
-            }
-            chunk->text = s + begin[k] + 1;
+            chunk->text = s + begin[k] + 1; /* the head (begin 0) is never looked up */
             chunk->len = end[k] - begin[k] - 1;
-            chunk->hash = hash_bytes(self->seed, chunk->text, chunk->len);
-            const Entry *e = table_find(&self->chunks, chunk->hash, chunk->text, chunk->len);
+            chunk->hash = begin[k] ? hash_bytes(self->seed, chunk->text, chunk->len) : 0;
+        }
+        lock_read(&self->lock);
+        for (size_t k = 0; k < m; k++) {
+            const Entry *e = begin[k] ? table_find(&self->chunks, c[k].hash, c[k].text, c[k].len) : NULL;
             if (e != NULL) {
-                chunk->ids = e->ids;
-                chunk->n_ids = e->n_ids;
-            } else if ((chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) < 0) {
-                if (split_into(self->split, s, begin[k], end[k], &pieces, &n_pieces, &pieces_capacity) < 0)
-                    goto done;
-                stop[k] = n_pieces;
+                c[k].ids = e->ids;
+                c[k].n_ids = e->n_ids;
             }
         }
-        PyMem_Free(seen.slots);
+        unlock_read(&self->lock);
+        for (size_t k = 0; k < m; k++) {
+            Piece *chunk = &c[k];
+            if (chunk->ids != NULL || (begin[k] != 0 && (chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) >= 0))
+                continue; /* cached, or as an earlier chunk of this batch */
+            if ((failure = split_into(self->split, s, begin[k], end[k], &pieces, &n_pieces, &pieces_capacity)) < 0)
+                goto done;
+            stop[k] = n_pieces;
+        }
+        PyMem_RawFree(seen.slots);
         seen.slots = NULL;
-        if (resolve_pieces(self, pieces, (Py_ssize_t)n_pieces, &buffer) < 0)
+        if ((failure = resolve_pieces(self, pieces, (Py_ssize_t)n_pieces, &buffer, 0)) < 0)
             goto done;
         size_t from = 0;
+        failure = FAIL_NO_MEMORY;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             if (chunk->ids != NULL) { /* cached */
@@ -1340,39 +1432,46 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
                     goto done;
                 memcpy(out->ids + out->n, out->ids + first->offset, first->n_ids * sizeof(uint32_t));
                 out->n += first->n_ids;
-            } else { /* new: its pieces' ids, remembered */
+            } else { /* new: its pieces' ids */
                 chunk->offset = out->n;
                 for (; from < stop[k]; from++)
                     if (ids_append(out, pieces[from].ids, pieces[from].n_ids) < 0)
                         goto done;
                 chunk->n_ids = out->n - chunk->offset;
-                if (begin[k] != 0 &&
-                    table_add(&self->chunks, chunk->hash, chunk->text, chunk->len, out->ids + chunk->offset,
-                              chunk->n_ids) < 0) {
-                    PyErr_NoMemory();
-                    goto done;
-                }
             }
         }
+        /* The new chunks remembered (out->ids does not move again in this batch). */
+        int added = 0;
+        lock_write(&self->lock);
+        for (size_t k = 0; k < m && added == 0; k++) {
+            const Piece *chunk = &c[k];
+            if (chunk->ids == NULL && chunk->first < 0 && begin[k] != 0)
+                added = table_add(&self->chunks, chunk->hash, chunk->text, chunk->len, out->ids + chunk->offset,
+                                  chunk->n_ids);
+        }
+        unlock_write(&self->lock);
+        if (added < 0)
+            goto done;
         PyMem_RawFree(buffer);
         buffer = NULL;
     }
-    status = 0;
+    failure = 0;
 done:
-    PyMem_Free(c);
-    PyMem_Free(begin);
-    PyMem_Free(end);
-    PyMem_Free(stop);
-    PyMem_Free(pieces);
-    PyMem_Free(seen.slots);
+    PyMem_RawFree(c);
+    PyMem_RawFree(begin);
+    PyMem_RawFree(end);
+    PyMem_RawFree(stop);
+    PyMem_RawFree(pieces);
+    PyMem_RawFree(seen.slots);
     PyMem_RawFree(buffer);
-    return status;
+    return failure;
 }
 
 PyDoc_STRVAR(Kernel_encode_text_doc,
              "encode_text(text) -> list[int]: the ids of text (no special tokens), pre-tokenized by the\n"
              "kernel's own splitter (Kernel(split=...)) and cut into space chunks as Tokenizer._encode_chunked\n"
-             "cuts them; the chunk and piece caches are used as encode_chunks uses them.");
+             "cuts them; the chunk and piece caches are used as encode_chunks uses them. The GIL is released\n"
+             "while it works, so threads encoding texts on one kernel run in parallel.");
 
 static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
 {
@@ -1384,10 +1483,112 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
     const unsigned char *s;
     size_t n;
     IdBuffer out = {NULL, 0, 0};
-    if (text_utf8(text, &keep, &s, &n) == 0 && encode_utf8(self, s, n, &out) == 0)
-        result = list_of_ids(out.ids, out.n);
-    PyMem_Free(out.ids);
+    if (text_utf8(text, &keep, &s, &n) == 0) {
+        int failure;
+        /* s is the str's own data or keep's, both alive until we return. */
+        if (n >= RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            failure = encode_utf8(self, s, n, &out);
+            Py_END_ALLOW_THREADS
+        } else {
+            failure = encode_utf8(self, s, n, &out);
+        }
+        if (failure < 0)
+            set_error(failure);
+        else
+            result = list_of_ids(self, out.ids, out.n);
+    }
+    PyMem_RawFree(out.ids);
     Py_XDECREF(keep);
+    return result;
+}
+
+PyDoc_STRVAR(Kernel_encode_texts_doc,
+             "encode_texts(texts) -> list[list[int]]: [encode_text(t) for t in texts], with the GIL released\n"
+             "once for all of them (threads encoding batches of texts then rarely wait for each other).\n"
+             "Its first call gives the kernel an int object per token id (~6 MB for 150k tokens): the result\n"
+             "lists are then references to them, built in a fraction of the time (it is work under the GIL).");
+
+/* self->id_objects, built once (under the GIL, which nothing here releases). -1 with an exception set. */
+static int make_id_objects(Kernel *self)
+{
+    if (self->id_objects != NULL)
+        return 0;
+    PyObject **objects = PyMem_Malloc((self->n_tokens ? self->n_tokens : 1) * sizeof(PyObject *));
+    if (objects == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint32_t i = 0; i < self->n_tokens; i++) {
+        if ((objects[i] = PyLong_FromUnsignedLong(i)) == NULL) {
+            while (i > 0)
+                Py_DECREF(objects[--i]);
+            PyMem_Free(objects);
+            return -1;
+        }
+    }
+    self->id_objects = objects;
+    self->n_id_objects = self->n_tokens;
+    return 0;
+}
+
+static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
+{
+    if (self->split == SPLIT_NONE) {
+        PyErr_SetString(PyExc_ValueError, "encode_texts needs a kernel built with split=NAME");
+        return NULL;
+    }
+    PyObject *list = as_list(texts);
+    if (list == NULL)
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(list), done = 0;
+    size_t n = count ? (size_t)count : 1, total = 0;
+    const unsigned char **s = PyMem_Calloc(n, sizeof(*s));
+    size_t *len = PyMem_Calloc(n, sizeof(size_t)), *ends = PyMem_Calloc(n, sizeof(size_t));
+    PyObject **keep = PyMem_Calloc(n, sizeof(PyObject *)), *result = NULL;
+    IdBuffer out = {NULL, 0, 0};
+    int failure = 0;
+    if (s == NULL || len == NULL || ends == NULL || keep == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; done < count; done++) {
+        if (text_utf8(PyList_GET_ITEM(list, done), &keep[done], &s[done], &len[done]) < 0)
+            goto done;
+        total += len[done];
+    }
+    /* s[i] is the str's own data (the str is held by list) or keep[i]'s. */
+    PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < count && failure == 0; i++) {
+        failure = encode_utf8(self, s[i], len[i], &out);
+        ends[i] = out.n;
+    }
+    if (state != NULL)
+        PyEval_RestoreThread(state);
+    if (failure < 0) {
+        set_error(failure);
+        goto done;
+    }
+    if (make_id_objects(self) < 0)
+        goto done;
+    result = PyList_New(count);
+    for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
+        size_t start = i ? ends[i - 1] : 0;
+        PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, ends[i] - start); /* NULL: no ids at all */
+        if (ids == NULL)
+            Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, i, ids);
+    }
+done:
+    for (Py_ssize_t i = 0; keep != NULL && i < done; i++)
+        Py_XDECREF(keep[i]);
+    PyMem_Free(s);
+    PyMem_Free(len);
+    PyMem_Free(ends);
+    PyMem_Free(keep);
+    PyMem_RawFree(out.ids);
+    Py_DECREF(list);
     return result;
 }
 
@@ -1407,8 +1608,12 @@ static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
     const unsigned char *s;
     size_t n, n_pieces = 0, capacity = 0;
     Piece *pieces = NULL;
-    if (text_utf8(text, &keep, &s, &n) == 0 && split_into(kind, s, 0, n, &pieces, &n_pieces, &capacity) == 0) {
-        result = PyList_New((Py_ssize_t)n_pieces);
+    if (text_utf8(text, &keep, &s, &n) == 0) {
+        int failure = split_into(kind, s, 0, n, &pieces, &n_pieces, &capacity);
+        if (failure < 0)
+            set_error(failure);
+        else
+            result = PyList_New((Py_ssize_t)n_pieces);
         for (size_t i = 0; result != NULL && i < n_pieces; i++) {
             PyObject *piece = PyUnicode_DecodeUTF8((const char *)pieces[i].text, (Py_ssize_t)pieces[i].len,
                                                    "surrogatepass");
@@ -1418,7 +1623,7 @@ static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
                 PyList_SET_ITEM(result, (Py_ssize_t)i, piece);
         }
     }
-    PyMem_Free(pieces);
+    PyMem_RawFree(pieces);
     Py_XDECREF(keep);
     return result;
 }
@@ -1437,13 +1642,20 @@ static PyObject *Kernel_encode_piece(Kernel *self, PyObject *arg)
     if (ids == NULL) {
         PyErr_NoMemory();
     } else {
-        Py_ssize_t got = bpe_piece(self, &scratch, view.buf, n, ids, bound);
+        Py_ssize_t got;
+        if (n >= RELEASE_GIL_BYTES) { /* the buffer stays exported (unresizable) until released */
+            Py_BEGIN_ALLOW_THREADS
+            got = bpe_piece(self, &scratch, view.buf, n, ids, bound);
+            Py_END_ALLOW_THREADS
+        } else {
+            got = bpe_piece(self, &scratch, view.buf, n, ids, bound);
+        }
         if (got == -1) {
             PyErr_NoMemory();
         } else if (got < 0) {
             PyErr_SetString(PyExc_RuntimeError, "bpetok kernel: a piece gave more ids than its bound (a bug)");
         } else {
-            result = list_of_ids(ids, (size_t)got);
+            result = list_of_ids(self, ids, (size_t)got);
         }
     }
     scratch_free(&scratch);
@@ -1456,10 +1668,12 @@ PyDoc_STRVAR(Kernel_cache_info_doc, "cache_info() -> dict: the piece and chunk c
 
 static PyObject *Kernel_cache_info(Kernel *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:{s:n,s:n,s:n},s:{s:n,s:n,s:n}}", "pieces", "entries", (Py_ssize_t)self->cache.count,
-                         "bytes", (Py_ssize_t)self->cache.used, "budget", (Py_ssize_t)self->cache.budget, "chunks",
-                         "entries", (Py_ssize_t)self->chunks.count, "bytes", (Py_ssize_t)self->chunks.used, "budget",
-                         (Py_ssize_t)self->chunks.budget);
+    lock_read(&self->lock);
+    BytesTable cache = self->cache, chunks = self->chunks; /* a consistent copy of the counts */
+    unlock_read(&self->lock);
+    return Py_BuildValue("{s:{s:n,s:n,s:n},s:{s:n,s:n,s:n}}", "pieces", "entries", (Py_ssize_t)cache.count,
+                         "bytes", (Py_ssize_t)cache.used, "budget", (Py_ssize_t)cache.budget, "chunks", "entries",
+                         (Py_ssize_t)chunks.count, "bytes", (Py_ssize_t)chunks.used, "budget", (Py_ssize_t)chunks.budget);
 }
 
 static PyObject *Kernel_get_split(Kernel *self, void *Py_UNUSED(closure))
@@ -1479,6 +1693,7 @@ static PyMethodDef Kernel_methods[] = {
     {"encode_groups", (PyCFunction)Kernel_encode_groups, METH_VARARGS, Kernel_encode_groups_doc},
     {"encode_chunks", (PyCFunction)Kernel_encode_chunks, METH_VARARGS, Kernel_encode_chunks_doc},
     {"encode_text", (PyCFunction)Kernel_encode_text, METH_O, Kernel_encode_text_doc},
+    {"encode_texts", (PyCFunction)Kernel_encode_texts, METH_O, Kernel_encode_texts_doc},
     {"encode_piece", (PyCFunction)Kernel_encode_piece, METH_O, Kernel_encode_piece_doc},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS, Kernel_cache_info_doc},
     {NULL, NULL, 0, NULL},
@@ -1496,7 +1711,7 @@ static PyTypeObject KernelType = {
     .tp_methods = Kernel_methods,
     .tp_getset = Kernel_getset,
     .tp_init = (initproc)Kernel_init,
-    .tp_new = PyType_GenericNew,
+    .tp_new = Kernel_new,
 };
 
 static PyMethodDef module_methods[] = {
