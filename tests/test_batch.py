@@ -1,28 +1,18 @@
-"""encode_batch's forked workers (bpetok/batch.py): same ids in the same order as encode, on every
-path (children storing ids in the shared map, a slot too small, several rounds, no fork, no map),
-and nothing left behind (processes, descriptors) when a worker or this process fails.
+"""encode_batch: llama.cpp's ids in the same order as encode, on threads sharing one tokenizer
+(with the kernel's splitter) or in this thread (every other engine); an error in a thread reaches
+the caller; and one tokenizer encoding from several threads at once gives what it gives alone.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
-import signal
+import random
 import threading
-import time
-from itertools import accumulate
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import bpetok
-import bpetok.batch
 import bpetok.tokenizer
-from bpetok.batch import encode_batch_forked, group_bounds
-from helpers import QWEN3, load_cases
-
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked workers need os.fork (POSIX)")
+from helpers import QWEN3, SMOLLM2, load_cases
 
 EXTRA = [
     "",
@@ -35,231 +25,150 @@ EXTRA = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cases() -> list[dict]:
-    return load_cases("qwen3")
-
-
-@pytest.fixture(scope="module")
-def texts(cases) -> list[str]:
-    return [c["text"] for c in cases] + EXTRA
+def _threads_release_the_gil(tok: bpetok.Tokenizer) -> bool:
+    """The engine whose work runs without the GIL: the C kernel with its own splitter."""
+    return tok.engine == "C kernel" and tok.spec is not None and bool(tok.spec.kernel_split)
 
 
 @pytest.fixture
-def cold() -> bpetok.Tokenizer:
-    """A tokenizer with empty caches: the children fill their own."""
-    return bpetok.from_gguf(QWEN3)
+def pools(monkeypatch) -> list[int]:
+    """The thread pools encode_batch starts (their sizes), with groups small enough that the
+    reference cases make a few dozen."""
+    monkeypatch.setattr(bpetok.tokenizer, "_BATCH_GROUP_CHARS", 2000)
+    sizes: list[int] = []
+    real = bpetok.tokenizer.ThreadPoolExecutor
+
+    class Counted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, max_workers, **kwargs):
+            sizes.append(max_workers)
+            super().__init__(max_workers, **kwargs)
+
+    monkeypatch.setattr(bpetok.tokenizer, "ThreadPoolExecutor", Counted)
+    return sizes
 
 
-def _open_fds() -> set[str] | None:
-    return set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
-
-
-@pytest.fixture
-def forks(monkeypatch):
-    """The pids encode_batch forks; on leaving, every one of them must already be reaped, and
-    no descriptor may be left open."""
-    pids: list[int] = []
-    real_fork = os.fork
-
-    def fork():
-        pid = real_fork()
-        if pid:
-            pids.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", fork)
-    before = _open_fds()
-    yield pids
-    bpetok.batch.wait_for_workers()
-    for pid in pids:
-        with pytest.raises(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-    assert _open_fds() == before
-
-
-def _in_child(parent: int, then):
-    """A stand-in for Tokenizer._encode_many that runs ``then`` in a child and the real one here.
-    This process waits a little before its first group, so the children surely take some."""
-    first = [True]
-
-    def encode_many(tok, texts, parse_special):
-        if os.getpid() != parent:
-            then()
-        elif first[0]:
-            first[0] = False
-            time.sleep(0.3)
-        return type(tok)._encode_many(tok, texts, parse_special)
-
-    return encode_many
+def _no_batch_threads_left() -> bool:
+    return not any(t.name.startswith("bpetok-encode-batch") for t in threading.enumerate())
 
 
 # -- same ids, same order ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name, path", [("qwen3", QWEN3), ("smollm2", SMOLLM2)])
 @pytest.mark.parametrize("workers", [2, 3])
-def test_forked_gives_llama_cpp_ids_in_order(cold, cases, workers, forks):
+def test_threads_give_llama_cpp_ids_in_order(name, path, workers, pools):
+    cold = bpetok.from_gguf(path)  # empty caches: the threads fill them together
     for special in (False, True):
-        chosen = [c for c in cases if c["special"] == special]
-        got = encode_batch_forked(cold, [c["text"] for c in chosen], special, workers)
-        assert got == [c["ids"] for c in chosen]
-    assert forks  # the children did run
+        chosen = [c for c in load_cases(name) if c["special"] == special]
+        assert cold.encode_batch([c["text"] for c in chosen], parse_special=special, workers=workers) == [
+            c["ids"] for c in chosen
+        ]
+    assert pools == ([workers, workers] if _threads_release_the_gil(cold) else [])
+    assert _no_batch_threads_left()
 
 
-def test_forked_gives_llama_cpp_ids_for_smollm2(smollm2, forks):
-    cases = load_cases("smollm2")
-    for special in (False, True):
-        chosen = [c for c in cases if c["special"] == special]
-        assert encode_batch_forked(smollm2, [c["text"] for c in chosen], special, 2) == [c["ids"] for c in chosen]
-
-
-def test_forked_equals_encode_warm_and_cold(qwen3, cold, texts, forks):
+def test_equals_encode_warm_and_cold(qwen3, pools):
+    texts = [c["text"] for c in load_cases("qwen3")] + EXTRA
     for special in (True, False):
         expected = [qwen3.encode(t, parse_special=special) for t in texts]
-        assert encode_batch_forked(qwen3, texts, special, 2) == expected  # warm caches
-        assert encode_batch_forked(cold, texts[::-1], special, 2) == expected[::-1]
+        assert qwen3.encode_batch(texts, parse_special=special, workers=2) == expected  # warm caches
+        cold = bpetok.from_gguf(QWEN3)
+        assert cold.encode_batch(texts[::-1], parse_special=special, workers=2) == expected[::-1]
 
 
-def test_encode_batch_goes_through_the_workers(qwen3, texts, monkeypatch, forks):
-    monkeypatch.setattr(bpetok.tokenizer, "_BATCH_MIN_CHARS", 0)
-    assert qwen3.encode_batch(iter(texts), workers=2) == [qwen3.encode(t) for t in texts]
-    assert len(forks) == 1
+def test_tiny_batches(qwen3, pools):
     assert qwen3.encode_batch([], workers=2) == []
-    assert qwen3.encode_batch(["one text <|im_end|>"], workers=2) == [qwen3.encode("one text <|im_end|>")]
-    assert len(forks) == 1  # nothing to share out: no fork
+    assert qwen3.encode_batch([""], workers=2) == [[]]
+    assert qwen3.encode_batch(iter(["a", "", "b c"]), workers=4) == [qwen3.encode("a"), [], qwen3.encode("b c")]
+    assert qwen3.encode_batch(["Hi <|im_end|>"], parse_special=False, workers=4) == [
+        qwen3.encode("Hi <|im_end|>", parse_special=False)
+    ]
+    assert pools == []  # under two groups: no thread started
+    texts = ["x" * 1500, "y" * 1500, "z"]  # two groups, more workers than groups
+    assert qwen3.encode_batch(texts, workers=8) == [qwen3.encode(t) for t in texts]
+    assert pools == ([2] if _threads_release_the_gil(qwen3) else [])
 
 
-def test_tiny_batches(qwen3, forks):
-    assert encode_batch_forked(qwen3, [], True, 2) == []
-    assert encode_batch_forked(qwen3, [""], True, 2) == [[]]
-    assert encode_batch_forked(qwen3, ["Hi <|im_end|>"], False, 4) == [qwen3.encode("Hi <|im_end|>", parse_special=False)]
-    assert encode_batch_forked(qwen3, ["", "a", "", "b c"], True, 2) == [[], qwen3.encode("a"), [], qwen3.encode("b c")]
+def test_one_worker_stays_in_this_thread(qwen3, pools):
+    texts = [c["text"] for c in load_cases("qwen3")[:400]]
+    assert qwen3.encode_batch(texts, workers=1) == [qwen3.encode(t) for t in texts]
+    assert pools == []
 
 
-def test_more_workers_than_groups(qwen3, texts, forks):
-    assert encode_batch_forked(qwen3, texts[:5], True, 8) == [qwen3.encode(t) for t in texts[:5]]
+def test_an_error_in_a_thread_reaches_the_caller(pools, monkeypatch):
+    tok = bpetok.from_gguf(QWEN3)
+    texts = [c["text"] for c in load_cases("qwen3")[:400]]
+    real = tok._encode_many
+
+    def encode_many(group, parse_special):
+        if texts[200] in group:
+            raise RuntimeError("boom in a group")
+        return real(group, parse_special)
+
+    monkeypatch.setattr(tok, "_encode_many", encode_many)
+    with pytest.raises(RuntimeError, match="boom in a group"):
+        tok.encode_batch(texts, workers=2)
+    assert pools == ([2] if _threads_release_the_gil(tok) else [])
+    assert _no_batch_threads_left()
 
 
-# -- the other paths -----------------------------------------------------------------------------
+def test_the_groups_cover_the_texts_in_order():
+    assert bpetok.tokenizer._groups([], 5) == []
+    assert bpetok.tokenizer._groups(["abcdef"], 5) == [["abcdef"]]
+    assert bpetok.tokenizer._groups(["ab", "c", "", "de", "fgh", "i"], 3) == [["ab", "c"], ["", "de", "fgh"], ["i"]]
+    rng = random.Random(1)
+    texts = ["x" * rng.randint(0, 50) for _ in range(500)]
+    groups = bpetok.tokenizer._groups(texts, 200)
+    assert [t for g in groups for t in g] == texts
+    assert all(sum(map(len, g)) >= 200 for g in groups[:-1])
 
 
-def test_a_slot_too_small_is_encoded_here(qwen3, texts, monkeypatch, forks):
-    monkeypatch.setattr(bpetok.batch, "_SLOT_PER_TEXT", 0)
-    monkeypatch.setattr(bpetok.batch, "_SLOT_PER_CHAR", 0)
-    assert encode_batch_forked(qwen3, texts, True, 2) == [qwen3.encode(t) for t in texts]
+# -- one tokenizer, several threads --------------------------------------------------------------
 
 
-def test_rounds(qwen3, texts, monkeypatch, forks):
-    monkeypatch.setattr(bpetok.batch, "_ROUND_CHARS", 20_000)
-    assert encode_batch_forked(qwen3, texts, True, 2) == [qwen3.encode(t) for t in texts]
-    assert len(forks) > 5
+@pytest.mark.parametrize("cache_bytes", [300_000, None], ids=["small-caches", "default-caches"])
+def test_one_tokenizer_hammered_from_threads(cache_bytes):
+    """Four threads share one cold tokenizer (small caches fill up mid-run: the budget's edge),
+    each encoding every text in its own order, by encode and by encode_batch; long texts take
+    the kernel's GIL-free path. Each result must be llama.cpp's ids (the reference cases) or,
+    for the long texts, what a tokenizer of its own gives them one after the other."""
+    rng = random.Random(7)
+    cases = rng.sample(load_cases("qwen3"), 1200)
+    long_texts = [" ".join(rng.choice(cases)["text"] for _ in range(30)) for _ in range(20)]
+    alone = bpetok.from_gguf(QWEN3)
+    expected = {(c["text"], c["special"]): c["ids"] for c in cases}
+    for text in long_texts:
+        for special in (True, False):
+            expected[text, special] = alone.encode(text, parse_special=special)
+    jobs = list(expected)
+    shared = bpetok.Tokenizer(bpetok.load_vocabulary(QWEN3), cache_bytes=cache_bytes)
+    start = threading.Barrier(4)
+    wrong: list[tuple[int, str]] = []
+    failures: list[BaseException] = []
 
+    def work(k: int) -> None:
+        try:
+            order = jobs[:]
+            random.Random(k).shuffle(order)
+            start.wait()
+            for at in range(0, len(order), 50):
+                block = order[at : at + 50]
+                if (at // 50 + k) % 2:
+                    got = [shared.encode(text, parse_special=special) for text, special in block]
+                else:
+                    got = [shared.encode_batch([text], parse_special=special, workers=1)[0] for text, special in block[:10]]
+                    got += shared.encode_batch([t for t, s in block[10:] if s], parse_special=True, workers=2)
+                    got += shared.encode_batch([t for t, s in block[10:] if not s], parse_special=False, workers=2)
+                    block = block[:10] + [j for j in block[10:] if j[1]] + [j for j in block[10:] if not j[1]]
+                wrong.extend((k, text) for (text, special), ids in zip(block, got) if ids != expected[text, special])
+        except BaseException as e:  # noqa: BLE001 - reported below, in the test's thread
+            failures.append(e)
 
-def test_no_fork_no_map_stays_in_process(qwen3, texts, monkeypatch):
-    expected = [qwen3.encode(t) for t in texts]
-
-    def no_fork():
-        raise OSError("EAGAIN")
-
-    monkeypatch.setattr(os, "fork", no_fork)
-    assert encode_batch_forked(qwen3, texts, True, 2) == expected
-    monkeypatch.undo()
-
-    def no_map(*args, **kwargs):
-        raise OSError("ENOMEM")
-
-    monkeypatch.setattr(mmap, "mmap", no_map)
-    assert encode_batch_forked(qwen3, texts, True, 2) == expected
-
-
-def test_platform_without_fork_encodes_in_process(qwen3, texts, monkeypatch):
-    import multiprocessing
-
-    monkeypatch.setattr(bpetok.tokenizer, "_BATCH_MIN_CHARS", 0)
-    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
-    monkeypatch.delattr(os, "fork")  # however encode_batch asks
-
-    def refuse(*args):
-        raise AssertionError("forked on a platform without fork")
-
-    monkeypatch.setattr(bpetok.batch, "encode_batch_forked", refuse)
-    assert qwen3.encode_batch(texts, workers=2) == [qwen3.encode(t) for t in texts]
-
-
-def test_a_program_that_ignores_sigchld(qwen3, texts, monkeypatch, forks):
-    # Such children reap themselves: waiting for one finds no child, which must not fail,
-    # neither here nor on the reaper thread.
-    failures = []
-    monkeypatch.setattr(threading, "excepthook", failures.append)
-    parent = os.getpid()
-
-    def fail_here(tok, texts, parse_special):
-        if os.getpid() == parent:
-            raise KeyboardInterrupt
-        return type(tok)._encode_many(tok, texts, parse_special)
-
-    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    try:
-        assert encode_batch_forked(qwen3, texts, True, 3) == [qwen3.encode(t) for t in texts]
-        bpetok.batch.wait_for_workers()
-        monkeypatch.setattr(qwen3, "_encode_many", fail_here.__get__(qwen3))
-        with pytest.raises(KeyboardInterrupt):
-            encode_batch_forked(qwen3, texts, True, 2)
-    finally:
-        signal.signal(signal.SIGCHLD, previous)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     assert failures == []
-
-
-# -- failures ------------------------------------------------------------------------------------
-
-
-def test_a_failing_worker_is_reported(cold, texts, monkeypatch, forks):
-    def fail():
-        raise RuntimeError("boom in the worker")
-
-    monkeypatch.setattr(cold, "_encode_many", _in_child(os.getpid(), fail).__get__(cold))
-    with pytest.raises(bpetok.BpetokError, match="worker process failed: RuntimeError: boom in the worker"):
-        encode_batch_forked(cold, texts, True, 3)
-    assert len(forks) == 2
-
-
-def test_a_killed_worker_is_reported(qwen3, texts, monkeypatch, forks):
-    monkeypatch.setattr(qwen3, "_encode_many", _in_child(os.getpid(), lambda: os.kill(os.getpid(), signal.SIGKILL)).__get__(qwen3))
-    with pytest.raises(bpetok.BpetokError, match="killed by SIGKILL"):
-        encode_batch_forked(qwen3, texts, True, 2)
-
-
-def test_a_failure_here_kills_the_workers(qwen3, texts, monkeypatch, forks):
-    parent = os.getpid()
-
-    def encode_many(tok, texts, parse_special):
-        if os.getpid() != parent:
-            time.sleep(600)  # only a kill ends this in time
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(qwen3, "_encode_many", encode_many.__get__(qwen3))
-    with pytest.raises(KeyboardInterrupt):
-        encode_batch_forked(qwen3, texts, True, 3)
-    assert len(forks) == 2
-
-
-# -- groups --------------------------------------------------------------------------------------
-
-
-def test_group_bounds_shrink():
-    ends = list(accumulate([10] * 16))
-    assert group_bounds(ends, 0, 16, 1) == [(0, 4), (4, 7), (7, 10), (10, 12), (12, 13), (13, 14), (14, 15), (15, 16)]
-    assert group_bounds(ends, 4, 6, 2) == [(4, 5), (5, 6)]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 5000), min_size=1, max_size=400), st.integers(1, 300), st.data())
-def test_group_bounds_cover_the_round_in_order(lengths, workers, data):
-    ends = list(accumulate(lengths))
-    lo = data.draw(st.integers(0, len(lengths) - 1))
-    hi = data.draw(st.integers(lo + 1, len(lengths)))
-    groups = group_bounds(ends, lo, hi, workers)
-    assert groups[0][0] == lo and groups[-1][1] == hi
-    assert all(start < stop for start, stop in groups)
-    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
-    assert len(groups) <= bpetok.batch._MAX_GROUPS + 8 * workers
+    assert wrong == []
+    assert len(jobs) > 1200
