@@ -307,3 +307,98 @@ def test_the_chunk_cache_stays_within_its_budget(qwen3):
         kernel.encode_chunks(parts, 1, qwen3.pretokenizer.split)
     info = kernel.cache_info()["chunks"]
     assert 0 < info["bytes"] <= info["budget"] == 200_000
+
+
+# -- the merge table built in C (build_merges) against BytePairModel._build_ranks ---------------
+
+
+def _ranks_of_table(bpe: BytePairModel, table: bytes) -> dict[int, int]:
+    """A build_merges table in ``BytePairModel.ranks``' form (a duplicate keeps its first rank)."""
+    import struct
+
+    ranks: dict[int, int] = {}
+    for rank, (left, right, merged) in enumerate(struct.iter_unpack("<III", table)):
+        if (left, right, merged) != (0xFFFFFFFF,) * 3:
+            ranks.setdefault(left * bpe.stride + right, rank << bpe.shift | merged)
+    return ranks
+
+
+def _both_builds(monkeypatch, tokens: list[bytes], merges: list[bytes]):
+    """The model as the kernel engine builds it (merge table in C) and as the pure-Python one does."""
+    monkeypatch.delenv("BPETOK_PURE_PYTHON", raising=False)
+    compiled = BytePairModel(tokens, merges)
+    monkeypatch.setenv("BPETOK_PURE_PYTHON", "1")
+    reference = BytePairModel(tokens, merges)
+    monkeypatch.delenv("BPETOK_PURE_PYTHON")
+    return compiled, reference
+
+
+def _assert_same_tables(compiled: BytePairModel, reference: BytePairModel) -> None:
+    assert compiled._merge_table is not None and reference._merge_table is None
+    assert compiled._ranks is None  # not built unless asked for
+    assert compiled.byte_ids == reference.byte_ids
+    assert compiled.virtual_texts == reference.virtual_texts
+    assert _ranks_of_table(compiled, compiled._merge_table) == reference.ranks
+    assert compiled.ranks == reference.ranks  # and the lazily built dict matches too
+
+
+def test_merge_table_in_c_equals_the_python_build(monkeypatch, tok_pair):
+    vocabulary = tok_pair.vocabulary
+    compiled, reference = _both_builds(monkeypatch, vocabulary.tokens, vocabulary.merges)
+    assert len(compiled._merge_table) == 12 * len(vocabulary.merges)
+    _assert_same_tables(compiled, reference)
+
+
+@pytest.fixture(scope="module", params=["qwen3", "smollm2"])
+def tok_pair(request, qwen3, smollm2):
+    return {"qwen3": qwen3, "smollm2": smollm2}[request.param]
+
+
+_BYTE_TOKENS = [c.encode() for c in BYTE_TO_CHAR]
+
+
+@pytest.mark.parametrize(
+    "tokens, merges",
+    [
+        (_BYTE_TOKENS + [b"ab", b"b c"], [b"a b", b"ab c", b"a b"]),  # duplicate; "abc" is virtual
+        (_BYTE_TOKENS + [b"ab", b"b c"], [b"a b", b"x", b"", b" a", b"a b c"]),  # no space, empty, leading space
+        (_BYTE_TOKENS[:100] + [b"\xc4\xa0a"], [b"\xc4\xa0 a", b"\xc4\xa0a \xc4\xa0a"]),  # bytes with no token
+        (_BYTE_TOKENS + [b"ab", b"ab"], [b"a b", b"ab ab"]),  # a duplicated token keeps its last id
+    ],
+)
+def test_odd_merge_lists_build_the_same_in_c(monkeypatch, tokens, merges):
+    _assert_same_tables(*_both_builds(monkeypatch, tokens, merges))
+
+
+def test_a_merge_naming_a_missing_token_is_refused_by_both_builds(monkeypatch):
+    for pure in ("", "1"):
+        monkeypatch.setenv("BPETOK_PURE_PYTHON", pure)
+        with pytest.raises(bpetok.VocabularyError, match="not in 'tokenizer.ggml.tokens'"):
+            BytePairModel(_BYTE_TOKENS + [b"ab"], [b"a b", b"ab q\xc3\xa9"])
+    assert _bpe.build_merges(_BYTE_TOKENS, [b"a q\xc3\xa9"], []) is None
+    with pytest.raises(TypeError):
+        _bpe.build_merges(_BYTE_TOKENS, ["a b"], [])
+    with pytest.raises(ValueError):
+        _bpe.build_merges(_BYTE_TOKENS, [], [b"a"])  # a "virtual" text that is a token
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    extra=st.lists(st.binary(min_size=0, max_size=4), max_size=12),
+    picks=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300), st.sampled_from([b" ", b"  ", b""])), max_size=30),
+    drop=st.integers(0, 256),
+)
+def test_random_merge_lists_build_the_same_in_c(extra, picks, drop):
+    tokens = list(dict.fromkeys(_BYTE_TOKENS[drop:] + [e for e in extra if e]))
+    merges = [tokens[a % len(tokens)] + sep + tokens[b % len(tokens)] for a, b, sep in picks] if tokens else []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        try:
+            compiled, reference = _both_builds(monkeypatch, tokens, merges)
+        except bpetok.VocabularyError:
+            monkeypatch.setenv("BPETOK_PURE_PYTHON", "1")
+            with pytest.raises(bpetok.VocabularyError):
+                BytePairModel(tokens, merges)
+            return
+        _assert_same_tables(compiled, reference)
+        for piece in (b"abc", b"hello world", bytes(range(0, 256, 7))):
+            assert kernel_of(compiled).encode_piece(piece) == reference.encode_piece_reference(piece)
