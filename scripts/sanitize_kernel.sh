@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build the C modules (bpetok/models/_bpe.c, _symbols.c) with AddressSanitizer and UndefinedBehaviorSanitizer
+# Build the C modules (bpetok/models/_bpe.c, _symbols.c, bpetok/_gguf.c) with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run the tests that feed it: the kernel's own (reference pieces, Hypothesis, hostile calls,
 # threads), the compiled splitters against their Python twins, the oracle cases (llama.cpp's ids, qwen2
-# and llama3), the Hypothesis properties and the GGUF fuzz tests.
+# and llama3), the Hypothesis properties and the GGUF reader and fuzz tests.
 #
 #     scripts/sanitize_kernel.sh            # from the repository, in a venv with bpetok's test extra
 #
@@ -20,9 +20,9 @@ tar --exclude='*.so' --exclude=build --exclude=.venv --exclude=.hypothesis --exc
 cd "$work"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_ext --inplace 2>&1 | grep -v Warning || true
-for module in _bpe _symbols; do
-    test -f bpetok/models/$module*.so || { echo "$module did not build" >&2; exit 1; }
-    nm -D bpetok/models/$module*.so | grep -q __asan_ || { echo "$module is not instrumented" >&2; exit 1; }
+for module in models/_bpe models/_symbols _gguf; do
+    test -f bpetok/$module*.so || { echo "$module did not build" >&2; exit 1; }
+    nm -D bpetok/$module*.so | grep -q __asan_ || { echo "$module is not instrumented" >&2; exit 1; }
 done
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:malloc_context_size=5:fast_unwind_on_malloc=1"
@@ -30,6 +30,6 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 unset BPETOK_PURE_PYTHON
 python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf.gz'); assert t.engine == 'C kernel', t.engine; print(bpetok.__file__, t.engine)"
 python -m pytest -q -p no:cacheprovider --capture=sys tests/test_kernel.py tests/test_symbols.py tests/test_exact.py \
-    tests/test_properties.py tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py tests/test_split.py \
+    tests/test_properties.py tests/test_gguf.py tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py tests/test_split.py \
     tests/test_llama3.py "$@"
 echo "sanitized run: no finding"

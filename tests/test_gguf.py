@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import bpetok
+import bpetok.gguf
 from bpetok.gguf import MAX_ARRAY_NESTING, GGUFValueType, _Cursor, read_gguf
 from ggufbuild import EVERY_TYPE, HEADER_SIZE, build, element_type, expected, nested, plain
 from helpers import DATA, QWEN3, SMOLLM2
@@ -306,8 +307,30 @@ def string_array_both_ways(tmp_path, strings: list[bytes]):
     ],
     ids=["plain", "long", "empty", "zeros", "mixed", "bytes"],
 )
-def test_fast_string_array_on_awkward_data(tmp_path, strings):
+@pytest.mark.parametrize("reader", ["compiled", "struct"])
+def test_fast_string_array_on_awkward_data(tmp_path, strings, reader, monkeypatch):
+    from bpetok import _gguf  # the suite requires the C modules to be built (CI builds them)
+
+    # Each fast path, whichever engine runs (BPETOK_PURE_PYTHON=1 would pick the struct one).
+    monkeypatch.setattr(bpetok.gguf, "_compiled_reader", lambda: _gguf if reader == "compiled" else None)
     string_array_both_ways(tmp_path, strings)
+
+
+def test_compiled_string_reader_checks_every_bound():
+    from bpetok import _gguf  # the suite requires the C modules to be built (CI builds them)
+
+    data = b"".join(len(s).to_bytes(8, "little") + s for s in [b"ab", b"", b"cde"])
+    assert _gguf.read_strings(data, 0, 3) == ([b"ab", b"", b"cde"], len(data))
+    assert _gguf.read_strings(data, 10, 2) == ([b"", b"cde"], len(data))
+    assert _gguf.read_strings(data, len(data), 0) == ([], len(data))
+    assert _gguf.read_strings(data, 0, 4) is None  # a fourth prefix would start at the end
+    assert _gguf.read_strings(data[:-1], 0, 3) is None  # the last string is cut short
+    assert _gguf.read_strings(data, 0, 2**62) is None  # a hostile count allocates nothing
+    assert _gguf.read_strings(b"\xff" * 8 + b"x", 0, 1) is None  # a length past the end (2**64 - 1)
+    assert _gguf.read_strings(data[:20], 13, 1) is None  # a prefix that needs 8 bytes, 7 remain
+    for offset, count in ((-1, 1), (len(data) + 1, 0), (0, -1)):
+        with pytest.raises(ValueError):
+            _gguf.read_strings(data, offset, count)
 
 
 def test_the_numpy_scan_proves_most_of_a_real_vocabulary():
