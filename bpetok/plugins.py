@@ -11,6 +11,7 @@ Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of entry-point names to
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import weakref
@@ -112,10 +113,19 @@ class _Registry:
     def __init__(self, pm: pluggy.PluginManager):
         self._rows: dict = {}
         dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+        # Reading a distribution's metadata parses its METADATA file, and bpetok's own
+        # distribution brings fifteen pre-tokenizer plugins: read each distribution once.
+        described: dict[int, tuple[str | None, str | None]] = {}
         for impl in getattr(pm.hook, self.hook_name).get_hookimpls():
             dist = dists.get(impl.plugin_name)
-            dist_name = dist.metadata["name"] if dist is not None else _BUILTIN_DISTRIBUTION.get(impl.plugin_name)
-            version = dist.version if dist is not None else (_bpetok_version() if dist_name else None)
+            if dist is None:
+                dist_name = _BUILTIN_DISTRIBUTION.get(impl.plugin_name)
+                version = _bpetok_version() if dist_name else None
+            else:
+                key = id(getattr(dist, "_dist", dist))  # pluggy's DistFacade wraps one object per distribution
+                if key not in described:
+                    described[key] = (dist.metadata["name"], dist.version)
+                dist_name, version = described[key]
 
             def register(spec: Any, _plugin=impl.plugin_name, _dist=dist_name, _ver=version) -> None:
                 if not isinstance(spec, self.spec_type):
@@ -190,6 +200,7 @@ class ModelRegistry(_Registry):
 _BUILTIN_DISTRIBUTION = {name: "bpetok" for name in BUILTIN_PLUGINS}
 
 
+@functools.lru_cache(maxsize=None)  # one metadata read per process, not one per built-in hook
 def _bpetok_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
