@@ -9,6 +9,8 @@
 tests/data: ``pytest --doctest-modules bpetok``.)
 """
 
+from typing import TYPE_CHECKING
+
 from bpetok.errors import (
     BpetokError,
     ChatTemplateError,
@@ -17,12 +19,14 @@ from bpetok.errors import (
     UnsupportedVocabularyError,
     VocabularyError,
 )
-from bpetok.datasets import encode_dataset
 from bpetok.hookspecs import hookimpl
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.tokenizer import Tokenizer, from_file, from_gguf, load_vocabulary
 from bpetok.train import extend, train
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
+
+if TYPE_CHECKING:
+    from bpetok.datasets import encode_dataset
 
 __version__ = "0.1.0"
 
@@ -46,3 +50,12 @@ __all__ = [
     "load_vocabulary",
     "train",
 ]
+
+
+def __getattr__(name: str):
+    # bpetok.encode_dataset, imported on first use: loading a tokenizer needs none of the dataset code.
+    if name == "encode_dataset":
+        from bpetok.datasets import encode_dataset
+
+        return encode_dataset
+    raise AttributeError(f"module 'bpetok' has no attribute {name!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import weakref
 from typing import Any, cast
@@ -51,6 +52,10 @@ BUILTIN_PLUGINS = (
     "bpetok.chat",
     "bpetok.datasets",
 )
+# Of those, the modules whose one hook is bpetok_register_commands: each is registered as a
+# stand-in (:class:`_CommandModule`) that imports it when the CLI builds its parser, so loading
+# a tokenizer does not import the server, chat and dataset code.
+COMMAND_MODULES = ("bpetok.server", "bpetok.chat", "bpetok.datasets")
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:
@@ -59,7 +64,8 @@ def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManag
     pm.add_hookspecs(hookspecs)
     for name in BUILTIN_PLUGINS:
         # A built-in that fails to import is a bug in bpetok: let the ImportError show.
-        pm.register(importlib.import_module(name), name=name)
+        plugin = _CommandModule(name) if name in COMMAND_MODULES else importlib.import_module(name)
+        pm.register(plugin, name=name)
     if load_entry_points:
         for name in os.environ.get(DISABLE_ENV, "").split(","):
             if name.strip():
@@ -76,6 +82,19 @@ def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManag
     except pluggy.PluginValidationError as e:
         raise PluginError(f"plugin {e.plugin!r} implements a hook bpetok does not define: {e}") from e
     return pm
+
+
+class _CommandModule:
+    """Stands in for a built-in module of :data:`COMMAND_MODULES`: its commands, imported when asked for."""
+
+    def __init__(self, name: str):
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        self.__name__ = name
+
+    @hookspecs.hookimpl
+    def bpetok_register_commands(self, subparsers) -> None:
+        importlib.import_module(self.__name__).bpetok_register_commands(subparsers)
 
 
 @dataclass(frozen=True)

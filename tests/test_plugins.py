@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import subprocess
+import sys
 import types
 
 import pytest
@@ -525,3 +528,25 @@ def test_every_hook_has_a_test_and_is_documented():
         assert f"def {name}" in this_file or f"{name}(" in this_file, f"hook {name} has no test"
         signature = f"{name}{inspect.signature(getattr(hookspecs, name))}".replace("'", "")
         assert signature in docs, f"docs/hooks.md lacks the signature {signature}"
+
+
+def test_command_modules_are_imported_only_for_the_cli():
+    """The built-in command modules are stand-ins until the CLI asks for their commands, so each
+    must implement no other hook (a stand-in would hide it)."""
+    import inspect
+
+    from bpetok import hookspecs, plugins
+
+    hook_names = {name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("bpetok_")}
+    for name in plugins.COMMAND_MODULES:
+        module = importlib.import_module(name)
+        assert {h for h in hook_names if hasattr(module, h)} == {"bpetok_register_commands"}, name
+    code = (
+        "import sys, bpetok; from bpetok.plugins import COMMAND_MODULES; "
+        "tok = bpetok.from_gguf(sys.argv[1]); tok.encode('Hello world'); "
+        "print(sorted(m for m in COMMAND_MODULES if m in sys.modules)); "
+        "from bpetok.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in COMMAND_MODULES if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(QWEN3)], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", str(sorted(plugins.COMMAND_MODULES))]
