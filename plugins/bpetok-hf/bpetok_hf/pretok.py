@@ -11,10 +11,14 @@ package (``\\p{..}`` classes, as Oniguruma, the regex engine of HF tokenizers, h
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import regex
+from typing import TYPE_CHECKING
 
 from bpetok import VocabularyError
+
+# ``regex`` is imported where a tokenizer.json is read or split, not here: bpetok imports this
+# module whenever it loads its plugins, and most loads never touch a tokenizer.json.
+if TYPE_CHECKING:
+    import regex
 
 __all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "family_of", "patterns_of", "GPT2_PATTERN", "BEHAVIORS"]
 
@@ -48,6 +52,8 @@ class SplitPass:
     invert: bool = False
 
     def compile(self) -> regex.Pattern:
+        import regex
+
         return regex.compile(self.pattern)
 
 
@@ -61,6 +67,8 @@ def _refuse(path: str, where: str, what: str) -> VocabularyError:
 
 def read_passes(node, path: str, where: str = "pre_tokenizer") -> list[SplitPass]:
     """The passes of a tokenizer.json ``pre_tokenizer``; exactly one ByteLevel, which comes last."""
+    import regex
+
     if node is None:
         raise _refuse(path, where, "null (no ByteLevel pre-tokenizer: not a byte-level BPE file)")
     items = node.get("pretokenizers") if node.get("type") == "Sequence" else [node]
