@@ -20,7 +20,7 @@ For each engine and corpus: MB/s (UTF-8 bytes) and tokens/s, *cold* (a fresh tok
 pass over the corpus), *warm* (the same tokenizer, second pass) and *steady* (a fresh tokenizer
 that has encoded the first half of the corpus, timed on the second half: text it has not seen).
 Each figure is the median of ``--repeat`` runs. Then whether every engine gave bpetok's ids;
-bpetok's ``encode_batch`` on the corpora's paragraphs against one process; the whole-process time
+bpetok's ``encode_batch`` on the corpora's paragraphs against one worker; the whole-process time
 and peak RSS of loading the vocabulary plus one encode, for bpetok and for llama-cpp-python's
 vocab-only load; and the time of each 1 MB pathological input per engine (a subprocess each).
 """
@@ -284,11 +284,11 @@ def parallel_ceiling(workers: int, n: int = 10_000_000) -> float:
 
 
 def batch(fresh_tok, texts: list[str], repeat: int) -> dict:
-    """bpetok's encode_batch (all CPUs) against one process on the same texts, MB/s of wall time
-    (a pool's work is in its workers: only a quiet machine gives a meaningful figure).
+    """bpetok's encode_batch (all CPUs: threads sharing the tokenizer) against one worker on the
+    same texts, MB/s of wall time (only a quiet machine gives a meaningful figure).
 
-    *fresh*: a new tokenizer for each run (every worker starts with empty caches, so the
-    common words are BPE'd once per process); *warm*: a tokenizer that has seen the texts.
+    *fresh*: a new tokenizer for each run (the threads fill its caches together); *warm*: a
+    tokenizer that has seen the texts.
     The speedup is the median over runs of each run's one-process time over its batch time,
     timed back to back (steadier under other load than a ratio of two medians).
     """
@@ -427,7 +427,7 @@ def report(results: dict) -> str:
         lines += [
             f"\nencode_batch on {b['texts']} paragraphs of the corpora ({b['bytes'] / MB:.1f} MB), {b['workers']} workers "
             f"(pure-Python CPU work got {b['ceiling']:.2f}× from {b['workers']} processes during this run)\n",
-            "| tokenizer | one process MB/s | encode_batch MB/s | speedup |",
+            "| tokenizer | one worker MB/s | encode_batch MB/s | speedup |",
             "|---|---|---|---|",
         ]
         for kind in ("fresh", "warm"):

@@ -574,13 +574,16 @@ class Tokenizer:
         if workers < 1:
             raise ValueError(f"encode_batch(workers={workers}): workers must be at least 1 (or None for all CPUs)")
         groups = _groups(texts, _BATCH_GROUP_CHARS) if workers > 1 and self._text_kernel is not None else []
-        if len(groups) < 2:
-            return self._encode_many(texts, parse_special)
-        pool = ThreadPoolExecutor(min(workers, len(groups)), thread_name_prefix="bpetok-encode-batch")
-        try:
-            return list(chain.from_iterable(pool.map(lambda group: self._encode_many(group, parse_special), groups)))
-        finally:
-            pool.shutdown(cancel_futures=True)
+        # The result lists all live on: a collection while they are built would only rescan them
+        # (and, under the GIL, hold up the other threads).
+        with _gc_paused():
+            if len(groups) < 2:
+                return self._encode_many(texts, parse_special)
+            pool = ThreadPoolExecutor(min(workers, len(groups)), thread_name_prefix="bpetok-encode-batch")
+            try:
+                return list(chain.from_iterable(pool.map(lambda group: self._encode_many(group, parse_special), groups)))
+            finally:
+                pool.shutdown(cancel_futures=True)
 
     def _encode_many(self, texts: list[str], parse_special: bool) -> list[list[int]]:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``. With the kernel's
@@ -588,6 +591,9 @@ class Tokenizer:
         releases the GIL once, not once per text); else the new chunks of all of them are encoded
         first, in one batch."""
         if self._text_kernel is not None:
+            finder = self._special_finder[parse_special]
+            if finder is None or finder.search("".join(texts)) is None:  # no special token in any of them
+                return self._text_kernel.encode_texts(texts)
             parts = [self._partition(t, parse_special) if t else [] for t in texts]
             encoded = iter(self._text_kernel.encode_texts([f for p in parts for f in p if f.__class__ is str]))
             out: list[list[int]] = []

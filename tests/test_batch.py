@@ -89,6 +89,19 @@ def test_tiny_batches(qwen3, pools):
     assert pools == ([2] if _threads_release_the_gil(qwen3) else [])
 
 
+def test_a_special_token_only_across_two_texts_is_not_one(qwen3):
+    """Texts without special tokens go to the kernel together; one search over them joined may
+    find a special token that straddles two of them, which must not be cut out."""
+    texts = ["Hello <|im_", "end|> world", "plain", "<|im_end|>"]
+    for special in (True, False):
+        assert qwen3.encode_batch(texts, parse_special=special, workers=1) == [
+            qwen3.encode(t, parse_special=special) for t in texts
+        ]
+        assert qwen3.encode_batch(texts[:3], parse_special=special, workers=1) == [
+            qwen3.encode(t, parse_special=special) for t in texts[:3]
+        ]
+
+
 def test_one_worker_stays_in_this_thread(qwen3, pools):
     texts = [c["text"] for c in load_cases("qwen3")[:400]]
     assert qwen3.encode_batch(texts, workers=1) == [qwen3.encode(t) for t in texts]
