@@ -95,12 +95,13 @@ class ModelSource:
             import bpetok
 
             path = self.path
-            if self.data is not None:
+            data = self.data if self.data is not None else _WORKER_MODELS.get(self.sha256)
+            if data is not None:
                 path = os.path.join(tempfile.gettempdir(), f"bpetok-{self.sha256[:16]}-{os.path.basename(self.path)}")
                 if not os.path.exists(path):
                     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bpetok-model-")
                     with os.fdopen(fd, "wb") as f:
-                        f.write(self.data)
+                        f.write(data)
                     os.replace(tmp, path)
             _TOKENIZERS.clear()  # one vocabulary at a time: a tokenizer is large
             tok = _TOKENIZERS[self.sha256] = bpetok.from_gguf(path)
@@ -108,6 +109,7 @@ class ModelSource:
 
 
 _TOKENIZERS: dict = {}  # per process: sha256 -> Tokenizer, the last one built
+_WORKER_MODELS: dict = {}  # on a Dask worker: sha256 -> the GGUF's bytes, put there by ModelOnWorkers
 
 
 def file_sha256(path: str) -> str:
@@ -897,9 +899,13 @@ def encode_dataset(
     pool = ExitStack()
     try:
         if client is not None:
-            remote = client.scatter(ModelSource(source.path, source.sha256, _read_bytes(model)), broadcast=True)
+            from bpetok._dask import ModelOnWorkers
+
+            plugin = ModelOnWorkers(source.sha256, _read_bytes(model))
+            client.register_plugin(plugin)
+            pool.callback(client.unregister_worker_plugin, plugin.name)
             n = max(sum(client.nthreads().values()), 1)
-            results = in_order(lambda w: client.submit(run_task, remote, w[0], reading, w[1], pure=False),
+            results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
                                work, AHEAD_PER_WORKER * n)
         elif workers > 1:
             executor = pool.enter_context(process_pool(workers))

@@ -100,6 +100,34 @@ def test_a_lost_worker_does_not_change_the_output(tmp_path, corpus):
     assert files(tmp_path / "local") == files(tmp_path / "dask")
 
 
+def test_a_replacement_worker_gets_the_model_too(tmp_path):
+    """The GGUF's bytes reach a worker that joins after the run started (a nanny's replacement for a
+    killed one): scattered data would be lost with its worker, a worker plugin is set up again."""
+    from bpetok._dask import ModelOnWorkers
+
+    data = open(SMOLLM2, "rb").read()
+    plugin = ModelOnWorkers(ds.file_sha256(SMOLLM2), data)
+
+    def holds_model() -> bool:
+        return ds._WORKER_MODELS.get(plugin.sha256) == data
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        client.register_plugin(plugin)
+        pids = client.run(os.getpid)
+        os.kill(min(pids.values()), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:  # until the scheduler has dropped the killed worker and the nanny's new one has joined
+            now = client.run(os.getpid, on_error="ignore")
+            if len(now) == 2 and min(pids.values()) not in now.values():
+                break
+            assert time.monotonic() < deadline, "the nanny did not replace the killed worker"
+            time.sleep(0.1)
+        assert list(client.run(holds_model).values()) == [True, True]
+        client.unregister_worker_plugin(plugin.name)
+        assert list(client.run(holds_model).values()) == [False, False]
+
+
 def test_training_counts_on_dask_give_the_same_vocabulary(tmp_path, client, monkeypatch):
     text = "\n".join(c["text"] for c in load_cases("smollm2") if not c["special"])
     corpus = tmp_path / "corpus.txt"
