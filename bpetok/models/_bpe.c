@@ -60,6 +60,8 @@ typedef pthread_rwlock_t CacheLock;
 #define SCAN_LIMIT 48
 /* Pieces longer than this many bytes are never cached (one would fill the budget). */
 #define CACHE_LONGEST 1024
+/* What an id's int object costs: an int above 256 is 28 bytes, 32 in obmalloc's size classes. */
+#define ID_OBJECT_BYTES 32
 /* Release the GIL when a call has at least this many bytes of work on C data (below, a possible
  * wait to take the GIL back could cost more than the work). */
 #define RELEASE_GIL_BYTES 2048
@@ -258,8 +260,15 @@ typedef struct {
     PyObject *array_type;
     CacheLock lock; /* guards cache and chunks (see the top of this file) */
     int lock_ready;
-    PyObject **id_objects; /* one int per token id, from encode_texts' first call on (else NULL) */
+    /* One int object per token id (n_id_objects entries, or NULL): result lists take references
+     * instead of allocating an int per id, which was a sixth of the work on new text. encode_texts
+     * makes them all on its first call; otherwise the table comes with the first result list when
+     * the piece cache's budget is at least twice its most (id_reserved, taken from that budget;
+     * else 0 and no table) and each int on its id's first use (id_bytes: what it holds now).
+     * Touched only with the GIL held. */
+    PyObject **id_objects;
     uint32_t n_id_objects;
+    size_t id_reserved, id_bytes;
 } Kernel;
 
 /* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL). */
@@ -506,7 +515,7 @@ static void Kernel_dealloc(Kernel *self)
     if (self->lock_ready)
         lock_destroy(&self->lock);
     for (uint32_t i = 0; self->id_objects != NULL && i < self->n_id_objects; i++)
-        Py_DECREF(self->id_objects[i]);
+        Py_XDECREF(self->id_objects[i]);
     PyMem_Free(self->id_objects);
     Py_XDECREF(self->array_type);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -602,6 +611,12 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     self->n_symbols = (uint32_t)(n_tokens + n_virtual);
     self->seed = seed;
     self->cache.budget = (size_t)cache_bytes;
+    /* The id objects' most: the table and an int per token. */
+    size_t id_most = (size_t)n_tokens * (sizeof(PyObject *) + ID_OBJECT_BYTES);
+    if (n_tokens > 0 && self->cache.budget / 2 >= id_most) {
+        self->id_reserved = id_most;
+        self->cache.budget -= id_most;
+    }
     self->chunks.budget = (size_t)chunk_bytes;
 
     PyObject *fast = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
@@ -1091,18 +1106,42 @@ typedef struct {
     Py_ssize_t first; /* a repeated miss: the index of its first occurrence in this call, else -1 */
 } Piece;
 
-/* An id as a Python int: the kernel's own object once it has them (see encode_texts). */
-static inline PyObject *id_object(const Kernel *k, uint32_t id)
+/* The id objects' table, made on the first result list when the budget reserved it (see
+ * Kernel.id_objects). 0, or -1 with an exception set. */
+static int id_objects_ready(Kernel *k)
 {
-    if (k->id_objects != NULL && id < k->n_id_objects) {
-        Py_INCREF(k->id_objects[id]);
-        return k->id_objects[id];
+    if (k->id_objects == NULL && k->id_reserved > 0) {
+        k->id_objects = PyMem_Calloc(k->n_tokens, sizeof(PyObject *));
+        if (k->id_objects == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        k->n_id_objects = k->n_tokens;
+        k->id_bytes = k->n_tokens * sizeof(PyObject *);
     }
-    return PyLong_FromUnsignedLong(id);
+    return 0;
 }
 
-static PyObject *list_of_ids(const Kernel *k, const uint32_t *ids, size_t n)
+/* An id as a Python int: the kernel's own object once it has a table (made on the id's first
+ * use), else a new int. */
+static inline PyObject *id_object(Kernel *k, uint32_t id)
 {
+    if (id >= k->n_id_objects)
+        return PyLong_FromUnsignedLong(id);
+    PyObject *object = k->id_objects[id];
+    if (object == NULL) {
+        if ((object = k->id_objects[id] = PyLong_FromUnsignedLong(id)) == NULL)
+            return NULL;
+        k->id_bytes += ID_OBJECT_BYTES;
+    }
+    Py_INCREF(object);
+    return object;
+}
+
+static PyObject *list_of_ids(Kernel *k, const uint32_t *ids, size_t n)
+{
+    if (id_objects_ready(k) < 0)
+        return NULL;
     PyObject *result = PyList_New((Py_ssize_t)n);
     for (size_t j = 0; result != NULL && j < n; j++) {
         PyObject *id = id_object(k, ids[j]);
@@ -1116,8 +1155,10 @@ static PyObject *list_of_ids(const Kernel *k, const uint32_t *ids, size_t n)
 }
 
 /* The ids of ``n`` pieces, in order, as one list (NULL with an exception set on failure). */
-static PyObject *list_of_piece_ids(const Kernel *k, const Piece *p, Py_ssize_t n)
+static PyObject *list_of_piece_ids(Kernel *k, const Piece *p, Py_ssize_t n)
 {
+    if (id_objects_ready(k) < 0)
+        return NULL;
     size_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         total += p[i].n_ids;
@@ -1999,8 +2040,10 @@ static PyObject *Kernel_cache_info(Kernel *self, PyObject *Py_UNUSED(ignored))
     lock_read(&self->lock);
     BytesTable cache = self->cache, chunks = self->chunks; /* a consistent copy of the counts */
     unlock_read(&self->lock);
+    /* The id objects are counted with the piece cache, whose budget they share (see Kernel.id_objects). */
     return Py_BuildValue("{s:{s:n,s:n,s:n},s:{s:n,s:n,s:n}}", "pieces", "entries", (Py_ssize_t)cache.count,
-                         "bytes", (Py_ssize_t)cache.used, "budget", (Py_ssize_t)cache.budget, "chunks", "entries",
+                         "bytes", (Py_ssize_t)(cache.used + self->id_bytes), "budget",
+                         (Py_ssize_t)(cache.budget + self->id_reserved), "chunks", "entries",
                          (Py_ssize_t)chunks.count, "bytes", (Py_ssize_t)chunks.used, "budget", (Py_ssize_t)chunks.budget);
 }
 
