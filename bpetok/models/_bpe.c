@@ -84,14 +84,26 @@ static void set_error(int failure)
 
 /* -- hashing ------------------------------------------------------------------------------ */
 
+/* Cheap and good enough for open addressing (the table index takes the low bits): one multiply,
+ * then the high half folded down so the low bits depend on every bit of x. */
 static inline uint64_t mix64(uint64_t x)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
+    x *= 0x9E3779B97F4A7C15ULL;
+    return x ^ x >> 32;
+}
+
+/* The last n (< 8) bytes of a key as one word, without a variable-length memcpy call. */
+static inline uint64_t tail_word(const unsigned char *p, size_t n)
+{
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4); /* overlaps a when n < 8 */
+        return (uint64_t)a << 32 | b;
+    }
+    if (n == 0)
+        return 0;
+    return (uint64_t)p[0] << 16 | (uint64_t)p[n / 2] << 8 | p[n - 1];
 }
 
 static uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
@@ -105,9 +117,7 @@ static uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
         p += 8;
         n -= 8;
     }
-    uint64_t v = 0;
-    memcpy(&v, p, n);
-    return mix64(h ^ v);
+    return mix64(h ^ tail_word(p, n));
 }
 
 /* -- the merge table: (left, right) -> (rank, merged), open addressing ------------------------- */
