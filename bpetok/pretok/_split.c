@@ -49,6 +49,12 @@ static inline Cpt cpt_at(const unsigned char *s, size_t n, size_t i)
 {
     Cpt r;
     unsigned char b = s[i];
+    if (b < 0x80) { /* ASCII, most of most text: its class is in the first block */
+        r.c = b;
+        r.cls = class_of(b);
+        r.next = i + 1;
+        return r;
+    }
     size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
     if (len == 1) {
         r.c = b;
