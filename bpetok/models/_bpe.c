@@ -1885,31 +1885,7 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
 PyDoc_STRVAR(Kernel_encode_texts_doc,
              "encode_texts(texts) -> list[list[int]]: [encode_text(t) for t in texts], with the GIL released\n"
              "once for all of them (threads encoding batches of texts then rarely wait for each other).\n"
-             "Its first call gives the kernel an int object per token id (~6 MB for 150k tokens): the result\n"
-             "lists are then references to them, built in a fraction of the time (it is work under the GIL).");
-
-/* self->id_objects, built once (under the GIL, which nothing here releases). -1 with an exception set. */
-static int make_id_objects(Kernel *self)
-{
-    if (self->id_objects != NULL)
-        return 0;
-    PyObject **objects = PyMem_Malloc((self->n_tokens ? self->n_tokens : 1) * sizeof(PyObject *));
-    if (objects == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (uint32_t i = 0; i < self->n_tokens; i++) {
-        if ((objects[i] = PyLong_FromUnsignedLong(i)) == NULL) {
-            while (i > 0)
-                Py_DECREF(objects[--i]);
-            PyMem_Free(objects);
-            return -1;
-        }
-    }
-    self->id_objects = objects;
-    self->n_id_objects = self->n_tokens;
-    return 0;
-}
+             "Its result lists, like encode_text's, take the kernel's int object per token id (see id_objects).");
 
 static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
 {
@@ -1948,8 +1924,6 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
         set_error(failure);
         goto done;
     }
-    if (make_id_objects(self) < 0)
-        goto done;
     result = PyList_New(count);
     for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
         size_t start = i ? ends[i - 1] : 0;
