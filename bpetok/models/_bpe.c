@@ -1819,16 +1819,22 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
                 chunk->n_ids = out->n - chunk->offset;
             }
         }
-        /* The new chunks remembered (out->ids does not move again in this batch). */
+        /* The new chunks remembered (out->ids does not move again in this batch). The write lock
+         * only when there are some: taken for nothing, it stalls the other threads' lookups. */
         int added = 0;
-        lock_write(&self->lock);
-        for (size_t k = 0; k < m && added == 0; k++) {
-            const Piece *chunk = &c[k];
-            if (chunk->ids == NULL && chunk->first < 0 && begin[k] != 0)
-                added = table_add(&self->chunks, chunk->hash, chunk->text, chunk->len, out->ids + chunk->offset,
-                                  chunk->n_ids);
+        size_t first_new = 0;
+        while (first_new < m && !(c[first_new].ids == NULL && c[first_new].first < 0 && begin[first_new] != 0))
+            first_new++;
+        if (first_new < m) {
+            lock_write(&self->lock);
+            for (size_t k = first_new; k < m && added == 0; k++) {
+                const Piece *chunk = &c[k];
+                if (chunk->ids == NULL && chunk->first < 0 && begin[k] != 0)
+                    added = table_add(&self->chunks, chunk->hash, chunk->text, chunk->len, out->ids + chunk->offset,
+                                      chunk->n_ids);
+            }
+            unlock_write(&self->lock);
         }
-        unlock_write(&self->lock);
         if (added < 0)
             goto done;
         PyMem_RawFree(buffer);
