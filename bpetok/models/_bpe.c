@@ -40,8 +40,9 @@ typedef SRWLOCK CacheLock;
 #define lock_destroy(l) ((void)0)
 #define lock_read(l) AcquireSRWLockShared(l)
 #define unlock_read(l) ReleaseSRWLockShared(l)
-#define lock_write(l) AcquireSRWLockExclusive(l)
 #define unlock_write(l) ReleaseSRWLockExclusive(l)
+#define try_lock_read(l) (TryAcquireSRWLockShared(l) != 0)
+#define try_lock_write(l) (TryAcquireSRWLockExclusive(l) != 0)
 #else
 #include <pthread.h>
 typedef pthread_rwlock_t CacheLock;
@@ -49,9 +50,32 @@ typedef pthread_rwlock_t CacheLock;
 #define lock_destroy(l) pthread_rwlock_destroy(l)
 #define lock_read(l) pthread_rwlock_rdlock(l)
 #define unlock_read(l) pthread_rwlock_unlock(l)
-#define lock_write(l) pthread_rwlock_wrlock(l)
 #define unlock_write(l) pthread_rwlock_unlock(l)
+#define try_lock_read(l) (pthread_rwlock_tryrdlock(l) == 0)
+#define try_lock_write(l) (pthread_rwlock_trywrlock(l) == 0)
 #endif
+
+/* The cache's lock is held only for a batch's lookups or for copying its new entries in: far
+ * shorter than a thread's sleep and wake-up, which made two threads slower than one. So a
+ * reader retries for a while before it sleeps, and a writer that cannot get the lock soon does
+ * not remember its batch (the cache is only a cache: those pieces are merged again next time). */
+#define LOCK_TRIES 4096
+
+static void lock_read_soon(CacheLock *l)
+{
+    for (int i = 0; i < LOCK_TRIES; i++)
+        if (try_lock_read(l))
+            return;
+    lock_read(l);
+}
+
+static int lock_write_soon(CacheLock *l)
+{
+    for (int i = 0; i < LOCK_TRIES; i++)
+        if (try_lock_write(l))
+            return 1;
+    return 0;
+}
 
 #define NO_RANK UINT32_MAX
 #define EMPTY_KEY UINT64_MAX
@@ -1235,7 +1259,7 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
         return FAIL_NO_MEMORY;
     for (Py_ssize_t i = 0; i < n; i++)
         p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
-    lock_read(&self->lock);
+    lock_read_soon(&self->lock);
     for (Py_ssize_t i = 0; i < n; i++) {
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         p[i].ids = e ? e->ids : NULL;
@@ -1289,11 +1313,12 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
             p[i].n_ids = p[p[i].first].n_ids;
         }
     }
-    lock_write(&self->lock);
-    for (Py_ssize_t i = 0; i < n && failure == 0; i++)
-        if (p[i].offset != SIZE_MAX && p[i].len <= CACHE_LONGEST && p[i].len > 0)
-            failure = table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids);
-    unlock_write(&self->lock);
+    if (lock_write_soon(&self->lock)) {
+        for (Py_ssize_t i = 0; i < n && failure == 0; i++)
+            if (p[i].offset != SIZE_MAX && p[i].len <= CACHE_LONGEST && p[i].len > 0)
+                failure = table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids);
+        unlock_write(&self->lock);
+    }
     return failure < 0 ? FAIL_NO_MEMORY : 0;
 }
 
@@ -1566,7 +1591,7 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             goto done;
         c[i].hash = hash_bytes(self->seed, c[i].text, c[i].len);
     }
-    lock_read(&self->lock);
+    lock_read_soon(&self->lock);
     for (Py_ssize_t i = 0; i < m; i++) {
         const Entry *e = table_find(&self->chunks, c[i].hash, c[i].text, c[i].len);
         if (e != NULL) {
@@ -1623,12 +1648,13 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args)
             from = stops[k];
         }
         int failure = 0;
-        lock_write(&self->lock);
-        for (Py_ssize_t k = 0; k < n_missing && failure == 0; k++) {
-            const Piece *first = &c[miss_of[k]];
-            failure = table_add(&self->chunks, first->hash, first->text, first->len, miss_ids + miss_at[k], miss_n[k]);
+        if (lock_write_soon(&self->lock)) {
+            for (Py_ssize_t k = 0; k < n_missing && failure == 0; k++) {
+                const Piece *first = &c[miss_of[k]];
+                failure = table_add(&self->chunks, first->hash, first->text, first->len, miss_ids + miss_at[k], miss_n[k]);
+            }
+            unlock_write(&self->lock);
         }
-        unlock_write(&self->lock);
         if (failure < 0) {
             PyErr_NoMemory();
             goto done;
@@ -1777,7 +1803,7 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
             chunk->len = end[k] - begin[k] - 1;
             chunk->hash = begin[k] ? hash_bytes(self->seed, chunk->text, chunk->len) : 0;
         }
-        lock_read(&self->lock);
+        lock_read_soon(&self->lock);
         for (size_t k = 0; k < m; k++) {
             const Entry *e = begin[k] ? table_find(&self->chunks, c[k].hash, c[k].text, c[k].len) : NULL;
             if (e != NULL) {
@@ -1820,13 +1846,12 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
             }
         }
         /* The new chunks remembered (out->ids does not move again in this batch). The write lock
-         * only when there are some: taken for nothing, it stalls the other threads' lookups. */
+         * only when there are some: taken for nothing, it would stall the other threads' lookups. */
         int added = 0;
         size_t first_new = 0;
         while (first_new < m && !(c[first_new].ids == NULL && c[first_new].first < 0 && begin[first_new] != 0))
             first_new++;
-        if (first_new < m) {
-            lock_write(&self->lock);
+        if (first_new < m && lock_write_soon(&self->lock)) {
             for (size_t k = first_new; k < m && added == 0; k++) {
                 const Piece *chunk = &c[k];
                 if (chunk->ids == NULL && chunk->first < 0 && begin[k] != 0)
