@@ -115,11 +115,8 @@ class Interrupt(Exception):
     pass
 
 
-def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch):
-    fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
-    kwargs = dict(shard_tokens=20_000, block_bytes=20_000)
-    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], fresh, **kwargs)
-
+def run_interrupted_after_3_shards(monkeypatch, inputs, output, **kwargs) -> None:
+    """encode_dataset stopped by an exception once three shards are written (the manifest names them)."""
     real_flush = ds._ShardWriter.flush
 
     def flush_then_die(self):
@@ -127,10 +124,18 @@ def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2
             raise Interrupt
         real_flush(self)
 
-    monkeypatch.setattr(ds._ShardWriter, "flush", flush_then_die)
-    with pytest.raises(Interrupt):
-        bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], resumed, **kwargs)
-    monkeypatch.setattr(ds._ShardWriter, "flush", real_flush)
+    with monkeypatch.context() as patched:
+        patched.setattr(ds._ShardWriter, "flush", flush_then_die)
+        with pytest.raises(Interrupt):
+            bpetok.encode_dataset(SMOLLM2, inputs, output, **kwargs)
+
+
+def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch):
+    fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
+    kwargs = dict(shard_tokens=20_000, block_bytes=20_000)
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], fresh, **kwargs)
+
+    run_interrupted_after_3_shards(monkeypatch, [smollm2_jsonl], resumed, **kwargs)
     partial = json.loads((resumed / "manifest.json").read_text())
     assert not partial["complete"] and len(partial["shards"]) == 3
 
@@ -387,17 +392,7 @@ def test_resume_counts_the_kept_shards_bad_records_again(tmp_path, smollm2_cases
     fresh = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "fresh", **kwargs)
     assert fresh.errors["invalid_json"] > 20
 
-    real_flush = ds._ShardWriter.flush
-
-    def flush_then_die(self):
-        if len(self.shards) == 3:
-            raise Interrupt
-        real_flush(self)
-
-    monkeypatch.setattr(ds._ShardWriter, "flush", flush_then_die)
-    with pytest.raises(Interrupt):
-        bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "resumed", **kwargs)
-    monkeypatch.setattr(ds._ShardWriter, "flush", real_flush)
+    run_interrupted_after_3_shards(monkeypatch, [tmp_path / "in.jsonl"], tmp_path / "resumed", **kwargs)
     resumed = bpetok.encode_dataset(SMOLLM2, [tmp_path / "in.jsonl"], tmp_path / "resumed", **kwargs)
     assert resumed.resumed_shards == 3
     assert files(tmp_path / "fresh") == files(tmp_path / "resumed")
