@@ -28,6 +28,7 @@ from enum import IntEnum
 from itertools import repeat
 from typing import Any, Callable
 
+from bpetok.compiled import compiled_module
 from bpetok.errors import GGUFError
 
 __all__ = ["GGUFValueType", "GGUFFile", "read_gguf"]
@@ -312,13 +313,7 @@ class _Cursor:
 def _compiled_reader():
     """``bpetok._gguf`` (bpetok/_gguf.c), or None: not built, or ``BPETOK_PURE_PYTHON=1``
     (which runs all of bpetok as pure Python, as it does the BPE engine)."""
-    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
-        return None
-    try:
-        from bpetok import _gguf
-    except ImportError:
-        return None
-    return _gguf
+    return compiled_module("bpetok._gguf")
 
 
 _SCAN_CHUNK = 1 << 17  # bytes per numpy scan: small enough to read little past an array's end

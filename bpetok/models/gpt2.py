@@ -16,6 +16,7 @@ import os
 from itertools import repeat
 from typing import Any, NamedTuple, Sequence, cast
 
+from bpetok.compiled import compiled_module, pure_python_forced
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -25,20 +26,14 @@ __all__ = ["BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "decode_token_text", "
 
 def kernel_module():
     """The compiled kernel (``bpetok/models/_bpe.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
-    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
-        return None
-    try:
-        from bpetok.models import _bpe
-    except ImportError:
-        return None
-    return _bpe
+    return compiled_module("bpetok.models._bpe")
 
 
 def engine() -> str:
     """Which BPE engine runs: ``"C kernel"``, or ``"pure Python: "`` and why."""
     if kernel_module() is not None:
         return "C kernel"
-    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
+    if pure_python_forced():
         return "pure Python: BPETOK_PURE_PYTHON is set"
     return "pure Python: the C kernel is not built"
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 from array import array
 from itertools import accumulate, chain, repeat
 from typing import Any
 
 from bpetok.cache import IdCache, as_ids
+from bpetok.compiled import compiled_module
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -81,13 +81,7 @@ def _symbol_starts(data: bytes) -> list[int]:
 
 def merger_module():
     """The compiled merge loop (``bpetok/models/_symbols.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
-    if os.environ.get("BPETOK_PURE_PYTHON", "").strip() not in ("", "0"):
-        return None
-    try:
-        from bpetok.models import _symbols
-    except ImportError:
-        return None
-    return _symbols
+    return compiled_module("bpetok.models._symbols")
 
 
 def _is_one_symbol(text: bytes) -> bool:
