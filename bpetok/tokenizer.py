@@ -596,19 +596,11 @@ class Tokenizer:
                 return self._text_kernel.encode_texts(texts)
             parts = [self._partition(t, parse_special) if t else [] for t in texts]
             encoded = iter(self._text_kernel.encode_texts([f for p in parts for f in p if f.__class__ is str]))
-            out: list[list[int]] = []
-            for p in parts:
-                if len(p) == 1 and p[0].__class__ is str:  # no special token: the usual case
-                    out.append(next(encoded))
-                    continue
-                ids: list[int] = []
-                for fragment in p:
-                    if isinstance(fragment, int):
-                        ids.append(fragment)
-                    else:
-                        ids += next(encoded)
-                out.append(ids)
-            return out
+            next_encoded = lambda _fragment, _at_start: next(encoded)  # noqa: E731 - in the order they were sent
+            return [
+                next(encoded) if len(p) == 1 and p[0].__class__ is str else self._encode_fragments(p, next_encoded)
+                for p in parts
+            ]
         if self._space_chunks and len(texts) > 1 and self._kernel is None:
             split = _SAFE_SPACE.split
             missing = self._missing_chunks(chain.from_iterable(split(t)[1:-1] for t in texts))
