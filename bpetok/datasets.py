@@ -429,11 +429,11 @@ def plan_tasks(paths: list[str], *, key: str, lines: bool, block_bytes: int) -> 
             files.append((i, full))
             size += os.path.getsize(path)
             if size >= block_bytes:
-                yield Task("files", tuple(f[0] for f in files), tuple(f[1] for f in files))
+                yield _files_task(files)
                 files, size = [], 0
             continue
         if files:
-            yield Task("files", tuple(f[0] for f in files), tuple(f[1] for f in files))
+            yield _files_task(files)
             files, size = [], 0
         kind = "lines" if kind == "text" else kind
         try:
@@ -448,7 +448,12 @@ def plan_tasks(paths: list[str], *, key: str, lines: bool, block_bytes: int) -> 
         except OSError as e:
             raise BpetokError(f"{path}: cannot read the input ({e.strerror or e})") from e
     if files:
-        yield Task("files", tuple(f[0] for f in files), tuple(f[1] for f in files))
+        yield _files_task(files)
+
+
+def _files_task(files: list[tuple[int, str]]) -> Task:
+    """One task reading whole text files (input number, absolute path), one document each."""
+    return Task("files", tuple(i for i, _ in files), tuple(path for _, path in files))
 
 
 def _range_tasks(i: int, path: str, full: str, kind: str, block_bytes: int) -> Iterator[Task]:
