@@ -167,6 +167,27 @@ def test_encode_texts_equals_the_reference(qwen3, budget):
     assert kernel.encode_texts(["a"]) == [_reference(qwen3, "a")]  # below the GIL threshold
 
 
+# One text per CPython storage kind the kernel reads without the GIL: ASCII, Latin-1 (one byte a
+# code point), UCS-2 and UCS-4, lone surrogates among them, short and past the GIL threshold.
+_STORAGE_KINDS = {
+    "ascii": "plain text, 123 and more",
+    "latin-1": "café déjà vu \xff\xa0\x80 naïve",
+    "ucs-2": "中文 字符 \u3000y Ωμέγα \ud800 \udfff\ud800",
+    "ucs-4": "emoji 😀👍🏽 \U0010ffff \udc00😀 中",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_STORAGE_KINDS))
+@pytest.mark.parametrize("repeat", [1, 400], ids=["short", "long"])
+def test_every_str_storage_kind_reads_as_its_utf8(qwen3, kind, repeat):
+    text = _STORAGE_KINDS[kind] * repeat
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    assert "".join(_bpe.split("qwen2", text)) == text  # each piece's UTF-8 decodes back to the text
+    expected = _reference(qwen3, text)
+    assert kernel.encode_text(text) == expected
+    assert kernel.encode_texts([text, "x", text]) == [expected, _reference(qwen3, "x"), expected]
+
+
 def test_encode_texts_refuses_what_encode_text_refuses(qwen3):
     kernel = _kernel_with_split(qwen3, "qwen2")
     with pytest.raises(TypeError, match="text must be a str, not bytes"):

@@ -1107,29 +1107,91 @@ static int utf8_of(PyObject *item, PyObject **keep, const unsigned char **text, 
     return 0;
 }
 
-/* A piece or a chunk of a call: its UTF-8, and its ids once known. */
-/* The UTF-8 of a whole text, without leaving a copy behind in the str (PyUnicode_AsUTF8 would
- * keep one for as long as the str lives): an ASCII str's own data, else a bytes object in *keep
- * (lone surrogates as their three UTF-8-style bytes). */
-static int text_utf8(PyObject *text, PyObject **keep, const unsigned char **s, size_t *n)
+/* A whole text as the kernel reads it without the GIL: CPython's own storage of its code points
+ * (1, 2 or 4 bytes each; an ASCII str's is its UTF-8). A str cannot change, and the caller keeps
+ * it alive, so its data can be read while other threads run Python. */
+typedef struct {
+    const void *data;
+    size_t length; /* in code points */
+    int kind;      /* PyUnicode_1BYTE_KIND, _2BYTE_ or _4BYTE_ */
+    int ascii;
+} TextView;
+
+/* 0, or -1 with TypeError set (under the GIL). */
+static int text_view(PyObject *text, TextView *v)
 {
     if (!PyUnicode_Check(text)) {
         PyErr_Format(PyExc_TypeError, "text must be a str, not %.100s", Py_TYPE(text)->tp_name);
         return -1;
     }
-    if (PyUnicode_IS_ASCII(text)) {
-        *s = PyUnicode_DATA(text);
-        *n = (size_t)PyUnicode_GET_LENGTH(text);
-        return 0;
-    }
-    *keep = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
-    if (*keep == NULL)
-        return -1;
-    *s = (const unsigned char *)PyBytes_AS_STRING(*keep);
-    *n = (size_t)PyBytes_GET_SIZE(*keep);
+    v->data = PyUnicode_DATA(text);
+    v->length = (size_t)PyUnicode_GET_LENGTH(text);
+    v->kind = PyUnicode_KIND(text);
+    v->ascii = PyUnicode_IS_ASCII(text);
     return 0;
 }
 
+/* The code points data[from .. to) of one kind as UTF-8 at out; returns the end. A lone
+ * surrogate gets its three UTF-8-style bytes, as "surrogatepass" writes it and llama.cpp reads it. */
+#define UTF8_ENCODE_LOOP(TYPE)                                                                      \
+    do {                                                                                            \
+        const TYPE *cp = (const TYPE *)data;                                                        \
+        for (size_t i = 0; i < length; i++) {                                                      \
+            Py_UCS4 c = cp[i];                                                                      \
+            if (c < 0x80) {                                                                         \
+                *out++ = (unsigned char)c;                                                          \
+            } else if (c < 0x800) {                                                                 \
+                *out++ = (unsigned char)(0xC0 | (c >> 6));                                          \
+                *out++ = (unsigned char)(0x80 | (c & 0x3F));                                        \
+            } else if (c < 0x10000) {                                                               \
+                *out++ = (unsigned char)(0xE0 | (c >> 12));                                         \
+                *out++ = (unsigned char)(0x80 | ((c >> 6) & 0x3F));                                 \
+                *out++ = (unsigned char)(0x80 | (c & 0x3F));                                        \
+            } else {                                                                                \
+                *out++ = (unsigned char)(0xF0 | (c >> 18));                                         \
+                *out++ = (unsigned char)(0x80 | ((c >> 12) & 0x3F));                                \
+                *out++ = (unsigned char)(0x80 | ((c >> 6) & 0x3F));                                 \
+                *out++ = (unsigned char)(0x80 | (c & 0x3F));                                        \
+            }                                                                                       \
+        }                                                                                           \
+    } while (0)
+
+/* The UTF-8 of a text view: an ASCII str's own data, else its code points encoded into *buffer
+ * (grown to at most 4 bytes per code point, and kept for the next text). Needs no GIL:
+ * 0 or FAIL_NO_MEMORY (free *buffer with PyMem_RawFree). */
+static int text_view_utf8(const TextView *v, unsigned char **buffer, size_t *capacity, const unsigned char **s,
+                          size_t *n)
+{
+    if (v->ascii) {
+        *s = v->data;
+        *n = v->length;
+        return 0;
+    }
+    size_t bytes_per = v->kind == PyUnicode_1BYTE_KIND ? 2 : v->kind == PyUnicode_2BYTE_KIND ? 3 : 4;
+    if (v->length > SIZE_MAX / 4)
+        return FAIL_NO_MEMORY;
+    if (v->length * bytes_per > *capacity) {
+        unsigned char *grown = PyMem_RawRealloc(*buffer, v->length * bytes_per);
+        if (grown == NULL)
+            return FAIL_NO_MEMORY;
+        *buffer = grown;
+        *capacity = v->length * bytes_per;
+    }
+    unsigned char *out = *buffer;
+    const void *data = v->data;
+    size_t length = v->length;
+    if (v->kind == PyUnicode_1BYTE_KIND)
+        UTF8_ENCODE_LOOP(Py_UCS1);
+    else if (v->kind == PyUnicode_2BYTE_KIND)
+        UTF8_ENCODE_LOOP(Py_UCS2);
+    else
+        UTF8_ENCODE_LOOP(Py_UCS4);
+    *s = *buffer;
+    *n = (size_t)(out - *buffer);
+    return 0;
+}
+
+/* A piece or a chunk of a call: its UTF-8, and its ids once known. */
 typedef struct {
     const unsigned char *text;
     size_t len;
@@ -1772,21 +1834,59 @@ static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size
  * a non-space; each but the first (a text's head, never cached) is looked up in the chunk cache
  * by its text after the space; the others are split here, merged and remembered.
  * 0 or a FAIL_ code; needs no GIL (out->ids is freed with PyMem_RawFree). */
-static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer *out)
+/* encode_utf8's work space, kept across the texts of one call: allocated per text, it cost more
+ * than encoding a short text from the caches. Zero-initialised; freed by text_scratch_free. */
+typedef struct {
+    Piece *chunks;
+    size_t *begin, *end, *stop; /* per chunk: its bytes, and a new chunk's last piece + 1 */
+    size_t chunks_capacity;
+    Piece *pieces;
+    size_t pieces_capacity;
+} TextScratch;
+
+static void text_scratch_free(TextScratch *t)
+{
+    PyMem_RawFree(t->chunks);
+    PyMem_RawFree(t->begin);
+    PyMem_RawFree(t->end);
+    PyMem_RawFree(t->stop);
+    PyMem_RawFree(t->pieces);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Room for `most` chunks (at most TEXT_BATCH_CHUNKS). 0 or FAIL_NO_MEMORY. */
+static int text_scratch_reserve(TextScratch *t, size_t most)
+{
+    if (most <= t->chunks_capacity)
+        return 0;
+    Piece *pieces = t->pieces;
+    size_t pieces_capacity = t->pieces_capacity;
+    t->pieces = NULL;
+    text_scratch_free(t);
+    t->pieces = pieces;
+    t->pieces_capacity = pieces_capacity;
+    t->chunks = PyMem_RawMalloc(most * sizeof(Piece));
+    t->begin = PyMem_RawMalloc(most * sizeof(size_t));
+    t->end = PyMem_RawMalloc(most * sizeof(size_t));
+    t->stop = PyMem_RawMalloc(most * sizeof(size_t));
+    if (t->chunks == NULL || t->begin == NULL || t->end == NULL || t->stop == NULL)
+        return FAIL_NO_MEMORY; /* capacity stays 0: the next call allocates again */
+    t->chunks_capacity = most;
+    return 0;
+}
+
+static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer *out, TextScratch *scratch)
 {
     if (n == 0)
         return 0;
     int failure = FAIL_NO_MEMORY;
     size_t most = n < TEXT_BATCH_CHUNKS ? n : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
-    Piece *c = PyMem_RawMalloc(most * sizeof(Piece)), *pieces = NULL;
-    size_t *begin = PyMem_RawMalloc(most * sizeof(size_t));
-    size_t *end = PyMem_RawMalloc(most * sizeof(size_t));
-    size_t *stop = PyMem_RawMalloc(most * sizeof(size_t)); /* a new chunk's last piece + 1 */
-    size_t pieces_capacity = 0;
     uint32_t *buffer = NULL;
     SeenSet seen = {NULL, 0};
-    if (c == NULL || begin == NULL || end == NULL || stop == NULL)
-        goto done;
+    if (text_scratch_reserve(scratch, most) < 0)
+        return FAIL_NO_MEMORY;
+    Piece *c = scratch->chunks;
+    size_t *begin = scratch->begin, *end = scratch->end, *stop = scratch->stop;
     for (size_t at = 0; at < n;) {
         size_t m = 0, n_pieces = 0;
         for (; at < n && m < most; m++) {
@@ -1816,12 +1916,14 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
             Piece *chunk = &c[k];
             if (chunk->ids != NULL || (begin[k] != 0 && (chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) >= 0))
                 continue; /* cached, or as an earlier chunk of this batch */
-            if ((failure = split_into(self->split, s, begin[k], end[k], &pieces, &n_pieces, &pieces_capacity)) < 0)
+            if ((failure = split_into(self->split, s, begin[k], end[k], &scratch->pieces, &n_pieces,
+                                      &scratch->pieces_capacity)) < 0)
                 goto done;
             stop[k] = n_pieces;
         }
         PyMem_RawFree(seen.slots);
         seen.slots = NULL;
+        Piece *pieces = scratch->pieces;
         if ((failure = resolve_pieces(self, pieces, (Py_ssize_t)n_pieces, &buffer, 0)) < 0)
             goto done;
         size_t from = 0;
@@ -1867,11 +1969,6 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
     }
     failure = 0;
 done:
-    PyMem_RawFree(c);
-    PyMem_RawFree(begin);
-    PyMem_RawFree(end);
-    PyMem_RawFree(stop);
-    PyMem_RawFree(pieces);
     PyMem_RawFree(seen.slots);
     PyMem_RawFree(buffer);
     return failure;
@@ -1889,27 +1986,35 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
         PyErr_SetString(PyExc_ValueError, "encode_text needs a kernel built with split=NAME");
         return NULL;
     }
-    PyObject *keep = NULL, *result = NULL;
+    TextView view;
+    if (text_view(text, &view) < 0)
+        return NULL;
     const unsigned char *s;
-    size_t n;
+    unsigned char *utf8 = NULL;
+    size_t n, utf8_capacity = 0;
     IdBuffer out = {NULL, 0, 0};
-    if (text_utf8(text, &keep, &s, &n) == 0) {
-        int failure;
-        /* s is the str's own data or keep's, both alive until we return. */
-        if (n >= RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS
-            failure = encode_utf8(self, s, n, &out);
-            Py_END_ALLOW_THREADS
-        } else {
-            failure = encode_utf8(self, s, n, &out);
-        }
-        if (failure < 0)
-            set_error(failure);
-        else
-            result = list_of_ids(self, out.ids, out.n);
+    TextScratch scratch = {0};
+    int failure;
+    /* view reads the str's own data: text is alive until we return. */
+    if (view.length >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        failure = text_view_utf8(&view, &utf8, &utf8_capacity, &s, &n);
+        if (failure == 0)
+            failure = encode_utf8(self, s, n, &out, &scratch);
+        Py_END_ALLOW_THREADS
+    } else {
+        failure = text_view_utf8(&view, &utf8, &utf8_capacity, &s, &n);
+        if (failure == 0)
+            failure = encode_utf8(self, s, n, &out, &scratch);
     }
+    text_scratch_free(&scratch);
+    PyObject *result = NULL;
+    if (failure < 0)
+        set_error(failure);
+    else
+        result = list_of_ids(self, out.ids, out.n);
+    PyMem_RawFree(utf8);
     PyMem_RawFree(out.ids);
-    Py_XDECREF(keep);
     return result;
 }
 
@@ -1927,26 +2032,33 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
     PyObject *list = as_list(texts);
     if (list == NULL)
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(list), done = 0;
+    Py_ssize_t count = PyList_GET_SIZE(list);
     size_t n = count ? (size_t)count : 1, total = 0;
-    const unsigned char **s = PyMem_Calloc(n, sizeof(*s));
-    size_t *len = PyMem_Calloc(n, sizeof(size_t)), *ends = PyMem_Calloc(n, sizeof(size_t));
-    PyObject **keep = PyMem_Calloc(n, sizeof(PyObject *)), *result = NULL;
+    TextView *views = PyMem_Calloc(n, sizeof(TextView));
+    size_t *ends = PyMem_Calloc(n, sizeof(size_t));
+    PyObject *result = NULL;
+    unsigned char *utf8 = NULL;
+    size_t utf8_capacity = 0;
     IdBuffer out = {NULL, 0, 0};
+    TextScratch scratch = {0};
     int failure = 0;
-    if (s == NULL || len == NULL || ends == NULL || keep == NULL) {
+    if (views == NULL || ends == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    for (; done < count; done++) {
-        if (text_utf8(PyList_GET_ITEM(list, done), &keep[done], &s[done], &len[done]) < 0)
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (text_view(PyList_GET_ITEM(list, i), &views[i]) < 0)
             goto done;
-        total += len[done];
+        total += views[i].length;
     }
-    /* s[i] is the str's own data (the str is held by list) or keep[i]'s. */
+    /* The views read the strs' own data: list (our own copy) holds them. */
     PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < count && failure == 0; i++) {
-        failure = encode_utf8(self, s[i], len[i], &out);
+        const unsigned char *s;
+        size_t len;
+        failure = text_view_utf8(&views[i], &utf8, &utf8_capacity, &s, &len);
+        if (failure == 0)
+            failure = encode_utf8(self, s, len, &out, &scratch);
         ends[i] = out.n;
     }
     if (state != NULL)
@@ -1965,12 +2077,10 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
             PyList_SET_ITEM(result, i, ids);
     }
 done:
-    for (Py_ssize_t i = 0; keep != NULL && i < done; i++)
-        Py_XDECREF(keep[i]);
-    PyMem_Free(s);
-    PyMem_Free(len);
+    text_scratch_free(&scratch);
+    PyMem_Free(views);
     PyMem_Free(ends);
-    PyMem_Free(keep);
+    PyMem_RawFree(utf8);
     PyMem_RawFree(out.ids);
     Py_DECREF(list);
     return result;
@@ -1981,7 +2091,7 @@ PyDoc_STRVAR(split_doc, "split(name, text) -> list[str]: text's pieces by the co
 static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
 {
     const char *name;
-    PyObject *text, *keep = NULL, *result = NULL;
+    PyObject *text, *result = NULL;
     if (!PyArg_ParseTuple(args, "sU", &name, &text))
         return NULL;
     SplitKind kind = split_kind_of(name);
@@ -1989,11 +2099,15 @@ static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_Format(PyExc_ValueError, "no compiled splitter named '%.100s' (see bpetok.models._bpe.SPLITTERS)", name);
         return NULL;
     }
+    TextView view;
     const unsigned char *s;
-    size_t n, n_pieces = 0, capacity = 0;
+    unsigned char *utf8 = NULL;
+    size_t n, n_pieces = 0, capacity = 0, utf8_capacity = 0;
     Piece *pieces = NULL;
-    if (text_utf8(text, &keep, &s, &n) == 0) {
-        int failure = split_into(kind, s, 0, n, &pieces, &n_pieces, &capacity);
+    if (text_view(text, &view) == 0) {
+        int failure = text_view_utf8(&view, &utf8, &utf8_capacity, &s, &n);
+        if (failure == 0)
+            failure = split_into(kind, s, 0, n, &pieces, &n_pieces, &capacity);
         if (failure < 0)
             set_error(failure);
         else
@@ -2008,7 +2122,7 @@ static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
         }
     }
     PyMem_RawFree(pieces);
-    Py_XDECREF(keep);
+    PyMem_RawFree(utf8);
     return result;
 }
 
