@@ -9,6 +9,7 @@ whole otherwise (SentencePiece-style). Nothing here knows about a particular mod
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import contextlib
 import gc
@@ -19,7 +20,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, SupportsIndex
-from itertools import chain, compress, islice, repeat
+from itertools import accumulate, chain, compress, islice, repeat
 
 import pluggy
 
@@ -563,9 +564,9 @@ class Tokenizer:
         """
         check_not_text(texts, "encode_batch()", "a sequence of str texts")
         texts = list(texts)
-        for t in texts:
-            if not isinstance(t, str):
-                raise TypeError(f"encode_batch() takes str texts, not {type(t).__name__}")
+        if not all(map(isinstance, texts, repeat(str))):
+            wrong = next(t for t in texts if not isinstance(t, str))
+            raise TypeError(f"encode_batch() takes str texts, not {type(wrong).__name__}")
         parse_special = check_flag(parse_special, "encode_batch(parse_special=...)")
         if workers is None:
             workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -579,11 +580,30 @@ class Tokenizer:
         with _gc_paused():
             if len(groups) < 2:
                 return self._encode_many(texts, parse_special)
-            pool = ThreadPoolExecutor(min(workers, len(groups)), thread_name_prefix="bpetok-encode-batch")
+            # The calling thread works too, and every thread takes the next group when it is done
+            # with one (next() on one iterator is atomic under the GIL): no thread waits on
+            # another's result, and the caller is not a third thread asking for the GIL.
+            results: list = [None] * len(groups)
+            next_groups = iter(range(len(groups)))
+
+            def encode_groups() -> None:
+                for i in next_groups:
+                    results[i] = self._encode_many(groups[i], parse_special)
+
+            n_helpers = min(workers, len(groups)) - 1
+            pool = ThreadPoolExecutor(n_helpers, thread_name_prefix="bpetok-encode-batch")
             try:
-                return list(chain.from_iterable(pool.map(lambda group: self._encode_many(group, parse_special), groups)))
+                helpers = [pool.submit(encode_groups) for _ in range(n_helpers)]
+                try:
+                    encode_groups()
+                finally:
+                    for _ in next_groups:  # after an error here, the helpers take no more groups
+                        pass
+                for helper in helpers:
+                    helper.result()
             finally:
                 pool.shutdown(cancel_futures=True)
+            return list(chain.from_iterable(results))
 
     def _encode_many(self, texts: list[str], parse_special: bool) -> list[list[int]]:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``. With the kernel's
@@ -887,14 +907,14 @@ def _groups(texts: list[str], chars: int) -> list[list[str]]:
     >>> _groups(["ab", "c", "de", "f"], 3)
     [['ab', 'c'], ['de', 'f']]
     """
-    groups, start, size = [], 0, 0
-    for i, text in enumerate(texts):
-        size += len(text)
-        if size >= chars:
-            groups.append(texts[start : i + 1])
-            start, size = i + 1, 0
-    if start < len(texts):
-        groups.append(texts[start:])
+    ends = list(accumulate(map(len, texts)))  # characters up to and including each text
+    groups: list[list[str]] = []
+    start, before = 0, 0
+    while start < len(texts):
+        # the first text from start on that brings the group to `chars`: the group's last
+        stop = min(bisect.bisect_left(ends, before + chars, lo=start) + 1, len(texts))
+        groups.append(texts[start:stop])
+        start, before = stop, ends[stop - 1]
     return groups
 
 

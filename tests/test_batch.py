@@ -32,8 +32,8 @@ def _threads_release_the_gil(tok: bpetok.Tokenizer) -> bool:
 
 @pytest.fixture
 def pools(monkeypatch) -> list[int]:
-    """The thread pools encode_batch starts (their sizes), with groups small enough that the
-    reference cases make a few dozen."""
+    """The helper-thread pools encode_batch starts (their sizes; the calling thread is one more
+    worker), with groups small enough that the reference cases make a few dozen."""
     monkeypatch.setattr(bpetok.tokenizer, "_BATCH_GROUP_CHARS", 2000)
     sizes: list[int] = []
     real = bpetok.tokenizer.ThreadPoolExecutor
@@ -63,7 +63,7 @@ def test_threads_give_llama_cpp_ids_in_order(name, path, workers, pools):
         assert cold.encode_batch([c["text"] for c in chosen], parse_special=special, workers=workers) == [
             c["ids"] for c in chosen
         ]
-    assert pools == ([workers, workers] if _threads_release_the_gil(cold) else [])
+    assert pools == ([workers - 1, workers - 1] if _threads_release_the_gil(cold) else [])
     assert _no_batch_threads_left()
 
 
@@ -86,7 +86,7 @@ def test_tiny_batches(qwen3, pools):
     assert pools == []  # under two groups: no thread started
     texts = ["x" * 1500, "y" * 1500, "z"]  # two groups, more workers than groups
     assert qwen3.encode_batch(texts, workers=8) == [qwen3.encode(t) for t in texts]
-    assert pools == ([2] if _threads_release_the_gil(qwen3) else [])
+    assert pools == ([1] if _threads_release_the_gil(qwen3) else [])
 
 
 def test_a_special_token_only_across_two_texts_is_not_one(qwen3):
@@ -121,7 +121,7 @@ def test_an_error_in_a_thread_reaches_the_caller(pools, monkeypatch):
     monkeypatch.setattr(tok, "_encode_many", encode_many)
     with pytest.raises(RuntimeError, match="boom in a group"):
         tok.encode_batch(texts, workers=2)
-    assert pools == ([2] if _threads_release_the_gil(tok) else [])
+    assert pools == ([1] if _threads_release_the_gil(tok) else [])
     assert _no_batch_threads_left()
 
 
@@ -134,6 +134,8 @@ def test_the_groups_cover_the_texts_in_order():
     groups = bpetok.tokenizer._groups(texts, 200)
     assert [t for g in groups for t in g] == texts
     assert all(sum(map(len, g)) >= 200 for g in groups[:-1])
+    assert all(sum(map(len, g[:-1])) < 200 for g in groups)  # each group stops at the text that reaches 200
+    assert bpetok.tokenizer._groups(["", ""], 1) == [["", ""]]
 
 
 # -- one tokenizer, several threads --------------------------------------------------------------
