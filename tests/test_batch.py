@@ -67,6 +67,38 @@ def test_threads_give_llama_cpp_ids_in_order(name, path, workers, pools):
     assert _no_batch_threads_left()
 
 
+@pytest.mark.parametrize("name, path", [("qwen3", QWEN3), ("smollm2", SMOLLM2)])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_to_numpy_gives_llama_cpp_ids_as_arrays(name, path, workers, pools):
+    """encode_batch_to_numpy: the same ids as machine words (the kernel's flat path where no special
+    token is in a group, the lists converted where one is), offsets one more than the texts."""
+    import numpy as np
+
+    tok = bpetok.from_gguf(path)
+    for special in (False, True):
+        chosen = [c for c in load_cases(name) if c["special"] == special]
+        ids, offsets = tok.encode_batch_to_numpy([c["text"] for c in chosen], parse_special=special, workers=workers)
+        assert ids.dtype == np.uint32 and offsets.dtype == np.int64 and len(offsets) == len(chosen) + 1
+        assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [c["ids"] for c in chosen]
+    ids, offsets = tok.encode_batch_to_numpy(EXTRA, workers=workers)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [tok.encode(t) for t in EXTRA]
+    ids[:1] = 7  # writable arrays of the caller's own
+    assert _no_batch_threads_left()
+
+
+def test_to_numpy_of_nothing_and_bad_input(qwen3):
+    ids, offsets = qwen3.encode_batch_to_numpy([])
+    assert ids.tolist() == [] and offsets.tolist() == [0]
+    ids, offsets = qwen3.encode_batch_to_numpy(["", ""])
+    assert ids.tolist() == [] and offsets.tolist() == [0, 0, 0]
+    with pytest.raises(TypeError, match="encode_batch_to_numpy"):
+        qwen3.encode_batch_to_numpy("a str, not a list of them")
+    with pytest.raises(TypeError, match="encode_batch_to_numpy\\(\\) takes str texts, not bytes"):
+        qwen3.encode_batch_to_numpy(["fine", b"bytes"])
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        qwen3.encode_batch_to_numpy(["x"], workers=0)
+
+
 def test_equals_encode_warm_and_cold(qwen3, pools):
     texts = [c["text"] for c in load_cases("qwen3")] + EXTRA
     for special in (True, False):

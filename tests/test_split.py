@@ -188,6 +188,23 @@ def test_every_str_storage_kind_reads_as_its_utf8(qwen3, kind, repeat):
     assert kernel.encode_texts([text, "x", text]) == [expected, _reference(qwen3, "x"), expected]
 
 
+def test_encode_texts_flat_is_encode_texts_as_machine_words(qwen3):
+    import numpy as np
+
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    texts = [case["text"] for case in load_cases("qwen3")][:1500] + ["", "lone \ud800 surrogate", ""]
+    ids, ends = kernel.encode_texts_flat(texts)
+    ids, ends = np.frombuffer(ids, np.uint32), np.frombuffer(ends, np.uint64)
+    assert len(ends) == len(texts)
+    starts = np.concatenate((np.zeros(1, np.uint64), ends[:-1]))
+    assert [ids[a:b].tolist() for a, b in zip(starts, ends)] == kernel.encode_texts(texts)
+    assert [bytes(b) for b in kernel.encode_texts_flat([])] == [b"", b""]
+    with pytest.raises(TypeError, match="text must be a str, not bytes"):
+        kernel.encode_texts_flat(["fine", b"bytes"])
+    with pytest.raises(ValueError, match="encode_texts_flat needs a kernel built with split"):
+        _kernel_with_split(qwen3, None).encode_texts_flat(["text"])
+
+
 def test_encode_texts_refuses_what_encode_text_refuses(qwen3):
     kernel = _kernel_with_split(qwen3, "qwen2")
     with pytest.raises(TypeError, match="text must be a str, not bytes"):

@@ -2018,6 +2018,60 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
     return result;
 }
 
+/* The ids of every text of a sequence, one after the other in *out, and where each text's ids end
+ * in *ends (count of them in *count): the GIL released once for all of them. 0, or -1 with an
+ * exception set. The caller frees out->ids (PyMem_RawFree) and *ends (PyMem_Free). */
+static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer *out, uint64_t **ends, Py_ssize_t *count)
+{
+    *ends = NULL;
+    if (self->split == SPLIT_NONE) {
+        PyErr_Format(PyExc_ValueError, "%s needs a kernel built with split=NAME", name);
+        return -1;
+    }
+    PyObject *list = as_list(texts);
+    if (list == NULL)
+        return -1;
+    *count = PyList_GET_SIZE(list);
+    size_t n = *count ? (size_t)*count : 1, total = 0;
+    TextView *views = PyMem_Calloc(n, sizeof(TextView));
+    *ends = PyMem_Calloc(n, sizeof(uint64_t));
+    unsigned char *utf8 = NULL;
+    size_t utf8_capacity = 0;
+    TextScratch scratch = {0};
+    int failure = 0, ok = -1;
+    if (views == NULL || *ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < *count; i++) {
+        if (text_view(PyList_GET_ITEM(list, i), &views[i]) < 0)
+            goto done;
+        total += views[i].length;
+    }
+    /* The views read the strs' own data: list (our own copy) holds them. */
+    PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < *count && failure == 0; i++) {
+        const unsigned char *s;
+        size_t len;
+        failure = text_view_utf8(&views[i], &utf8, &utf8_capacity, &s, &len);
+        if (failure == 0)
+            failure = encode_utf8(self, s, len, out, &scratch);
+        (*ends)[i] = out->n;
+    }
+    if (state != NULL)
+        PyEval_RestoreThread(state);
+    if (failure < 0)
+        set_error(failure);
+    else
+        ok = 0;
+done:
+    text_scratch_free(&scratch);
+    PyMem_Free(views);
+    PyMem_RawFree(utf8);
+    Py_DECREF(list);
+    return ok;
+}
+
 PyDoc_STRVAR(Kernel_encode_texts_doc,
              "encode_texts(texts) -> list[list[int]]: [encode_text(t) for t in texts], with the GIL released\n"
              "once for all of them (threads encoding batches of texts then rarely wait for each other).\n"
@@ -2025,49 +2079,12 @@ PyDoc_STRVAR(Kernel_encode_texts_doc,
 
 static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
 {
-    if (self->split == SPLIT_NONE) {
-        PyErr_SetString(PyExc_ValueError, "encode_texts needs a kernel built with split=NAME");
-        return NULL;
-    }
-    PyObject *list = as_list(texts);
-    if (list == NULL)
-        return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(list);
-    size_t n = count ? (size_t)count : 1, total = 0;
-    TextView *views = PyMem_Calloc(n, sizeof(TextView));
-    size_t *ends = PyMem_Calloc(n, sizeof(size_t));
-    PyObject *result = NULL;
-    unsigned char *utf8 = NULL;
-    size_t utf8_capacity = 0;
     IdBuffer out = {NULL, 0, 0};
-    TextScratch scratch = {0};
-    int failure = 0;
-    if (views == NULL || ends == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (text_view(PyList_GET_ITEM(list, i), &views[i]) < 0)
-            goto done;
-        total += views[i].length;
-    }
-    /* The views read the strs' own data: list (our own copy) holds them. */
-    PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    for (Py_ssize_t i = 0; i < count && failure == 0; i++) {
-        const unsigned char *s;
-        size_t len;
-        failure = text_view_utf8(&views[i], &utf8, &utf8_capacity, &s, &len);
-        if (failure == 0)
-            failure = encode_utf8(self, s, len, &out, &scratch);
-        ends[i] = out.n;
-    }
-    if (state != NULL)
-        PyEval_RestoreThread(state);
-    if (failure < 0) {
-        set_error(failure);
-        goto done;
-    }
-    result = PyList_New(count);
+    uint64_t *ends;
+    Py_ssize_t count;
+    PyObject *result = NULL;
+    if (encode_all(self, texts, "encode_texts", &out, &ends, &count) == 0)
+        result = PyList_New(count);
     for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
         size_t start = i ? ends[i - 1] : 0;
         PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, ends[i] - start); /* NULL: no ids at all */
@@ -2076,13 +2093,33 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
         else
             PyList_SET_ITEM(result, i, ids);
     }
-done:
-    text_scratch_free(&scratch);
-    PyMem_Free(views);
     PyMem_Free(ends);
-    PyMem_RawFree(utf8);
     PyMem_RawFree(out.ids);
-    Py_DECREF(list);
+    return result;
+}
+
+PyDoc_STRVAR(Kernel_encode_texts_flat_doc,
+             "encode_texts_flat(texts) -> (bytearray, bytearray): what encode_texts gives, as machine words and no int\n"
+             "objects: every text's ids one after the other (uint32), and where each text's ids end (uint64),\n"
+             "for numpy.frombuffer. The whole call but its copy of the two buffers runs without the GIL.");
+
+static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *texts)
+{
+    IdBuffer out = {NULL, 0, 0};
+    uint64_t *ends;
+    Py_ssize_t count;
+    PyObject *result = NULL;
+    if (encode_all(self, texts, "encode_texts_flat", &out, &ends, &count) == 0) {
+        PyObject *ids = PyByteArray_FromStringAndSize(out.ids ? (const char *)out.ids : "",
+                                                      (Py_ssize_t)(out.n * sizeof(uint32_t)));
+        PyObject *stops = PyByteArray_FromStringAndSize((const char *)ends, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
+        if (ids != NULL && stops != NULL)
+            result = PyTuple_Pack(2, ids, stops);
+        Py_XDECREF(ids);
+        Py_XDECREF(stops);
+    }
+    PyMem_Free(ends);
+    PyMem_RawFree(out.ids);
     return result;
 }
 
@@ -2194,6 +2231,7 @@ static PyMethodDef Kernel_methods[] = {
     {"encode_chunks", (PyCFunction)Kernel_encode_chunks, METH_VARARGS, Kernel_encode_chunks_doc},
     {"encode_text", (PyCFunction)Kernel_encode_text, METH_O, Kernel_encode_text_doc},
     {"encode_texts", (PyCFunction)Kernel_encode_texts, METH_O, Kernel_encode_texts_doc},
+    {"encode_texts_flat", (PyCFunction)Kernel_encode_texts_flat, METH_O, Kernel_encode_texts_flat_doc},
     {"encode_piece", (PyCFunction)Kernel_encode_piece, METH_O, Kernel_encode_piece_doc},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS, Kernel_cache_info_doc},
     {NULL, NULL, 0, NULL},
