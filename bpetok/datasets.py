@@ -41,8 +41,7 @@ import zlib
 from collections import Counter, deque
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
@@ -125,13 +124,12 @@ def encode_block(model: ModelSource, texts: list[str], parse_special: bool, eos:
     import numpy as np
 
     tok = model.tokenizer()
-    docs = tok.encode_batch(texts, parse_special=parse_special, workers=1)
+    ids, offsets = tok.encode_batch_to_numpy(texts, parse_special=parse_special, workers=1)
+    lengths = np.diff(offsets)
     if eos is not None:
-        for ids in docs:
-            ids.append(eos)
-    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-    flat = np.fromiter(chain.from_iterable(docs), dtype=np.uint32, count=int(lengths.sum()))
-    return flat, lengths
+        ids = np.insert(ids, offsets[1:], np.uint32(eos))  # after each document's last id
+        lengths += 1
+    return ids, lengths
 
 
 # -- tasks: what a worker reads -------------------------------------------------------------------
@@ -574,18 +572,42 @@ def in_order(submit: Callable, tasks: Iterable, ahead: int) -> Iterator:
 
 
 @contextmanager
-def process_pool(workers: int) -> Iterator:
+def process_pool(workers: int, model: ModelSource | None = None) -> Iterator:
     """A ``ProcessPoolExecutor`` of ``workers`` clean processes (``forkserver`` where there is one):
-    no copy of this process's threads or caches; each worker builds what it needs itself."""
+    no copy of this process's threads or caches; each worker builds what it needs itself.
+
+    The workers start at once, forked from a server that has imported bpetok and numpy (each
+    worker would import them again); with a ``model``, each builds its tokenizer as it starts.
+    """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(["bpetok.datasets", "numpy"])  # only before the server starts
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(model,))
     try:
+        for _ in range(workers):  # one each: a pool starts a process per task while none is idle
+            pool.submit(int)
         yield pool
     finally:
         pool.shutdown(cancel_futures=True)
+
+
+def _start_worker(model: ModelSource | None) -> None:
+    _unfix_mmap_threshold()
+    if model is not None:
+        try:
+            model.tokenizer()
+        except Exception:  # noqa: S110 - the worker's first task meets the error again and reports it
+            pass
+
+
+def _load_vocabulary(path: str):
+    import bpetok
+
+    return bpetok.load_vocabulary(path)
 
 
 def connect_dask(address: str):
@@ -605,29 +627,47 @@ def connect_dask(address: str):
 
 def _atomic_write(directory: str, name: str, write: Callable) -> str:
     """Write ``name`` through a temporary file in ``directory``, renamed when complete; its sha256."""
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    f = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{name}.", suffix=".tmp", delete=False)
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
+        write(f)
+    except BaseException:
+        f.close()
+        os.unlink(f.name)
+        raise
+    return _finish_atomic_write(f, directory, name)
+
+
+def _finish_atomic_write(f, directory: str, name: str) -> str:
+    """Make the temporary file ``f`` durable and rename it to ``name``; its sha256."""
+    try:
+        with f:
             f.flush()
             os.fsync(f.fileno())
-        digest = file_sha256(tmp)
-        os.replace(tmp, os.path.join(directory, name))
+        digest = file_sha256(f.name)
+        os.replace(f.name, os.path.join(directory, name))
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if os.path.exists(f.name):
+            os.unlink(f.name)
         raise
     return digest
 
 
 class _ShardWriter:
-    """Collects documents' ids and writes a shard of whole documents before it would pass ``limit`` ids."""
+    """Writes shards of whole documents, each before it would pass ``limit`` ids.
+
+    An npy shard's ids go to its temporary file as they arrive (with the header numpy writes for
+    any length, rewritten with the real one when the shard is complete), so writing is spread over
+    the run instead of waiting for the last task; a Parquet shard is collected and written whole.
+    """
 
     def __init__(self, directory: str, fmt: str, dtype, limit: int, shards: list[dict], first_document: int):
         self.directory, self.fmt, self.dtype, self.limit = directory, fmt, dtype, limit
         self.shards = shards  # the manifest's list, appended to as shards are written
         self.first_document = first_document
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.parts: list[np.ndarray] = []  # Parquet: the shard's ids so far
+        self.lengths: list[np.ndarray] = []
+        self.file: Any = None  # npy: the shard's temporary file, open
+        self.unsynced = 0  # bytes written to it since it was last synced
         self.n_ids = 0
         self.n_docs = 0
         self.on_shard: Callable = lambda: None
@@ -647,52 +687,90 @@ class _ShardWriter:
                     self.flush()
                     continue
                 stop = start + 1  # a document longer than a shard: a shard of its own
-            self.parts.append((ids[offsets[start]:offsets[stop]], lengths[start:stop]))
-            self.n_ids += int(offsets[stop] - offsets[start])
-            self.n_docs += stop - start
+            self._take(ids[offsets[start]:offsets[stop]], lengths[start:stop])
             start = stop
             if start < len(lengths):
                 self.flush()
+
+    def _take(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        import numpy as np
+
+        ids = ids.astype(self.dtype, copy=False)
+        if self.fmt == "npy":
+            if self.file is None:
+                self.file = tempfile.NamedTemporaryFile(dir=self.directory, prefix=f".{self._name('npy')}.",
+                                                        suffix=".tmp", delete=False)
+                _write_npy_header(self.file, self.dtype, 0)
+                self.unsynced = 0
+            self.file.write(np.ascontiguousarray(ids).data)
+            self.unsynced += ids.nbytes
+            if self.unsynced >= _SYNC_BYTES:  # to disk as it goes, not all at the shard's end
+                self.file.flush()
+                os.fsync(self.file.fileno())
+                self.unsynced = 0
+        else:
+            self.parts.append(ids)
+        self.lengths.append(lengths)
+        self.n_ids += len(ids)
+        self.n_docs += len(lengths)
+
+    def _name(self, suffix: str) -> str:
+        return f"shard-{len(self.shards):05d}.{suffix}"
 
     def flush(self) -> None:
         import numpy as np
 
         if not self.n_docs:
             return
-        parts = [p[0] for p in self.parts]
-        lengths = np.concatenate([p[1] for p in self.parts])
-        self.parts = []
-        number = len(self.shards)
+        lengths = np.concatenate(self.lengths)
         entry: dict[str, int | str] = {
             "documents": int(self.n_docs), "tokens": self.n_ids, "first_document": self.first_document,
         }
         if self.fmt == "npy":
-            name, index = f"shard-{number:05d}.npy", f"shard-{number:05d}.idx.npy"
+            name, index = self._name("npy"), self._name("idx.npy")
             offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
             np.cumsum(lengths, out=offsets[1:])
             entry["index_sha256"] = _atomic_write(self.directory, index, lambda f: np.save(f, offsets))
-            entry["sha256"] = _atomic_write(self.directory, name, lambda f: _save_npy_parts(f, parts, self.dtype, self.n_ids))
+            f, self.file = self.file, None
+            f.seek(0)
+            _write_npy_header(f, self.dtype, self.n_ids)
+            entry["sha256"] = _finish_atomic_write(f, self.directory, name)
             entry = {"file": name, "index": index, **entry}
         else:
-            ids = np.concatenate(parts).astype(self.dtype, copy=False)
-            name = f"shard-{number:05d}.parquet"
+            ids = np.concatenate(self.parts)
+            name = self._name("parquet")
             entry["sha256"] = _atomic_write(self.directory, name, lambda f: _write_parquet(f, ids, lengths))
             entry = {"file": name, **entry}
         self.shards.append(entry)
         self.first_document += self.n_docs
+        self.parts, self.lengths = [], []
         self.n_ids = self.n_docs = 0
         self.on_shard()
 
+    def discard(self) -> None:
+        """Drop the shard being written (a run that stops before it is complete)."""
+        if self.file is not None:
+            self.file.close()
+            os.unlink(self.file.name)
+            self.file = None
 
-def _save_npy_parts(f, parts: list[np.ndarray], dtype, n: int) -> None:
-    """What ``np.save(f, np.concatenate(parts).astype(dtype))`` writes, part by part: the writer never
-    holds a second, concatenated copy of the shard."""
+
+def _write_npy_header(f, dtype, n: int) -> None:
+    """The header ``np.save`` writes for ``n`` ids of ``dtype``: 128 bytes for any ``n`` below
+    10**50, so the header of a shard's final length can replace the one written first."""
     import numpy as np
 
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (n,)}
+    at = f.tell()
     np.lib.format.write_array_header_1_0(f, header)
-    for part in parts:
-        f.write(np.ascontiguousarray(part.astype(dtype, copy=False)).data)
+    if f.tell() - at != _NPY_HEADER_BYTES:
+        raise AssertionError(f"npy header of {f.tell() - at} bytes, not {_NPY_HEADER_BYTES}")
+
+
+_NPY_HEADER_BYTES = 128
+# An npy shard being written is synced every this many bytes: while this process waits for the
+# workers, rather than all of it when the shard is complete.
+_SYNC_BYTES = 32 << 20
 
 
 def _write_parquet(f, ids: np.ndarray, lengths: np.ndarray) -> None:
@@ -850,91 +928,93 @@ def encode_dataset(
         raise BpetokError("shard_tokens, workers and block_bytes must be at least 1")
     errors = ErrorLog(on_error, paths)
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
-    tok = source.tokenizer()
-    eos = None
-    if append_eos:
-        eos = tok.special_ids.get("eos")
-        if eos is None:
-            raise BpetokError(f"{model}: the vocabulary has no EOS token (tokenizer.ggml.eos_token_id); drop --append-eos")
-    dtype = np.uint16 if tok.n_tokens <= 1 << 16 else np.uint32
-    plan = {
-        "model_sha256": source.sha256,
-        "inputs": _inputs(paths),
-        "field": field, "lines": lines, "format": format, "append_eos": append_eos,
-        "parse_special": parse_special, "on_error": on_error, "shard_tokens": shard_tokens,
-    }
-    manifest = {
-        "format": FORMAT_VERSION,
-        "model": {"path": model, "model": tok.vocabulary.model, "pre": tok.vocabulary.pre,
-                  "sha256": source.sha256, "n_tokens": tok.n_tokens, "eos_id": eos},
-        "dtype": np.dtype(dtype).name,
-        "plan": plan,
-        "complete": False,
-        "shards": [],
-    }
+    with ExitStack() as pool:
+        # Local workers start now, and build their tokenizers while this process plans the run.
+        executor = pool.enter_context(process_pool(workers, source)) if client is None and workers > 1 else None
+        # This process needs a tokenizer only when it encodes; else the vocabulary's facts will do.
+        vocabulary = source.tokenizer().vocabulary if executor is None and client is None else _load_vocabulary(model)
+        eos = None
+        if append_eos:
+            eos = vocabulary.special_ids.get("eos")
+            if eos is None:
+                raise BpetokError(f"{model}: the vocabulary has no EOS token (tokenizer.ggml.eos_token_id); drop --append-eos")
+        dtype = np.uint16 if vocabulary.n_tokens <= 1 << 16 else np.uint32
+        plan = {
+            "model_sha256": source.sha256,
+            "inputs": _inputs(paths),
+            "field": field, "lines": lines, "format": format, "append_eos": append_eos,
+            "parse_special": parse_special, "on_error": on_error, "shard_tokens": shard_tokens,
+        }
+        manifest = {
+            "format": FORMAT_VERSION,
+            "model": {"path": model, "model": vocabulary.model, "pre": vocabulary.pre,
+                      "sha256": source.sha256, "n_tokens": vocabulary.n_tokens, "eos_id": eos},
+            "dtype": np.dtype(dtype).name,
+            "plan": plan,
+            "complete": False,
+            "shards": [],
+        }
 
-    os.makedirs(output_dir, exist_ok=True)
-    for name in os.listdir(output_dir):  # temporary files a killed run left behind
-        if name.startswith((".shard-", f".{MANIFEST}.")) and name.endswith(".tmp"):
-            os.unlink(os.path.join(output_dir, name))
-    previous = _read_manifest(output_dir)
-    if previous is not None:
-        if previous["plan"] != plan:
-            changed = sorted(k for k in plan if previous["plan"].get(k) != plan[k])
-            raise BpetokError(
-                f"{output_dir}: holds shards of another run ({', '.join(changed)} differ); "
-                "choose an empty output directory, or delete this one to start over"
-            )
-        manifest["shards"] = _verified_prefix(output_dir, previous["shards"])
-    elif any(n.startswith("shard-") for n in os.listdir(output_dir)):
-        raise BpetokError(f"{output_dir}: holds shards but no {MANIFEST}; choose an empty output directory")
-    resumed = len(manifest["shards"])
-    skip = sum(s["documents"] for s in manifest["shards"])
+        os.makedirs(output_dir, exist_ok=True)
+        for name in os.listdir(output_dir):  # temporary files a killed run left behind
+            if name.startswith((".shard-", f".{MANIFEST}.")) and name.endswith(".tmp"):
+                os.unlink(os.path.join(output_dir, name))
+        previous = _read_manifest(output_dir)
+        if previous is not None:
+            if previous["plan"] != plan:
+                changed = sorted(k for k in plan if previous["plan"].get(k) != plan[k])
+                raise BpetokError(
+                    f"{output_dir}: holds shards of another run ({', '.join(changed)} differ); "
+                    "choose an empty output directory, or delete this one to start over"
+                )
+            manifest["shards"] = _verified_prefix(output_dir, previous["shards"])
+        elif any(n.startswith("shard-") for n in os.listdir(output_dir)):
+            raise BpetokError(f"{output_dir}: holds shards but no {MANIFEST}; choose an empty output directory")
+        resumed = len(manifest["shards"])
+        skip = sum(s["documents"] for s in manifest["shards"])
 
-    def save_manifest() -> None:
-        _atomic_write(output_dir, MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode() + b"\n"))
+        def save_manifest() -> None:
+            _atomic_write(output_dir, MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode() + b"\n"))
 
-    writer = _ShardWriter(output_dir, format, dtype, shard_tokens, manifest["shards"], skip)
-    writer.on_shard = save_manifest
-    reading = Reading(field, parse_special, eos)
-    tasks = plan_tasks(paths, key=field, lines=lines, block_bytes=block_bytes)
-    work = _after_kept(tasks, skip, source, reading, errors)
-    bar = _progress_bar(progress)
+        writer = _ShardWriter(output_dir, format, dtype, shard_tokens, manifest["shards"], skip)
+        writer.on_shard = save_manifest
+        reading = Reading(field, parse_special, eos)
+        tasks = plan_tasks(paths, key=field, lines=lines, block_bytes=block_bytes)
+        work = _after_kept(tasks, skip, source, reading, errors)
+        bar = _progress_bar(progress)
 
-    pool = ExitStack()
-    try:
-        if client is not None:
-            from bpetok._dask import ModelOnWorkers
+        try:
+            if client is not None:
+                from bpetok._dask import ModelOnWorkers
 
-            plugin = ModelOnWorkers(source.sha256, _read_bytes(model))
-            client.register_plugin(plugin)
-            pool.callback(client.unregister_worker_plugin, plugin.name)
-            n = max(sum(client.nthreads().values()), 1)
-            results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
-                               work, AHEAD_PER_WORKER * n)
-        elif workers > 1:
-            executor = pool.enter_context(process_pool(workers))
-            results = in_order(lambda w: executor.submit(run_task, source, w[0], reading, w[1]),
-                               work, AHEAD_PER_WORKER * workers)
-        else:
-            results = (run_task(source, task, reading, kept) for task, kept in work)
-        for result in results:
-            errors.absorb(result)
-            writer.add(result.ids, result.lengths)
+                plugin = ModelOnWorkers(source.sha256, _read_bytes(model))
+                client.register_plugin(plugin)
+                pool.callback(client.unregister_worker_plugin, plugin.name)
+                n = max(sum(client.nthreads().values()), 1)
+                results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
+                                   work, AHEAD_PER_WORKER * n)
+            elif executor is not None:
+                results = in_order(lambda w: executor.submit(run_task, source, w[0], reading, w[1]),
+                                   work, AHEAD_PER_WORKER * workers)
+            else:
+                results = (run_task(source, task, reading, kept) for task, kept in work)
+            for result in results:
+                errors.absorb(result)
+                writer.add(result.ids, result.lengths)
+                if bar is not None:
+                    bar.update(len(result.lengths))
+            writer.flush()
+        except Exception as e:
+            if type(e).__name__ in ("BrokenProcessPool", "KilledWorker"):  # concurrent.futures', dask's
+                raise BpetokError(
+                    f"a worker died while encoding ({e}); the {len(manifest['shards'])} finished shards are kept: "
+                    "run the same command again to resume"
+                ) from e
+            raise
+        finally:
+            writer.discard()  # a shard left incomplete (after flush, there is none)
             if bar is not None:
-                bar.update(len(result.lengths))
-        writer.flush()
-    except Exception as e:
-        if type(e).__name__ in ("BrokenProcessPool", "KilledWorker"):  # concurrent.futures', dask's
-            raise BpetokError(
-                f"a worker died while encoding ({e}); the {len(manifest['shards'])} finished shards are kept: "
-                "run the same command again to resume"
-            ) from e
-        raise
-    finally:
-        pool.close()
-        if bar is not None:
-            bar.close()
+                bar.close()
 
     manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
     manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])

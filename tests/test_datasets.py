@@ -130,6 +130,26 @@ def run_interrupted_after_3_shards(monkeypatch, inputs, output, **kwargs) -> Non
             bpetok.encode_dataset(SMOLLM2, inputs, output, **kwargs)
 
 
+def test_shards_written_as_they_come_are_what_np_save_writes(tmp_path, smollm2_jsonl, monkeypatch):
+    """An npy shard's ids go to its file as results arrive (synced every _SYNC_BYTES, here a few
+    KB) and its header is rewritten at the end: the file is np.save's, byte for byte; a run
+    stopped in the middle of a shard leaves no temporary file behind."""
+    import io
+
+    monkeypatch.setattr(ds, "_SYNC_BYTES", 5_000)
+    out = tmp_path / "out"
+    bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000, block_bytes=20_000)
+    shards = json.loads((out / "manifest.json").read_text())["shards"]
+    assert len(shards) > 3
+    for shard in shards:
+        saved = io.BytesIO()
+        np.save(saved, np.load(out / shard["file"]))
+        assert (out / shard["file"]).read_bytes() == saved.getvalue()
+    cut = tmp_path / "cut"
+    run_interrupted_after_3_shards(monkeypatch, [smollm2_jsonl], cut, shard_tokens=20_000, block_bytes=20_000)
+    assert [n for n in os.listdir(cut) if n.endswith(".tmp")] == []
+
+
 def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch):
     fresh, resumed = tmp_path / "fresh", tmp_path / "resumed"
     kwargs = dict(shard_tokens=20_000, block_bytes=20_000)
