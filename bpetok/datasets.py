@@ -39,6 +39,7 @@ import sys
 import tempfile
 import zlib
 from collections import Counter, deque
+from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -571,21 +572,50 @@ def in_order(submit: Callable, tasks: Iterable, ahead: int) -> Iterator:
         yield pending.popleft().result()
 
 
+def in_order_here_too(submit: Callable, run_here: Callable, tasks: Iterable, ahead: int) -> Iterator:
+    """:func:`in_order` with this process as one more worker: while the oldest task is unfinished,
+    it runs the next one itself (``run_here``) instead of waiting, then writes what is ready."""
+    pending: deque = deque()  # futures and finished tasks' results (as futures), in task order
+    tasks = iter(tasks)
+    more = True
+
+    def take() -> Any:
+        nonlocal more
+        task = next(tasks, _NO_TASK)
+        more = task is not _NO_TASK
+        return task
+
+    while more or pending:
+        while more and sum(not f.done() for f in pending) < ahead:
+            task = take()
+            if more:
+                pending.append(submit(task))
+        if pending and not pending[0].done() and more:
+            task = take()
+            if more:
+                done: Future = Future()
+                done.set_result(run_here(task))
+                pending.append(done)
+            continue
+        if pending:
+            yield pending.popleft().result()
+
+
+_NO_TASK = object()
+
+
 @contextmanager
 def process_pool(workers: int, model: ModelSource | None = None) -> Iterator:
     """A ``ProcessPoolExecutor`` of ``workers`` clean processes (``forkserver`` where there is one):
     no copy of this process's threads or caches; each worker builds what it needs itself.
 
-    The workers start at once, forked from a server that has imported bpetok and numpy (each
-    worker would import them again); with a ``model``, each builds its tokenizer as it starts.
+    The workers start at once; with a ``model``, each builds its tokenizer as it starts.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        context.set_forkserver_preload(["bpetok.datasets", "numpy"])  # only before the server starts
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(model,))
     try:
         for _ in range(workers):  # one each: a pool starts a process per task while none is idle
@@ -893,7 +923,7 @@ def encode_dataset(
     :param append_eos: end every document with the vocabulary's EOS id.
     :param parse_special: read special-token texts (``<|im_end|>``) in documents as their ids;
         off by default, so a document cannot inject control tokens.
-    :param workers: local worker processes (1: encode in this process).
+    :param workers: processes encoding, this one among them (1: only this one; 2: it and one worker).
     :param client: a ``dask.distributed.Client``: run the tasks on its cluster instead; its workers
         read the inputs themselves, so they must see them at the same (absolute) paths.
     :param on_error: ``fail`` at the first unreadable record, or ``skip`` it and count it.
@@ -929,10 +959,10 @@ def encode_dataset(
     errors = ErrorLog(on_error, paths)
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
     with ExitStack() as pool:
-        # Local workers start now, and build their tokenizers while this process plans the run.
-        executor = pool.enter_context(process_pool(workers, source)) if client is None and workers > 1 else None
-        # This process needs a tokenizer only when it encodes; else the vocabulary's facts will do.
-        vocabulary = source.tokenizer().vocabulary if executor is None and client is None else _load_vocabulary(model)
+        # The local workers but this process start now, and build their tokenizers while it plans the run.
+        executor = pool.enter_context(process_pool(workers - 1, source)) if client is None and workers > 1 else None
+        # This process needs a tokenizer only when it encodes (not on Dask); else the vocabulary's facts will do.
+        vocabulary = source.tokenizer().vocabulary if client is None else _load_vocabulary(model)
         eos = None
         if append_eos:
             eos = vocabulary.special_ids.get("eos")
@@ -994,8 +1024,9 @@ def encode_dataset(
                 results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
                                    work, AHEAD_PER_WORKER * n)
             elif executor is not None:
-                results = in_order(lambda w: executor.submit(run_task, source, w[0], reading, w[1]),
-                                   work, AHEAD_PER_WORKER * workers)
+                results = in_order_here_too(lambda w: executor.submit(run_task, source, w[0], reading, w[1]),
+                                            lambda w: run_task(source, w[0], reading, w[1]),
+                                            work, AHEAD_PER_WORKER * (workers - 1))
             else:
                 results = (run_task(source, task, reading, kept) for task, kept in work)
             for result in results:
@@ -1073,7 +1104,7 @@ def bpetok_register_commands(subparsers) -> None:
     p.add_argument("--append-eos", action="store_true", help="end every document with the EOS token")
     p.add_argument("--parse-special", action="store_true",
                    help="read special-token texts in documents as their ids (default: as plain text)")
-    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="local worker processes (default 1)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes encoding, this one among them (default 1)")
     p.add_argument("--dask", metavar="SCHEDULER_ADDRESS", help="run on this Dask cluster (tcp://host:8786)")
     p.add_argument("--on-error", choices=("skip", "fail"), default="fail",
                    help="an unreadable record: stop (default) or count it and go on")

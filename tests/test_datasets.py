@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -103,6 +105,42 @@ def test_two_workers_write_the_same_bytes(tmp_path, smollm2_jsonl):
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], one, shard_tokens=20_000, block_bytes=20_000)
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], two, shard_tokens=20_000, block_bytes=20_000, workers=2)
     assert files(one) == files(two)
+
+
+def test_this_process_runs_tasks_while_the_oldest_is_unfinished():
+    """in_order_here_too, with a thread pool standing in for the worker processes: results in task
+    order; while the pool's first task is held up, this process runs the next ones itself."""
+    release = threading.Event()
+    ran_here: list[int] = []
+
+    def on_pool(i):
+        if i == 0:
+            assert release.wait(10)
+        return "pool", i
+
+    def here(i):
+        ran_here.append(i)
+        if len(ran_here) == 3:
+            release.set()
+        return "here", i
+
+    with ThreadPoolExecutor(1) as pool:
+        out = list(ds.in_order_here_too(lambda i: pool.submit(on_pool, i), here, range(30), 2))
+    assert [i for _, i in out] == list(range(30))
+    assert ran_here[:3] == [2, 3, 4]  # tasks 0 and 1 went to the pool, then 0 held it up
+    assert {where for where, _ in out} == {"pool", "here"}
+
+
+@pytest.mark.parametrize("where", ["pool", "here"])
+def test_a_task_error_reaches_the_caller_wherever_it_ran(where):
+    def fails(i, at):
+        if at == where and i >= 3:
+            raise ValueError(f"task {i} failed {at}")
+        time.sleep(0.001)
+        return i
+
+    with ThreadPoolExecutor(1) as pool, pytest.raises(ValueError, match=f"failed {where}"):
+        list(ds.in_order_here_too(lambda i: pool.submit(fails, i, "pool"), lambda i: fails(i, "here"), range(50), 2))
 
 
 def test_block_size_does_not_change_the_output(tmp_path, smollm2_jsonl):
