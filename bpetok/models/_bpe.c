@@ -1131,12 +1131,12 @@ static int text_view(PyObject *text, TextView *v)
     return 0;
 }
 
-/* The code points data[from .. to) of one kind as UTF-8 at out; returns the end. A lone
+/* A text view's code points of one kind (TYPE) as UTF-8 at out, which moves to its end. A lone
  * surrogate gets its three UTF-8-style bytes, as "surrogatepass" writes it and llama.cpp reads it. */
 #define UTF8_ENCODE_LOOP(TYPE)                                                                      \
     do {                                                                                            \
-        const TYPE *cp = (const TYPE *)data;                                                        \
-        for (size_t i = 0; i < length; i++) {                                                      \
+        const TYPE *cp = (const TYPE *)v->data;                                                     \
+        for (size_t i = 0; i < v->length; i++) {                                                    \
             Py_UCS4 c = cp[i];                                                                      \
             if (c < 0x80) {                                                                         \
                 *out++ = (unsigned char)c;                                                          \
@@ -1156,38 +1156,58 @@ static int text_view(PyObject *text, TextView *v)
         }                                                                                           \
     } while (0)
 
-/* The UTF-8 of a text view: an ASCII str's own data, else its code points encoded into *buffer
- * (grown to at most 4 bytes per code point, and kept for the next text). Needs no GIL:
- * 0 or FAIL_NO_MEMORY (free *buffer with PyMem_RawFree). */
-static int text_view_utf8(const TextView *v, unsigned char **buffer, size_t *capacity, const unsigned char **s,
-                          size_t *n)
+/* The number of bytes of a text view's UTF-8 (at most 4 per code point, so no overflow for a str). */
+static size_t text_view_utf8_length(const TextView *v)
 {
-    if (v->ascii) {
-        *s = v->data;
-        *n = v->length;
-        return 0;
+    if (v->ascii)
+        return v->length;
+    size_t bytes = 0;
+    for (size_t i = 0; i < v->length; i++) {
+        Py_UCS4 c = PyUnicode_READ(v->kind, v->data, i);
+        bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
     }
-    size_t bytes_per = v->kind == PyUnicode_1BYTE_KIND ? 2 : v->kind == PyUnicode_2BYTE_KIND ? 3 : 4;
-    if (v->length > SIZE_MAX / 4)
-        return FAIL_NO_MEMORY;
-    if (v->length * bytes_per > *capacity) {
-        unsigned char *grown = PyMem_RawRealloc(*buffer, v->length * bytes_per);
-        if (grown == NULL)
-            return FAIL_NO_MEMORY;
-        *buffer = grown;
-        *capacity = v->length * bytes_per;
-    }
-    unsigned char *out = *buffer;
-    const void *data = v->data;
-    size_t length = v->length;
-    if (v->kind == PyUnicode_1BYTE_KIND)
+    return bytes;
+}
+
+/* A text view's UTF-8 at out (text_view_utf8_length(v) bytes: the caller made room). Needs no GIL. */
+static void text_view_encode(const TextView *v, unsigned char *out)
+{
+    if (v->ascii)
+        memcpy(out, v->data, v->length);
+    else if (v->kind == PyUnicode_1BYTE_KIND)
         UTF8_ENCODE_LOOP(Py_UCS1);
     else if (v->kind == PyUnicode_2BYTE_KIND)
         UTF8_ENCODE_LOOP(Py_UCS2);
     else
         UTF8_ENCODE_LOOP(Py_UCS4);
-    *s = *buffer;
-    *n = (size_t)(out - *buffer);
+}
+
+/* The UTF-8 of text views v[0 .. count) at s[i], n[i] bytes: an ASCII str's own data, the others
+ * encoded into one buffer, *owned (PyMem_RawFree it). Needs no GIL: 0 or FAIL_NO_MEMORY. */
+static int text_views_utf8(const TextView *v, size_t count, const unsigned char **s, size_t *n, unsigned char **owned)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        n[i] = text_view_utf8_length(&v[i]);
+        if (!v[i].ascii) {
+            if (n[i] > SIZE_MAX - total)
+                return FAIL_NO_MEMORY;
+            total += n[i];
+        }
+    }
+    *owned = total ? PyMem_RawMalloc(total) : NULL;
+    if (total && *owned == NULL)
+        return FAIL_NO_MEMORY;
+    unsigned char *at = *owned;
+    for (size_t i = 0; i < count; i++) {
+        if (v[i].ascii) {
+            s[i] = v[i].data;
+        } else {
+            text_view_encode(&v[i], at);
+            s[i] = at;
+            at += n[i];
+        }
+    }
     return 0;
 }
 
@@ -1830,15 +1850,10 @@ static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size
     return 0;
 }
 
-/* The ids of s[0 .. n), whose first chunk starts at byte 0: the chunks are cut at spaces after
- * a non-space; each but the first (a text's head, never cached) is looked up in the chunk cache
- * by its text after the space; the others are split here, merged and remembered.
- * 0 or a FAIL_ code; needs no GIL (out->ids is freed with PyMem_RawFree). */
-/* encode_utf8's work space, kept across the texts of one call: allocated per text, it cost more
- * than encoding a short text from the caches. Zero-initialised; freed by text_scratch_free. */
+/* encode_utf8's work space for one call. Zero-initialised; freed by text_scratch_free. */
 typedef struct {
     Piece *chunks;
-    size_t *begin, *end, *stop; /* per chunk: its bytes, and a new chunk's last piece + 1 */
+    size_t *text, *begin, *end, *stop; /* per chunk: its text, its bytes, a new chunk's last piece + 1 */
     size_t chunks_capacity;
     Piece *pieces;
     size_t pieces_capacity;
@@ -1847,6 +1862,7 @@ typedef struct {
 static void text_scratch_free(TextScratch *t)
 {
     PyMem_RawFree(t->chunks);
+    PyMem_RawFree(t->text);
     PyMem_RawFree(t->begin);
     PyMem_RawFree(t->end);
     PyMem_RawFree(t->stop);
@@ -1866,40 +1882,63 @@ static int text_scratch_reserve(TextScratch *t, size_t most)
     t->pieces = pieces;
     t->pieces_capacity = pieces_capacity;
     t->chunks = PyMem_RawMalloc(most * sizeof(Piece));
+    t->text = PyMem_RawMalloc(most * sizeof(size_t));
     t->begin = PyMem_RawMalloc(most * sizeof(size_t));
     t->end = PyMem_RawMalloc(most * sizeof(size_t));
     t->stop = PyMem_RawMalloc(most * sizeof(size_t));
-    if (t->chunks == NULL || t->begin == NULL || t->end == NULL || t->stop == NULL)
+    if (t->chunks == NULL || t->text == NULL || t->begin == NULL || t->end == NULL || t->stop == NULL)
         return FAIL_NO_MEMORY; /* capacity stays 0: the next call allocates again */
     t->chunks_capacity = most;
     return 0;
 }
 
-static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer *out, TextScratch *scratch)
+/* The ids of the texts s[0 .. count) (n[i] bytes of UTF-8 each), one text after the other in *out;
+ * counts[i] gets text i's number of ids. A text is cut into chunks at spaces after a non-space;
+ * each chunk but a text's first (its head, never cached) is looked up in the chunk cache by its
+ * text after the space, and the others are split here, merged and remembered. The chunks of
+ * consecutive texts go TEXT_BATCH_CHUNKS at a time, so the cache's lock is taken once per batch
+ * of chunks, not once per short text. 0 or a FAIL_ code; needs no GIL (out->ids is freed with
+ * PyMem_RawFree). */
+static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, size_t count, IdBuffer *out,
+                       uint64_t *counts, TextScratch *scratch)
 {
-    if (n == 0)
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        counts[i] = 0;
+        total += n[i];
+    }
+    if (total == 0)
         return 0;
     int failure = FAIL_NO_MEMORY;
-    size_t most = n < TEXT_BATCH_CHUNKS ? n : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
+    size_t most = total < TEXT_BATCH_CHUNKS ? total : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
     uint32_t *buffer = NULL;
     SeenSet seen = {NULL, 0};
     if (text_scratch_reserve(scratch, most) < 0)
         return FAIL_NO_MEMORY;
     Piece *c = scratch->chunks;
-    size_t *begin = scratch->begin, *end = scratch->end, *stop = scratch->stop;
-    for (size_t at = 0; at < n;) {
+    size_t *text = scratch->text, *begin = scratch->begin, *end = scratch->end, *stop = scratch->stop;
+    for (size_t t = 0, at = 0; t < count;) { /* the next chunk: text t's from byte at */
         size_t m = 0, n_pieces = 0;
-        for (; at < n && m < most; m++) {
+        while (m < most && t < count) {
+            if (at >= n[t]) {
+                t++;
+                at = 0;
+                continue;
+            }
+            text[m] = t;
             begin[m] = at;
-            end[m] = at = chunk_end(s, n, at);
+            end[m] = at = chunk_end(s[t], n[t], at);
+            m++;
         }
+        if (m == 0)
+            break;
         if ((failure = seen_init(&seen, m)) < 0)
             goto done;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             chunk->ids = NULL;
             chunk->first = -1;
-            chunk->text = s + begin[k] + 1; /* the head (begin 0) is never looked up */
+            chunk->text = s[text[k]] + begin[k] + 1; /* a text's head (begin 0) is never looked up */
             chunk->len = end[k] - begin[k] - 1;
             chunk->hash = begin[k] ? hash_bytes(self->seed, chunk->text, chunk->len) : 0;
         }
@@ -1916,7 +1955,7 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
             Piece *chunk = &c[k];
             if (chunk->ids != NULL || (begin[k] != 0 && (chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) >= 0))
                 continue; /* cached, or as an earlier chunk of this batch */
-            if ((failure = split_into(self->split, s, begin[k], end[k], &scratch->pieces, &n_pieces,
+            if ((failure = split_into(self->split, s[text[k]], begin[k], end[k], &scratch->pieces, &n_pieces,
                                       &scratch->pieces_capacity)) < 0)
                 goto done;
             stop[k] = n_pieces;
@@ -1930,6 +1969,7 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
         failure = FAIL_NO_MEMORY;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
+            size_t before = out->n;
             if (chunk->ids != NULL) { /* cached */
                 if (ids_append(out, chunk->ids, chunk->n_ids) < 0)
                     goto done;
@@ -1946,6 +1986,7 @@ static int encode_utf8(Kernel *self, const unsigned char *s, size_t n, IdBuffer 
                         goto done;
                 chunk->n_ids = out->n - chunk->offset;
             }
+            counts[text[k]] += out->n - before;
         }
         /* The new chunks remembered (out->ids does not move again in this batch). The write lock
          * only when there are some: taken for nothing, it would stall the other threads' lookups. */
@@ -1991,22 +2032,18 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
         return NULL;
     const unsigned char *s;
     unsigned char *utf8 = NULL;
-    size_t n, utf8_capacity = 0;
+    size_t n;
+    uint64_t count;
     IdBuffer out = {NULL, 0, 0};
     TextScratch scratch = {0};
     int failure;
     /* view reads the str's own data: text is alive until we return. */
-    if (view.length >= RELEASE_GIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        failure = text_view_utf8(&view, &utf8, &utf8_capacity, &s, &n);
-        if (failure == 0)
-            failure = encode_utf8(self, s, n, &out, &scratch);
-        Py_END_ALLOW_THREADS
-    } else {
-        failure = text_view_utf8(&view, &utf8, &utf8_capacity, &s, &n);
-        if (failure == 0)
-            failure = encode_utf8(self, s, n, &out, &scratch);
-    }
+    PyThreadState *state = view.length >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    failure = text_views_utf8(&view, 1, &s, &n, &utf8);
+    if (failure == 0)
+        failure = encode_utf8(self, &s, &n, 1, &out, &count, &scratch);
+    if (state != NULL)
+        PyEval_RestoreThread(state);
     text_scratch_free(&scratch);
     PyObject *result = NULL;
     if (failure < 0)
@@ -2034,12 +2071,13 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
     *count = PyList_GET_SIZE(list);
     size_t n = *count ? (size_t)*count : 1, total = 0;
     TextView *views = PyMem_Calloc(n, sizeof(TextView));
+    const unsigned char **s = PyMem_Calloc(n, sizeof(*s));
+    size_t *lengths = PyMem_Calloc(n, sizeof(size_t));
     *ends = PyMem_Calloc(n, sizeof(uint64_t));
     unsigned char *utf8 = NULL;
-    size_t utf8_capacity = 0;
     TextScratch scratch = {0};
     int failure = 0, ok = -1;
-    if (views == NULL || *ends == NULL) {
+    if (views == NULL || s == NULL || lengths == NULL || *ends == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -2050,14 +2088,11 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
     }
     /* The views read the strs' own data: list (our own copy) holds them. */
     PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    for (Py_ssize_t i = 0; i < *count && failure == 0; i++) {
-        const unsigned char *s;
-        size_t len;
-        failure = text_view_utf8(&views[i], &utf8, &utf8_capacity, &s, &len);
-        if (failure == 0)
-            failure = encode_utf8(self, s, len, out, &scratch);
-        (*ends)[i] = out->n;
-    }
+    failure = text_views_utf8(views, (size_t)*count, s, lengths, &utf8);
+    if (failure == 0)
+        failure = encode_utf8(self, s, lengths, (size_t)*count, out, *ends, &scratch);
+    for (Py_ssize_t i = 1; failure == 0 && i < *count; i++) /* the counts become where each text's ids end */
+        (*ends)[i] += (*ends)[i - 1];
     if (state != NULL)
         PyEval_RestoreThread(state);
     if (failure < 0)
@@ -2067,6 +2102,8 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
 done:
     text_scratch_free(&scratch);
     PyMem_Free(views);
+    PyMem_Free(s);
+    PyMem_Free(lengths);
     PyMem_RawFree(utf8);
     Py_DECREF(list);
     return ok;
@@ -2139,10 +2176,10 @@ static PyObject *module_split(PyObject *Py_UNUSED(module), PyObject *args)
     TextView view;
     const unsigned char *s;
     unsigned char *utf8 = NULL;
-    size_t n, n_pieces = 0, capacity = 0, utf8_capacity = 0;
+    size_t n, n_pieces = 0, capacity = 0;
     Piece *pieces = NULL;
     if (text_view(text, &view) == 0) {
-        int failure = text_view_utf8(&view, &utf8, &utf8_capacity, &s, &n);
+        int failure = text_views_utf8(&view, 1, &s, &n, &utf8);
         if (failure == 0)
             failure = split_into(kind, s, 0, n, &pieces, &n_pieces, &capacity);
         if (failure < 0)
