@@ -1850,48 +1850,6 @@ static int split_into(SplitKind kind, const unsigned char *s, size_t begin, size
     return 0;
 }
 
-/* encode_utf8's work space for one call. Zero-initialised; freed by text_scratch_free. */
-typedef struct {
-    Piece *chunks;
-    size_t *text, *begin, *end, *stop; /* per chunk: its text, its bytes, a new chunk's last piece + 1 */
-    size_t chunks_capacity;
-    Piece *pieces;
-    size_t pieces_capacity;
-} TextScratch;
-
-static void text_scratch_free(TextScratch *t)
-{
-    PyMem_RawFree(t->chunks);
-    PyMem_RawFree(t->text);
-    PyMem_RawFree(t->begin);
-    PyMem_RawFree(t->end);
-    PyMem_RawFree(t->stop);
-    PyMem_RawFree(t->pieces);
-    memset(t, 0, sizeof(*t));
-}
-
-/* Room for `most` chunks (at most TEXT_BATCH_CHUNKS). 0 or FAIL_NO_MEMORY. */
-static int text_scratch_reserve(TextScratch *t, size_t most)
-{
-    if (most <= t->chunks_capacity)
-        return 0;
-    Piece *pieces = t->pieces;
-    size_t pieces_capacity = t->pieces_capacity;
-    t->pieces = NULL;
-    text_scratch_free(t);
-    t->pieces = pieces;
-    t->pieces_capacity = pieces_capacity;
-    t->chunks = PyMem_RawMalloc(most * sizeof(Piece));
-    t->text = PyMem_RawMalloc(most * sizeof(size_t));
-    t->begin = PyMem_RawMalloc(most * sizeof(size_t));
-    t->end = PyMem_RawMalloc(most * sizeof(size_t));
-    t->stop = PyMem_RawMalloc(most * sizeof(size_t));
-    if (t->chunks == NULL || t->text == NULL || t->begin == NULL || t->end == NULL || t->stop == NULL)
-        return FAIL_NO_MEMORY; /* capacity stays 0: the next call allocates again */
-    t->chunks_capacity = most;
-    return 0;
-}
-
 /* The ids of the texts s[0 .. count) (n[i] bytes of UTF-8 each), one text after the other in *out;
  * counts[i] gets text i's number of ids. A text is cut into chunks at spaces after a non-space;
  * each chunk but a text's first (its head, never cached) is looked up in the chunk cache by its
@@ -1900,7 +1858,7 @@ static int text_scratch_reserve(TextScratch *t, size_t most)
  * of chunks, not once per short text. 0 or a FAIL_ code; needs no GIL (out->ids is freed with
  * PyMem_RawFree). */
 static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, size_t count, IdBuffer *out,
-                       uint64_t *counts, TextScratch *scratch)
+                       uint64_t *counts)
 {
     size_t total = 0;
     for (size_t i = 0; i < count; i++) {
@@ -1913,10 +1871,14 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
     size_t most = total < TEXT_BATCH_CHUNKS ? total : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
     uint32_t *buffer = NULL;
     SeenSet seen = {NULL, 0};
-    if (text_scratch_reserve(scratch, most) < 0)
-        return FAIL_NO_MEMORY;
-    Piece *c = scratch->chunks;
-    size_t *text = scratch->text, *begin = scratch->begin, *end = scratch->end, *stop = scratch->stop;
+    Piece *c = PyMem_RawMalloc(most * sizeof(Piece)), *pieces = NULL;
+    size_t *text = PyMem_RawMalloc(most * sizeof(size_t)); /* per chunk: its text, */
+    size_t *begin = PyMem_RawMalloc(most * sizeof(size_t)); /* its bytes, */
+    size_t *end = PyMem_RawMalloc(most * sizeof(size_t));
+    size_t *stop = PyMem_RawMalloc(most * sizeof(size_t)); /* and a new chunk's last piece + 1 */
+    size_t pieces_capacity = 0;
+    if (c == NULL || text == NULL || begin == NULL || end == NULL || stop == NULL)
+        goto done;
     for (size_t t = 0, at = 0; t < count;) { /* the next chunk: text t's from byte at */
         size_t m = 0, n_pieces = 0;
         while (m < most && t < count) {
@@ -1955,14 +1917,12 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
             Piece *chunk = &c[k];
             if (chunk->ids != NULL || (begin[k] != 0 && (chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) >= 0))
                 continue; /* cached, or as an earlier chunk of this batch */
-            if ((failure = split_into(self->split, s[text[k]], begin[k], end[k], &scratch->pieces, &n_pieces,
-                                      &scratch->pieces_capacity)) < 0)
+            if ((failure = split_into(self->split, s[text[k]], begin[k], end[k], &pieces, &n_pieces, &pieces_capacity)) < 0)
                 goto done;
             stop[k] = n_pieces;
         }
         PyMem_RawFree(seen.slots);
         seen.slots = NULL;
-        Piece *pieces = scratch->pieces;
         if ((failure = resolve_pieces(self, pieces, (Py_ssize_t)n_pieces, &buffer, 0)) < 0)
             goto done;
         size_t from = 0;
@@ -2010,6 +1970,12 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
     }
     failure = 0;
 done:
+    PyMem_RawFree(c);
+    PyMem_RawFree(text);
+    PyMem_RawFree(begin);
+    PyMem_RawFree(end);
+    PyMem_RawFree(stop);
+    PyMem_RawFree(pieces);
     PyMem_RawFree(seen.slots);
     PyMem_RawFree(buffer);
     return failure;
@@ -2035,16 +2001,14 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
     size_t n;
     uint64_t count;
     IdBuffer out = {NULL, 0, 0};
-    TextScratch scratch = {0};
     int failure;
     /* view reads the str's own data: text is alive until we return. */
     PyThreadState *state = view.length >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     failure = text_views_utf8(&view, 1, &s, &n, &utf8);
     if (failure == 0)
-        failure = encode_utf8(self, &s, &n, 1, &out, &count, &scratch);
+        failure = encode_utf8(self, &s, &n, 1, &out, &count);
     if (state != NULL)
         PyEval_RestoreThread(state);
-    text_scratch_free(&scratch);
     PyObject *result = NULL;
     if (failure < 0)
         set_error(failure);
@@ -2075,7 +2039,6 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
     size_t *lengths = PyMem_Calloc(n, sizeof(size_t));
     *ends = PyMem_Calloc(n, sizeof(uint64_t));
     unsigned char *utf8 = NULL;
-    TextScratch scratch = {0};
     int failure = 0, ok = -1;
     if (views == NULL || s == NULL || lengths == NULL || *ends == NULL) {
         PyErr_NoMemory();
@@ -2090,7 +2053,7 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
     PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     failure = text_views_utf8(views, (size_t)*count, s, lengths, &utf8);
     if (failure == 0)
-        failure = encode_utf8(self, s, lengths, (size_t)*count, out, *ends, &scratch);
+        failure = encode_utf8(self, s, lengths, (size_t)*count, out, *ends);
     for (Py_ssize_t i = 1; failure == 0 && i < *count; i++) /* the counts become where each text's ids end */
         (*ends)[i] += (*ends)[i - 1];
     if (state != NULL)
@@ -2100,7 +2063,6 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
     else
         ok = 0;
 done:
-    text_scratch_free(&scratch);
     PyMem_Free(views);
     PyMem_Free(s);
     PyMem_Free(lengths);
