@@ -108,6 +108,20 @@ def test_equals_encode_warm_and_cold(qwen3, pools):
         assert cold.encode_batch(texts[::-1], parse_special=special, workers=2) == expected[::-1]
 
 
+def test_the_kernels_lists_are_left_out_of_the_cycle_collector(qwen3):
+    """Lists of ints cannot be in a reference cycle: the kernel's batch lists are untracked, so a
+    collection does not scan their ids; they are ordinary lists otherwise."""
+    import gc
+
+    texts = [f"plain text number {i}, no special token in it" for i in range(3000)]
+    lists = qwen3.encode_batch(texts, parse_special=False)
+    assert lists == [qwen3.encode(t, parse_special=False) for t in texts]
+    if _threads_release_the_gil(qwen3):
+        assert not any(map(gc.is_tracked, lists)) and gc.is_tracked(lists)
+    lists[0].append([1])
+    assert lists[0][-1] == [1]
+
+
 def test_tiny_batches(qwen3, pools):
     assert qwen3.encode_batch([], workers=2) == []
     assert qwen3.encode_batch([""], workers=2) == [[]]

@@ -2074,7 +2074,8 @@ done:
 PyDoc_STRVAR(Kernel_encode_texts_doc,
              "encode_texts(texts) -> list[list[int]]: [encode_text(t) for t in texts], with the GIL released\n"
              "once for all of them (threads encoding batches of texts then rarely wait for each other).\n"
-             "Its result lists, like encode_text's, take the kernel's int object per token id (see id_objects).");
+             "Its result lists, like encode_text's, take the kernel's int object per token id (see id_objects),\n"
+             "and are not tracked by the cycle collector (they hold only ints).");
 
 static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
 {
@@ -2087,10 +2088,15 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
     for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
         size_t start = i ? ends[i - 1] : 0;
         PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, ends[i] - start); /* NULL: no ids at all */
-        if (ids == NULL)
+        if (ids == NULL) {
             Py_CLEAR(result);
-        else
+        } else {
+            /* A list of ints cannot be part of a reference cycle, so the cycle collector need
+             * not scan it (as it stops scanning a tuple of atoms): a batch's lists were one
+             * collection of all their ids, at the end of the call, under the GIL. */
+            PyObject_GC_UnTrack(ids);
             PyList_SET_ITEM(result, i, ids);
+        }
     }
     PyMem_Free(ends);
     PyMem_RawFree(out.ids);
