@@ -22,7 +22,8 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-po
 CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_ext --inplace 2>&1 | grep -v Warning || true
 for module in models/_bpe models/_symbols _gguf; do
     test -f bpetok/$module*.so || { echo "$module did not build" >&2; exit 1; }
-    nm -D bpetok/$module*.so | grep -q __asan_ || { echo "$module is not instrumented" >&2; exit 1; }
+    # (grep reads all of nm's output: with -q it could stop early and nm die of SIGPIPE, which pipefail reports)
+    nm -D bpetok/$module*.so | grep __asan_ >/dev/null || { echo "$module is not instrumented" >&2; exit 1; }
 done
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:malloc_context_size=5:fast_unwind_on_malloc=1"
