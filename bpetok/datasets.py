@@ -179,6 +179,7 @@ class TaskResult:
     errors: Counter = field(default_factory=Counter)
     examples: list[tuple[int, int | None, str]] = field(default_factory=list)
     empty: Counter = field(default_factory=Counter)
+    spilled: str | None = None  # from a local worker: the file holding ids and lengths (see run_task_to_file)
 
     def add_error(self, kind: str, input: int, record: int | None, reason: str) -> None:
         self.errors[kind] += 1
@@ -197,6 +198,41 @@ def run_task(model: ModelSource, task: Task, reading: Reading, skip: int = 0) ->
     if skip < len(texts):
         result.ids, result.lengths = encode_block(model, texts[skip:], reading.parse_special, reading.eos)
     return result
+
+
+def run_task_to_file(model: ModelSource, task: Task, reading: Reading, skip: int, directory: str) -> TaskResult:
+    """:func:`run_task` on a local worker process: the ids and lengths go to a temporary file in
+    ``directory`` (``result.spilled``) and only the small rest of the result goes back through the
+    pool's pipe. A worker killed while it writes a large result to that pipe leaves half a message
+    in it, and the pool then waits for the rest forever (seen in 2 runs of 5 with ~100 KB results);
+    a message of a few hundred bytes is written at once."""
+    import numpy as np
+
+    result = run_task(model, task, reading, skip)
+    fd, path = tempfile.mkstemp(dir=directory, prefix=".shard-part-", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        np.save(f, result.lengths)
+        np.save(f, result.ids)
+    result.ids = result.lengths = None  # type: ignore[assignment]
+    result.spilled = path
+    return result
+
+
+def _read_spilled(result: TaskResult) -> None:
+    import numpy as np
+
+    if result.spilled is not None:
+        with open(result.spilled, "rb") as f:
+            result.lengths, result.ids = np.load(f), np.load(f)
+        os.unlink(result.spilled)
+        result.spilled = None
+
+
+def _remove_spilled(directory: str) -> None:
+    """The spilled results of tasks a stopped run did not write."""
+    for name in os.listdir(directory):
+        if name.startswith(".shard-part-") and name.endswith(".tmp"):
+            os.unlink(os.path.join(directory, name))
 
 
 _MMAP_THRESHOLD_SET = False
@@ -960,7 +996,11 @@ def encode_dataset(
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
     with ExitStack() as pool:
         # The local workers but this process start now, and build their tokenizers while it plans the run.
-        executor = pool.enter_context(process_pool(workers - 1, source)) if client is None and workers > 1 else None
+        executor = None
+        if client is None and workers > 1:
+            os.makedirs(output_dir, exist_ok=True)
+            pool.callback(_remove_spilled, output_dir)  # once the workers are gone (callbacks run last first)
+            executor = pool.enter_context(process_pool(workers - 1, source))
         # This process needs a tokenizer only when it encodes (not on Dask); else the vocabulary's facts will do.
         vocabulary = source.tokenizer().vocabulary if client is None else _load_vocabulary(model)
         eos = None
@@ -1024,12 +1064,13 @@ def encode_dataset(
                 results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
                                    work, AHEAD_PER_WORKER * n)
             elif executor is not None:
-                results = in_order_here_too(lambda w: executor.submit(run_task, source, w[0], reading, w[1]),
+                results = in_order_here_too(lambda w: executor.submit(run_task_to_file, source, w[0], reading, w[1], output_dir),
                                             lambda w: run_task(source, w[0], reading, w[1]),
                                             work, AHEAD_PER_WORKER * (workers - 1))
             else:
                 results = (run_task(source, task, reading, kept) for task, kept in work)
             for result in results:
+                _read_spilled(result)
                 errors.absorb(result)
                 writer.add(result.ids, result.lengths)
                 if bar is not None:

@@ -263,6 +263,37 @@ def test_sigkilled_run_resumes_to_the_same_bytes_without_rewriting_finished_shar
     assert files(killed) == files(fresh)  # the same names and bytes: no temporary file left behind
 
 
+def test_a_killed_worker_process_stops_the_run_clearly_and_a_rerun_finishes_it(tmp_path, smollm2_cases):
+    """--workers 2: this process and one forkserver worker; SIGKILL the worker mid-run."""
+    import psutil  # comes with dask[distributed], in the test extra
+
+    texts = [c["text"] for c in smollm2_cases]
+    texts = [t for k in range(8) for t in (texts if k % 2 else [t.upper() for t in texts])]  # long enough to kill mid-run
+    data = write_jsonl(tmp_path / "in.jsonl", texts)
+    fresh, killed = tmp_path / "fresh", tmp_path / "killed"
+    command = [sys.executable, "-c", SMALL_BLOCKS_CLI, "encode-dataset", str(SMOLLM2), data, "--shard-tokens", "20000", "-q"]
+    done = subprocess.run(command + ["-o", str(fresh)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+    proc = subprocess.Popen(command + ["-o", str(killed), "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_shards(killed, proc, 1)
+        servers = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
+        workers = [w for server in servers for w in server.children()]
+        assert len(workers) == 1, (servers, workers)
+        workers[0].kill()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert "bpetok: error: a worker died while encoding" in err and "run the same command again to resume" in err, err
+    assert "Traceback" not in err
+
+    rerun = subprocess.run(command + ["-o", str(killed), "--workers", "2"], capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert files(killed) == files(fresh)
+
+
 def test_a_damaged_shard_is_written_again(tmp_path, smollm2_jsonl):
     out = tmp_path / "out"
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000)
