@@ -648,11 +648,9 @@ class Tokenizer:
         :meth:`_encode_many`'s lists, converted (its readable twin)."""
         import numpy as np
 
-        if self._text_kernel is not None:
-            finder = self._special_finder[parse_special]
-            if finder is None or finder.search("".join(texts)) is None:
-                ids, ends = self._text_kernel.encode_texts_flat(texts)
-                return np.frombuffer(ids, np.uint32), np.diff(np.frombuffer(ends, np.uint64).astype(np.int64), prepend=0)
+        if self._text_kernel is not None and self._no_special_token_in(texts, parse_special):
+            ids, lengths = self._text_kernel.encode_texts_flat(texts)
+            return np.frombuffer(ids, np.uint32), np.frombuffer(lengths, np.uint64).astype(np.int64)
         docs = self._encode_many(texts, parse_special)
         lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
         return np.fromiter(chain.from_iterable(docs), dtype=np.uint32, count=int(lengths.sum())), lengths
@@ -663,8 +661,7 @@ class Tokenizer:
         releases the GIL once, not once per text); else the new chunks of all of them are encoded
         first, in one batch."""
         if self._text_kernel is not None:
-            finder = self._special_finder[parse_special]
-            if finder is None or finder.search("".join(texts)) is None:  # no special token in any of them
+            if self._no_special_token_in(texts, parse_special):
                 return self._text_kernel.encode_texts(texts)
             parts = [self._partition(t, parse_special) if t else [] for t in texts]
             encoded = iter(self._text_kernel.encode_texts([f for p in parts for f in p if f.__class__ is str]))
@@ -680,6 +677,12 @@ class Tokenizer:
                 with _gc_paused():
                     self._fill_chunks(missing)
         return [self.encode(t, parse_special=parse_special) for t in texts]
+
+    def _no_special_token_in(self, texts: list[str], parse_special: bool) -> bool:
+        """No special token in any of ``texts`` (one search over them joined: a match across two
+        texts is a false alarm, which only sends them the longer way)."""
+        finder = self._special_finder[parse_special]
+        return finder is None or finder.search("".join(texts)) is None
 
     def _encode_fragments(self, fragments: list, encode_fragment=None) -> list[int]:
         """Ids of partitioned text for a model that takes whole fragments: each fragment is told

@@ -1987,6 +1987,37 @@ PyDoc_STRVAR(Kernel_encode_text_doc,
              "cuts them; the chunk and piece caches are used as encode_chunks uses them. The GIL is released\n"
              "while it works, so threads encoding texts on one kernel run in parallel.");
 
+/* The ids of text views v[0 .. count) one text after the other in *out, counts[i] of them for
+ * text i: their UTF-8 made and encoded with the GIL released when there are at least
+ * RELEASE_GIL_BYTES code points. 0, or -1 with an exception set. */
+static int encode_views(Kernel *self, const TextView *v, size_t count, IdBuffer *out, uint64_t *counts)
+{
+    size_t total = 0, room = count ? count : 1;
+    for (size_t i = 0; i < count; i++)
+        total += v[i].length;
+    const unsigned char **s = PyMem_Calloc(room, sizeof(*s));
+    size_t *n = PyMem_Calloc(room, sizeof(size_t));
+    unsigned char *utf8 = NULL;
+    int failure = FAIL_NO_MEMORY;
+    if (s != NULL && n != NULL) {
+        /* The views read the strs' own data: the caller holds the strs. */
+        PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+        failure = text_views_utf8(v, count, s, n, &utf8);
+        if (failure == 0)
+            failure = encode_utf8(self, s, n, count, out, counts);
+        if (state != NULL)
+            PyEval_RestoreThread(state);
+    }
+    PyMem_Free(s);
+    PyMem_Free(n);
+    PyMem_RawFree(utf8);
+    if (failure < 0) {
+        set_error(failure);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
 {
     if (self->split == SPLIT_NONE) {
@@ -1994,79 +2025,44 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
         return NULL;
     }
     TextView view;
-    if (text_view(text, &view) < 0)
-        return NULL;
-    const unsigned char *s;
-    unsigned char *utf8 = NULL;
-    size_t n;
     uint64_t count;
     IdBuffer out = {NULL, 0, 0};
-    int failure;
-    /* view reads the str's own data: text is alive until we return. */
-    PyThreadState *state = view.length >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    failure = text_views_utf8(&view, 1, &s, &n, &utf8);
-    if (failure == 0)
-        failure = encode_utf8(self, &s, &n, 1, &out, &count);
-    if (state != NULL)
-        PyEval_RestoreThread(state);
     PyObject *result = NULL;
-    if (failure < 0)
-        set_error(failure);
-    else
+    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, &out, &count) == 0)
         result = list_of_ids(self, out.ids, out.n);
-    PyMem_RawFree(utf8);
     PyMem_RawFree(out.ids);
     return result;
 }
 
-/* The ids of every text of a sequence, one after the other in *out, and where each text's ids end
- * in *ends (count of them in *count): the GIL released once for all of them. 0, or -1 with an
- * exception set. The caller frees out->ids (PyMem_RawFree) and *ends (PyMem_Free). */
-static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer *out, uint64_t **ends, Py_ssize_t *count)
+/* The ids of every text of a sequence, one after the other in *out, and each text's number of
+ * ids in *counts (count of texts in *count): the GIL released once for all of them. 0, or -1
+ * with an exception set. The caller frees out->ids (PyMem_RawFree) and *counts (PyMem_Free). */
+static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer *out, uint64_t **counts,
+                      Py_ssize_t *count)
 {
-    *ends = NULL;
+    *counts = NULL;
     if (self->split == SPLIT_NONE) {
         PyErr_Format(PyExc_ValueError, "%s needs a kernel built with split=NAME", name);
         return -1;
     }
-    PyObject *list = as_list(texts);
+    PyObject *list = as_list(texts); /* our own list: it holds the strs the views read */
     if (list == NULL)
         return -1;
     *count = PyList_GET_SIZE(list);
-    size_t n = *count ? (size_t)*count : 1, total = 0;
-    TextView *views = PyMem_Calloc(n, sizeof(TextView));
-    const unsigned char **s = PyMem_Calloc(n, sizeof(*s));
-    size_t *lengths = PyMem_Calloc(n, sizeof(size_t));
-    *ends = PyMem_Calloc(n, sizeof(uint64_t));
-    unsigned char *utf8 = NULL;
-    int failure = 0, ok = -1;
-    if (views == NULL || s == NULL || lengths == NULL || *ends == NULL) {
+    size_t room = *count ? (size_t)*count : 1;
+    TextView *views = PyMem_Calloc(room, sizeof(TextView));
+    *counts = PyMem_Calloc(room, sizeof(uint64_t));
+    int ok = -1;
+    if (views == NULL || *counts == NULL) {
         PyErr_NoMemory();
-        goto done;
+    } else {
+        Py_ssize_t i = 0;
+        while (i < *count && text_view(PyList_GET_ITEM(list, i), &views[i]) == 0)
+            i++;
+        if (i == *count)
+            ok = encode_views(self, views, (size_t)*count, out, *counts);
     }
-    for (Py_ssize_t i = 0; i < *count; i++) {
-        if (text_view(PyList_GET_ITEM(list, i), &views[i]) < 0)
-            goto done;
-        total += views[i].length;
-    }
-    /* The views read the strs' own data: list (our own copy) holds them. */
-    PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    failure = text_views_utf8(views, (size_t)*count, s, lengths, &utf8);
-    if (failure == 0)
-        failure = encode_utf8(self, s, lengths, (size_t)*count, out, *ends);
-    for (Py_ssize_t i = 1; failure == 0 && i < *count; i++) /* the counts become where each text's ids end */
-        (*ends)[i] += (*ends)[i - 1];
-    if (state != NULL)
-        PyEval_RestoreThread(state);
-    if (failure < 0)
-        set_error(failure);
-    else
-        ok = 0;
-done:
     PyMem_Free(views);
-    PyMem_Free(s);
-    PyMem_Free(lengths);
-    PyMem_RawFree(utf8);
     Py_DECREF(list);
     return ok;
 }
@@ -2080,14 +2076,13 @@ PyDoc_STRVAR(Kernel_encode_texts_doc,
 static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
 {
     IdBuffer out = {NULL, 0, 0};
-    uint64_t *ends;
+    uint64_t *counts;
     Py_ssize_t count;
     PyObject *result = NULL;
-    if (encode_all(self, texts, "encode_texts", &out, &ends, &count) == 0)
+    if (encode_all(self, texts, "encode_texts", &out, &counts, &count) == 0)
         result = PyList_New(count);
-    for (Py_ssize_t i = 0; result != NULL && i < count; i++) {
-        size_t start = i ? ends[i - 1] : 0;
-        PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, ends[i] - start); /* NULL: no ids at all */
+    for (Py_ssize_t i = 0, start = 0; result != NULL && i < count; start += (Py_ssize_t)counts[i++]) {
+        PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, counts[i]); /* NULL: no ids at all */
         if (ids == NULL) {
             Py_CLEAR(result);
         } else {
@@ -2098,32 +2093,32 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
             PyList_SET_ITEM(result, i, ids);
         }
     }
-    PyMem_Free(ends);
+    PyMem_Free(counts);
     PyMem_RawFree(out.ids);
     return result;
 }
 
 PyDoc_STRVAR(Kernel_encode_texts_flat_doc,
              "encode_texts_flat(texts) -> (bytearray, bytearray): what encode_texts gives, as machine words and no int\n"
-             "objects: every text's ids one after the other (uint32), and where each text's ids end (uint64),\n"
+             "objects: every text's ids one after the other (uint32), and each text's number of ids (uint64),\n"
              "for numpy.frombuffer. The whole call but its copy of the two buffers runs without the GIL.");
 
 static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *texts)
 {
     IdBuffer out = {NULL, 0, 0};
-    uint64_t *ends;
+    uint64_t *counts;
     Py_ssize_t count;
     PyObject *result = NULL;
-    if (encode_all(self, texts, "encode_texts_flat", &out, &ends, &count) == 0) {
+    if (encode_all(self, texts, "encode_texts_flat", &out, &counts, &count) == 0) {
         PyObject *ids = PyByteArray_FromStringAndSize(out.ids ? (const char *)out.ids : "",
                                                       (Py_ssize_t)(out.n * sizeof(uint32_t)));
-        PyObject *stops = PyByteArray_FromStringAndSize((const char *)ends, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
-        if (ids != NULL && stops != NULL)
-            result = PyTuple_Pack(2, ids, stops);
+        PyObject *lengths = PyByteArray_FromStringAndSize((const char *)counts, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
+        if (ids != NULL && lengths != NULL)
+            result = PyTuple_Pack(2, ids, lengths);
         Py_XDECREF(ids);
-        Py_XDECREF(stops);
+        Py_XDECREF(lengths);
     }
-    PyMem_Free(ends);
+    PyMem_Free(counts);
     PyMem_RawFree(out.ids);
     return result;
 }
