@@ -609,35 +609,21 @@ def in_order(submit: Callable, tasks: Iterable, ahead: int) -> Iterator:
 
 
 def in_order_here_too(submit: Callable, run_here: Callable, tasks: Iterable, ahead: int) -> Iterator:
-    """:func:`in_order` with this process as one more worker: while the oldest task is unfinished,
-    it runs the next one itself (``run_here``) instead of waiting, then writes what is ready."""
-    pending: deque = deque()  # futures and finished tasks' results (as futures), in task order
-    tasks = iter(tasks)
-    more = True
-
-    def take() -> Any:
-        nonlocal more
-        task = next(tasks, _NO_TASK)
-        more = task is not _NO_TASK
-        return task
-
-    while more or pending:
-        while more and sum(not f.done() for f in pending) < ahead:
-            task = take()
-            if more:
-                pending.append(submit(task))
-        if pending and not pending[0].done() and more:
-            task = take()
-            if more:
-                done: Future = Future()
-                done.set_result(run_here(task))
-                pending.append(done)
-            continue
-        if pending:
+    """:func:`in_order` with this process as one more worker: a task goes to the pool while fewer
+    than ``ahead`` of its tasks are unfinished, else this process runs it itself (``run_here``)
+    rather than wait; finished results are yielded, in task order, between tasks."""
+    pending: deque = deque()  # the pool's futures and this process's results (as done futures), in task order
+    for task in tasks:
+        while pending and pending[0].done():
             yield pending.popleft().result()
-
-
-_NO_TASK = object()
+        if sum(not f.done() for f in pending) < ahead:
+            pending.append(submit(task))
+        else:
+            done: Future = Future()
+            done.set_result(run_here(task))
+            pending.append(done)
+    while pending:
+        yield pending.popleft().result()
 
 
 @contextmanager
@@ -651,8 +637,8 @@ def process_pool(workers: int, model: ModelSource | None = None) -> Iterator:
     from concurrent.futures import ProcessPoolExecutor
 
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(model,))
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_start_worker,
+                               initargs=(model,))
     try:
         for _ in range(workers):  # one each: a pool starts a process per task while none is idle
             pool.submit(int)
@@ -994,11 +980,11 @@ def encode_dataset(
         raise BpetokError("shard_tokens, workers and block_bytes must be at least 1")
     errors = ErrorLog(on_error, paths)
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
+    os.makedirs(output_dir, exist_ok=True)
     with ExitStack() as pool:
         # The local workers but this process start now, and build their tokenizers while it plans the run.
         executor = None
         if client is None and workers > 1:
-            os.makedirs(output_dir, exist_ok=True)
             pool.callback(_remove_spilled, output_dir)  # once the workers are gone (callbacks run last first)
             executor = pool.enter_context(process_pool(workers - 1, source))
         # This process needs a tokenizer only when it encodes (not on Dask); else the vocabulary's facts will do.
@@ -1025,7 +1011,6 @@ def encode_dataset(
             "shards": [],
         }
 
-        os.makedirs(output_dir, exist_ok=True)
         for name in os.listdir(output_dir):  # temporary files a killed run left behind
             if name.startswith((".shard-", f".{MANIFEST}.")) and name.endswith(".tmp"):
                 os.unlink(os.path.join(output_dir, name))
