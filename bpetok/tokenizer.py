@@ -326,8 +326,10 @@ class Tokenizer:
         specials.sort()
         self._specials = [(token_id, text) for _, token_id, text in specials]
         self._special_finder = {}
+        self._special_texts = {}  # what the kernel checks a batch of texts for (encode_texts(specials=...))
         for parse_special in (False, True):
             texts = [t for i, t in self._specials if parse_special or not attrs[i] & _HIDDEN_WITHOUT_SPECIAL]
+            self._special_texts[parse_special] = tuple(texts)
             self._special_finder[parse_special] = (
                 re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))) if texts else None
             )
@@ -648,21 +650,24 @@ class Tokenizer:
         :meth:`_encode_many`'s lists, converted (its readable twin)."""
         import numpy as np
 
-        if self._text_kernel is not None and self._no_special_token_in(texts, parse_special):
-            ids, lengths = self._text_kernel.encode_texts_flat(texts)
-            return np.frombuffer(ids, np.uint32), np.frombuffer(lengths, np.uint64).astype(np.int64)
+        if self._text_kernel is not None:
+            flat = self._text_kernel.encode_texts_flat(texts, self._special_texts[parse_special])
+            if flat is not None:
+                return np.frombuffer(flat[0], np.uint32), np.frombuffer(flat[1], np.uint64).astype(np.int64)
         docs = self._encode_many(texts, parse_special)
         lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
         return np.fromiter(chain.from_iterable(docs), dtype=np.uint32, count=int(lengths.sum())), lengths
 
     def _encode_many(self, texts: list[str], parse_special: bool) -> list[list[int]]:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``. With the kernel's
-        splitter, the text between the special tokens of all of them goes to C in one call (which
-        releases the GIL once, not once per text); else the new chunks of all of them are encoded
+        splitter, all of them go to C in one call (which releases the GIL once, not once per
+        text) when none holds a special token (the kernel looks, without the GIL), else the text
+        between their special tokens does; without it, the new chunks of all of them are encoded
         first, in one batch."""
         if self._text_kernel is not None:
-            if self._no_special_token_in(texts, parse_special):
-                return self._text_kernel.encode_texts(texts)
+            ids = self._text_kernel.encode_texts(texts, self._special_texts[parse_special])
+            if ids is not None:
+                return ids
             parts = [self._partition(t, parse_special) if t else [] for t in texts]
             encoded = iter(self._text_kernel.encode_texts([f for p in parts for f in p if f.__class__ is str]))
             next_encoded = lambda _fragment, _at_start: next(encoded)  # noqa: E731 - in the order they were sent
@@ -677,12 +682,6 @@ class Tokenizer:
                 with _gc_paused():
                     self._fill_chunks(missing)
         return [self.encode(t, parse_special=parse_special) for t in texts]
-
-    def _no_special_token_in(self, texts: list[str], parse_special: bool) -> bool:
-        """No special token in any of ``texts`` (one search over them joined: a match across two
-        texts is a false alarm, which only sends them the longer way)."""
-        finder = self._special_finder[parse_special]
-        return finder is None or finder.search("".join(texts)) is None
 
     def _encode_fragments(self, fragments: list, encode_fragment=None) -> list[int]:
         """Ids of partitioned text for a model that takes whole fragments: each fragment is told

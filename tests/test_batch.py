@@ -136,8 +136,8 @@ def test_tiny_batches(qwen3, pools):
 
 
 def test_a_special_token_only_across_two_texts_is_not_one(qwen3):
-    """Texts without special tokens go to the kernel together; one search over them joined may
-    find a special token that straddles two of them, which must not be cut out."""
+    """Texts without special tokens go to the kernel together, which looks for special tokens in
+    each of them: one that straddles two texts is in neither and must not be cut out."""
     texts = ["Hello <|im_", "end|> world", "plain", "<|im_end|>"]
     for special in (True, False):
         assert qwen3.encode_batch(texts, parse_special=special, workers=1) == [

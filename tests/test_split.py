@@ -206,6 +206,44 @@ def test_encode_texts_flat_is_encode_texts_as_machine_words(qwen3):
         _kernel_with_split(qwen3, None).encode_texts_flat(["text"])
 
 
+_SPECIAL_SETS = {
+    "one first byte (memchr)": ("<|im_end|>", "<think>", "</think>"),
+    "several first bytes": ("<think>", "[INST]", "é", "\ud800", "😀x"),
+    "an empty one": ("",),
+}
+
+
+@pytest.mark.parametrize("specials", sorted(_SPECIAL_SETS))
+def test_encode_texts_with_specials_is_none_exactly_when_a_text_holds_one(qwen3, specials):
+    """encode_texts(texts, specials) against its readable twin, ``any(s in t ...)``: None when a
+    text contains one of them (at its start, its end, past the GIL threshold, in any str storage
+    kind), else the same ids as without specials; a special cut across two texts is in neither."""
+    specials = _SPECIAL_SETS[specials]
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    rng = random.Random(7)
+    pool = list(_STORAGE_KINDS.values()) + ["<|im_end", "|>", "<thin", "k>", "[INST", "x<", ""]
+    for _ in range(400):
+        texts = [rng.choice(pool) * rng.choice([1, 1, 300]) for _ in range(rng.randint(0, 5))]
+        if rng.random() < 0.5 and texts:
+            i = rng.randrange(len(texts))
+            cut = rng.randint(0, len(texts[i]))
+            texts[i] = texts[i][:cut] + rng.choice(specials + ("<|im_en", "[INS")) + texts[i][cut:]
+        holds_one = any(s in t for t in texts for s in specials)
+        plain = kernel.encode_texts(texts)
+        assert kernel.encode_texts(texts, specials) == (None if holds_one else plain), texts
+        flat = kernel.encode_texts_flat(texts, specials=list(specials))
+        assert (flat is None) == holds_one
+        assert kernel.encode_texts(texts, None) == kernel.encode_texts(texts, ()) == plain
+
+
+def test_encode_texts_refuses_specials_that_are_not_str(qwen3):
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    with pytest.raises(TypeError, match="encode_texts: specials must be str, not bytes"):
+        kernel.encode_texts(["text"], [b"<think>"])
+    with pytest.raises(TypeError):
+        kernel.encode_texts_flat(["text"], 3)
+
+
 def test_encode_texts_refuses_what_encode_text_refuses(qwen3):
     kernel = _kernel_with_split(qwen3, "qwen2")
     with pytest.raises(TypeError, match="text must be a str, not bytes"):

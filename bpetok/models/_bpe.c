@@ -1211,6 +1211,113 @@ static int text_views_utf8(const TextView *v, size_t count, const unsigned char 
     return 0;
 }
 
+/* The strings a batch of texts is refused for (encode_texts(texts, specials)): their UTF-8, and
+ * which bytes start one, so that a text's bytes are scanned once whatever their number. */
+typedef struct {
+    size_t count;
+    const unsigned char **s;
+    size_t *n;
+    unsigned char *owned;  /* the UTF-8 made for the non-ASCII ones, */
+    unsigned char *copies; /* and the ASCII ones' bytes */
+    int empty;             /* one is "": every text contains it */
+    int only_start;        /* the one byte they all start with (memchr finds it), or -1 */
+    unsigned char starts[256];
+} Needles;
+
+static void needles_free(Needles *needles)
+{
+    PyMem_Free(needles->s);
+    PyMem_Free(needles->n);
+    PyMem_RawFree(needles->owned);
+    PyMem_RawFree(needles->copies);
+}
+
+/* Whether one of the needles occurs in s[0 .. n). Needs no GIL. */
+static int contains_needle(const Needles *needles, const unsigned char *s, size_t n)
+{
+    if (needles->empty)
+        return 1;
+    for (size_t at = 0; at < n; at++) {
+        if (needles->only_start >= 0) {
+            const unsigned char *next = memchr(s + at, needles->only_start, n - at);
+            if (next == NULL)
+                return 0;
+            at = (size_t)(next - s);
+        } else if (!needles->starts[s[at]]) {
+            continue;
+        }
+        for (size_t k = 0; k < needles->count; k++)
+            if (needles->n[k] <= n - at && needles->s[k][0] == s[at] && memcmp(needles->s[k], s + at, needles->n[k]) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+/* The UTF-8 of a sequence of str (an error names it as `name`'s specials). 0, or -1 with an
+ * exception set (needles freed). Under the GIL. */
+static int needles_from(PyObject *strings, const char *name, Needles *needles)
+{
+    memset(needles, 0, sizeof(*needles));
+    needles->only_start = -1;
+    PyObject *list = PySequence_List(strings);
+    if (list == NULL)
+        return -1;
+    size_t count = (size_t)PyList_GET_SIZE(list), room = count ? count : 1;
+    TextView *views = PyMem_Calloc(room, sizeof(TextView));
+    needles->s = PyMem_Calloc(room, sizeof(*needles->s));
+    needles->n = PyMem_Calloc(room, sizeof(size_t));
+    int ok = -1;
+    if (views == NULL || needles->s == NULL || needles->n == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (!PyUnicode_Check(PyList_GET_ITEM(list, i))) {
+            PyErr_Format(PyExc_TypeError, "%s: specials must be str, not %.100s", name,
+                         Py_TYPE(PyList_GET_ITEM(list, i))->tp_name);
+            goto done;
+        }
+        text_view(PyList_GET_ITEM(list, i), &views[i]);
+    }
+    if (text_views_utf8(views, count, needles->s, needles->n, &needles->owned) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* The ASCII ones point into the strs' own data: copied, as the list is let go here. */
+    size_t ascii = 0;
+    for (size_t i = 0; i < count; i++)
+        ascii += views[i].ascii ? needles->n[i] : 0;
+    unsigned char *at = needles->copies = ascii ? PyMem_RawMalloc(ascii) : NULL;
+    if (ascii && at == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (views[i].ascii) {
+            memcpy(at, needles->s[i], needles->n[i]);
+            needles->s[i] = at;
+            at += needles->n[i];
+        }
+    }
+    needles->count = count;
+    int distinct = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (needles->n[i] == 0) {
+            needles->empty = 1;
+        } else if (!needles->starts[needles->s[i][0]]) {
+            needles->starts[needles->s[i][0]] = 1;
+            needles->only_start = distinct++ ? -1 : needles->s[i][0];
+        }
+    }
+    ok = 0;
+done:
+    PyMem_Free(views);
+    Py_DECREF(list);
+    if (ok < 0)
+        needles_free(needles);
+    return ok;
+}
+
 /* A piece or a chunk of a call: its UTF-8, and its ids once known. */
 typedef struct {
     const unsigned char *text;
@@ -1989,8 +2096,10 @@ PyDoc_STRVAR(Kernel_encode_text_doc,
 
 /* The ids of text views v[0 .. count) one text after the other in *out, counts[i] of them for
  * text i: their UTF-8 made and encoded with the GIL released when there are at least
- * RELEASE_GIL_BYTES code points. 0, or -1 with an exception set. */
-static int encode_views(Kernel *self, const TextView *v, size_t count, IdBuffer *out, uint64_t *counts)
+ * RELEASE_GIL_BYTES code points. With specials (or NULL), none is encoded if one of the texts
+ * contains one of them. 0, 1 for refused, or -1 with an exception set. */
+static int encode_views(Kernel *self, const TextView *v, size_t count, const Needles *specials, IdBuffer *out,
+                        uint64_t *counts)
 {
     size_t total = 0, room = count ? count : 1;
     for (size_t i = 0; i < count; i++)
@@ -1998,12 +2107,14 @@ static int encode_views(Kernel *self, const TextView *v, size_t count, IdBuffer 
     const unsigned char **s = PyMem_Calloc(room, sizeof(*s));
     size_t *n = PyMem_Calloc(room, sizeof(size_t));
     unsigned char *utf8 = NULL;
-    int failure = FAIL_NO_MEMORY;
+    int failure = FAIL_NO_MEMORY, refused = 0;
     if (s != NULL && n != NULL) {
         /* The views read the strs' own data: the caller holds the strs. */
         PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
         failure = text_views_utf8(v, count, s, n, &utf8);
-        if (failure == 0)
+        for (size_t i = 0; failure == 0 && specials != NULL && i < count && !refused; i++)
+            refused = contains_needle(specials, s[i], n[i]);
+        if (failure == 0 && !refused)
             failure = encode_utf8(self, s, n, count, out, counts);
         if (state != NULL)
             PyEval_RestoreThread(state);
@@ -2015,7 +2126,7 @@ static int encode_views(Kernel *self, const TextView *v, size_t count, IdBuffer 
         set_error(failure);
         return -1;
     }
-    return 0;
+    return refused;
 }
 
 static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
@@ -2028,26 +2139,34 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
     uint64_t count;
     IdBuffer out = {NULL, 0, 0};
     PyObject *result = NULL;
-    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, &out, &count) == 0)
+    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, NULL, &out, &count) == 0)
         result = list_of_ids(self, out.ids, out.n);
     PyMem_RawFree(out.ids);
     return result;
 }
 
 /* The ids of every text of a sequence, one after the other in *out, and each text's number of
- * ids in *counts (count of texts in *count): the GIL released once for all of them. 0, or -1
- * with an exception set. The caller frees out->ids (PyMem_RawFree) and *counts (PyMem_Free). */
-static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer *out, uint64_t **counts,
-                      Py_ssize_t *count)
+ * ids in *counts (count of texts in *count): the GIL released once for all of them; none encoded
+ * when a text contains one of the strs of specials (NULL or Py_None: none). 0, 1 for refused, or
+ * -1 with an exception set. The caller frees out->ids (PyMem_RawFree) and *counts (PyMem_Free). */
+static int encode_all(Kernel *self, PyObject *texts, PyObject *specials, const char *name, IdBuffer *out,
+                      uint64_t **counts, Py_ssize_t *count)
 {
     *counts = NULL;
     if (self->split == SPLIT_NONE) {
         PyErr_Format(PyExc_ValueError, "%s needs a kernel built with split=NAME", name);
         return -1;
     }
-    PyObject *list = as_list(texts); /* our own list: it holds the strs the views read */
-    if (list == NULL)
+    Needles needles;
+    int with_specials = specials != NULL && specials != Py_None;
+    if (with_specials && needles_from(specials, name, &needles) < 0)
         return -1;
+    PyObject *list = as_list(texts); /* our own list: it holds the strs the views read */
+    if (list == NULL) {
+        if (with_specials)
+            needles_free(&needles);
+        return -1;
+    }
     *count = PyList_GET_SIZE(list);
     size_t room = *count ? (size_t)*count : 1;
     TextView *views = PyMem_Calloc(room, sizeof(TextView));
@@ -2060,28 +2179,39 @@ static int encode_all(Kernel *self, PyObject *texts, const char *name, IdBuffer 
         while (i < *count && text_view(PyList_GET_ITEM(list, i), &views[i]) == 0)
             i++;
         if (i == *count)
-            ok = encode_views(self, views, (size_t)*count, out, *counts);
+            ok = encode_views(self, views, (size_t)*count, with_specials ? &needles : NULL, out, *counts);
     }
     PyMem_Free(views);
     Py_DECREF(list);
+    if (with_specials)
+        needles_free(&needles);
     return ok;
 }
 
 PyDoc_STRVAR(Kernel_encode_texts_doc,
-             "encode_texts(texts) -> list[list[int]]: [encode_text(t) for t in texts], with the GIL released\n"
-             "once for all of them (threads encoding batches of texts then rarely wait for each other).\n"
+             "encode_texts(texts, specials=None) -> list[list[int]] | None: [encode_text(t) for t in texts], with\n"
+             "the GIL released once for all of them (threads encoding batches of texts then rarely wait for each\n"
+             "other). specials: strs (special tokens' texts); None, and nothing encoded, if a text contains one.\n"
              "Its result lists, like encode_text's, take the kernel's int object per token id (see id_objects),\n"
              "and are not tracked by the cycle collector (they hold only ints).");
 
-static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
+static char *encode_texts_keywords[] = {"texts", "specials", NULL};
+
+static PyObject *Kernel_encode_texts(Kernel *self, PyObject *args, PyObject *kwargs)
 {
+    PyObject *texts, *specials = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:encode_texts", encode_texts_keywords, &texts, &specials))
+        return NULL;
     IdBuffer out = {NULL, 0, 0};
     uint64_t *counts;
     Py_ssize_t count;
     PyObject *result = NULL;
-    if (encode_all(self, texts, "encode_texts", &out, &counts, &count) == 0)
+    int encoded = encode_all(self, texts, specials, "encode_texts", &out, &counts, &count);
+    if (encoded == 1)
+        result = Py_NewRef(Py_None);
+    else if (encoded == 0)
         result = PyList_New(count);
-    for (Py_ssize_t i = 0, start = 0; result != NULL && i < count; start += (Py_ssize_t)counts[i++]) {
+    for (Py_ssize_t i = 0, start = 0; encoded == 0 && result != NULL && i < count; start += (Py_ssize_t)counts[i++]) {
         PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, counts[i]); /* NULL: no ids at all */
         if (ids == NULL) {
             Py_CLEAR(result);
@@ -2099,17 +2229,24 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *texts)
 }
 
 PyDoc_STRVAR(Kernel_encode_texts_flat_doc,
-             "encode_texts_flat(texts) -> (bytearray, bytearray): what encode_texts gives, as machine words and no int\n"
+             "encode_texts_flat(texts, specials=None) -> (bytearray, bytearray) | None: what encode_texts gives, as\n"
+             "machine words and no int\n"
              "objects: every text's ids one after the other (uint32), and each text's number of ids (uint64),\n"
              "for numpy.frombuffer. The whole call but its copy of the two buffers runs without the GIL.");
 
-static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *texts)
+static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *args, PyObject *kwargs)
 {
+    PyObject *texts, *specials = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:encode_texts_flat", encode_texts_keywords, &texts, &specials))
+        return NULL;
     IdBuffer out = {NULL, 0, 0};
     uint64_t *counts;
     Py_ssize_t count;
     PyObject *result = NULL;
-    if (encode_all(self, texts, "encode_texts_flat", &out, &counts, &count) == 0) {
+    int encoded = encode_all(self, texts, specials, "encode_texts_flat", &out, &counts, &count);
+    if (encoded == 1) {
+        result = Py_NewRef(Py_None);
+    } else if (encoded == 0) {
         PyObject *ids = PyByteArray_FromStringAndSize(out.ids ? (const char *)out.ids : "",
                                                       (Py_ssize_t)(out.n * sizeof(uint32_t)));
         PyObject *lengths = PyByteArray_FromStringAndSize((const char *)counts, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
@@ -2230,8 +2367,10 @@ static PyMethodDef Kernel_methods[] = {
     {"encode_groups", (PyCFunction)Kernel_encode_groups, METH_VARARGS, Kernel_encode_groups_doc},
     {"encode_chunks", (PyCFunction)Kernel_encode_chunks, METH_VARARGS, Kernel_encode_chunks_doc},
     {"encode_text", (PyCFunction)Kernel_encode_text, METH_O, Kernel_encode_text_doc},
-    {"encode_texts", (PyCFunction)Kernel_encode_texts, METH_O, Kernel_encode_texts_doc},
-    {"encode_texts_flat", (PyCFunction)Kernel_encode_texts_flat, METH_O, Kernel_encode_texts_flat_doc},
+    {"encode_texts", (PyCFunction)(void (*)(void))Kernel_encode_texts, METH_VARARGS | METH_KEYWORDS,
+     Kernel_encode_texts_doc},
+    {"encode_texts_flat", (PyCFunction)(void (*)(void))Kernel_encode_texts_flat, METH_VARARGS | METH_KEYWORDS,
+     Kernel_encode_texts_flat_doc},
     {"encode_piece", (PyCFunction)Kernel_encode_piece, METH_O, Kernel_encode_piece_doc},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS, Kernel_cache_info_doc},
     {NULL, NULL, 0, NULL},
