@@ -9,7 +9,6 @@ whole otherwise (SentencePiece-style). Nothing here knows about a particular mod
 
 from __future__ import annotations
 
-import bisect
 import codecs
 import contextlib
 import gc
@@ -18,9 +17,8 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, SupportsIndex
-from itertools import accumulate, chain, compress, islice, repeat
+from itertools import chain, compress, islice, repeat
 
 import pluggy
 
@@ -50,10 +48,6 @@ _BATCH_FILL_PARTS = 2048
 _SAFE_SPACE = re.compile(r" (?<=\S )")
 # Fragments between special tokens up to this long are encoded once per encode()/count() call.
 _FRAGMENT_MEMO_LONGEST = 256
-# encode_batch gives its threads texts in groups of about this many characters: the kernel
-# releases the GIL once per group, so threads rarely wait for each other; the last groups are
-# small enough that no thread is left working alone for long.
-_BATCH_GROUP_CHARS = 32_768
 
 
 @contextlib.contextmanager
@@ -553,13 +547,14 @@ class Tokenizer:
     ) -> list[list[int]]:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``, in order, on several cores.
 
-        ``workers``: threads to use (default: the CPUs this process may run on). They share this
-        tokenizer and its caches, and run in parallel where the work runs without the GIL: with
-        the C kernel's splitter (the qwen2, llama3 and smollm pre-tokenizers). Every other engine
+        ``workers``: threads to use (default: the CPUs this process may run on). With the C
+        kernel's splitter (the qwen2, llama3 and smollm pre-tokenizers) they are the kernel's own,
+        sharing this tokenizer's caches: the whole batch, special tokens looked for included,
+        runs without the GIL, in parts of about 64 KB that the threads take in turn. Every other engine
         (pure Python, a pre-tokenizer without a compiled form, SentencePiece-style models) holds
         the GIL for most of its work, so threads would not help: the texts are encoded here, one
         after the other, whatever ``workers`` says (``bpetok encode-dataset --workers`` spreads a
-        dataset over processes). A small batch (under two groups of texts) runs here too.
+        dataset over processes). A small batch (one part) runs in this thread alone.
         With the kernel's splitter the lists are not tracked by Python's cycle collector (a
         list of ints cannot be in a reference cycle; scanning a batch's millions of ids was a
         third of its time): one you make part of a cycle yourself is not collected.
@@ -568,11 +563,9 @@ class Tokenizer:
         True
         """
         texts, parse_special, workers = self._batch_arguments("encode_batch", texts, parse_special, workers)
-        # The result lists all live on: a collection while they are built would only rescan them
-        # (and, under the GIL, hold up the other threads).
+        # The result lists all live on: a collection while they are built would only rescan them.
         with _gc_paused():
-            groups = self._on_threads(lambda group: self._encode_many(group, parse_special), texts, workers)
-            return groups[0] if len(groups) == 1 else list(chain.from_iterable(groups))
+            return self._encode_many(texts, parse_special, workers)
 
     def encode_batch_to_numpy(
         self, texts: Iterable[str], *, parse_special: bool = True, workers: SupportsIndex | None = None
@@ -590,11 +583,9 @@ class Tokenizer:
         import numpy as np
 
         texts, parse_special, workers = self._batch_arguments("encode_batch_to_numpy", texts, parse_special, workers)
-        groups = self._on_threads(lambda group: self._encode_many_to_numpy(group, parse_special), texts, workers)
-        ids = groups[0][0] if len(groups) == 1 else np.concatenate([g[0] for g in groups])
+        ids, counts = self._encode_many_to_numpy(texts, parse_special, workers)
         offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-        if texts:
-            np.cumsum(np.concatenate([g[1] for g in groups]), out=offsets[1:])
+        np.cumsum(counts, out=offsets[1:])
         return ids, offsets
 
     def _batch_arguments(self, name: str, texts, parse_special, workers) -> tuple[list[str], bool, int]:
@@ -612,69 +603,41 @@ class Tokenizer:
             raise ValueError(f"{name}(workers={workers}): workers must be at least 1 (or None for all CPUs)")
         return texts, parse_special, workers
 
-    def _on_threads(self, encode_group, texts: list[str], workers: int) -> list:
-        """``encode_group`` over consecutive groups of ``texts``, in order: on ``workers`` threads
-        when the kernel's splitter lets them run in parallel and there are at least two groups,
-        else on all of ``texts`` at once in this thread."""
-        groups = _groups(texts, _BATCH_GROUP_CHARS) if workers > 1 and self._text_kernel is not None else []
-        if len(groups) < 2:
-            return [encode_group(texts)]
-        # The calling thread works too, and every thread takes the next group when it is done
-        # with one (next() on one iterator is atomic under the GIL): no thread waits on
-        # another's result, and the caller is not a third thread asking for the GIL.
-        results: list = [None] * len(groups)
-        next_groups = iter(range(len(groups)))
-
-        def encode_groups() -> None:
-            for i in next_groups:
-                results[i] = encode_group(groups[i])
-
-        n_helpers = min(workers, len(groups)) - 1
-        pool = ThreadPoolExecutor(n_helpers, thread_name_prefix="bpetok-encode-batch")
-        try:
-            helpers = [pool.submit(encode_groups) for _ in range(n_helpers)]
-            try:
-                encode_groups()
-            finally:
-                for _ in next_groups:  # after an error here, the helpers take no more groups
-                    pass
-            for helper in helpers:
-                helper.result()
-        finally:
-            pool.shutdown(cancel_futures=True)
-        return results
-
-    def _encode_many_to_numpy(self, texts: list[str], parse_special: bool) -> tuple[Any, Any]:
+    def _encode_many_to_numpy(self, texts: list[str], parse_special: bool, workers: int = 1) -> tuple[Any, Any]:
         """The ids of ``texts`` one after the other (``uint32``) and each text's count (``int64``):
-        from the kernel as machine words when no special token is among them, else
-        :meth:`_encode_many`'s lists, converted (its readable twin)."""
+        from the kernel as machine words, the texts that hold a special token spliced in from
+        :meth:`_encode_holding_specials`; without the kernel's splitter, :meth:`_encode_many`'s
+        lists converted (its readable twin)."""
         import numpy as np
 
-        if self._text_kernel is not None:
-            flat = self._text_kernel.encode_texts_flat(texts, self._special_texts[parse_special])
-            if flat is not None:
-                return np.frombuffer(flat[0], np.uint32), np.frombuffer(flat[1], np.uint64).astype(np.int64)
-        docs = self._encode_many(texts, parse_special)
-        lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-        return np.fromiter(chain.from_iterable(docs), dtype=np.uint32, count=int(lengths.sum())), lengths
+        if self._text_kernel is None:
+            docs = self._encode_many(texts, parse_special)
+            counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+            return np.fromiter(chain.from_iterable(docs), dtype=np.uint32, count=int(counts.sum())), counts
+        flat, flat_counts, held = self._text_kernel.encode_texts_flat(texts, self._special_texts[parse_special], workers)
+        ids, counts = np.frombuffer(flat, np.uint32), np.frombuffer(flat_counts, np.uint64).astype(np.int64)
+        if not held:
+            return ids, counts
+        ends = np.cumsum(counts)  # a held text has no ids yet: its end is where its ids go
+        parts, start = [], 0
+        for i, text_ids in zip(held, self._encode_holding_specials([texts[i] for i in held], parse_special, workers)):
+            parts += [ids[start : ends[i]], np.array(text_ids, dtype=np.uint32)]
+            start = ends[i]
+            counts[i] = len(text_ids)
+        parts.append(ids[start:])
+        return np.concatenate(parts), counts
 
-    def _encode_many(self, texts: list[str], parse_special: bool) -> list[list[int]]:
+    def _encode_many(self, texts: list[str], parse_special: bool, workers: int = 1) -> list[list[int]]:
         """``[self.encode(t, parse_special=parse_special) for t in texts]``. With the kernel's
-        splitter, all of them go to C in one call (which releases the GIL once, not once per
-        text) when none holds a special token (the kernel looks, without the GIL), else the text
-        between their special tokens does; without it, the new chunks of all of them are encoded
-        first, in one batch."""
+        splitter, all of them go to C in one call, which looks for special tokens and encodes on
+        ``workers`` threads without the GIL; those that hold one come back to
+        :meth:`_encode_holding_specials`. Else the new chunks of all of them are encoded first,
+        in one batch."""
         if self._text_kernel is not None:
-            ids = self._text_kernel.encode_texts(texts, self._special_texts[parse_special])
-            if ids is not None:
-                return ids
-            parts = [self._partition(t, parse_special) if t else [] for t in texts]
-            encoded = iter(self._text_kernel.encode_texts([f for p in parts for f in p if f.__class__ is str]))
-            next_encoded = lambda _fragment, _at_start: next(encoded)  # noqa: E731 - in the order they were sent
-            return [
-                next(encoded) if len(p) == 1 and p[0].__class__ is str else self._encode_fragments(p, next_encoded)
-                for p in parts
-            ]
+            lists, held = self._text_kernel.encode_texts(texts, self._special_texts[parse_special], workers)
+            for i, ids in zip(held, self._encode_holding_specials([texts[i] for i in held], parse_special, workers)):
+                lists[i] = ids
+            return lists
         if self._space_chunks and len(texts) > 1 and self._kernel is None:
             split = _SAFE_SPACE.split
             missing = self._missing_chunks(chain.from_iterable(split(t)[1:-1] for t in texts))
@@ -682,6 +645,15 @@ class Tokenizer:
                 with _gc_paused():
                     self._fill_chunks(missing)
         return [self.encode(t, parse_special=parse_special) for t in texts]
+
+    def _encode_holding_specials(self, texts: list[str], parse_special: bool, workers: int) -> list[list[int]]:
+        """The ids of texts that hold special tokens: each cut at them (:meth:`_partition`), the
+        text between them all encoded by the kernel in one call."""
+        parts = [self._partition(t, parse_special) for t in texts]
+        between = [f for p in parts for f in p if f.__class__ is str]
+        encoded = iter(self._text_kernel.encode_texts(between, None, workers)[0])
+        next_encoded = lambda _fragment, _at_start: next(encoded)  # noqa: E731 - in the order they were sent
+        return [self._encode_fragments(p, next_encoded) for p in parts]
 
     def _encode_fragments(self, fragments: list, encode_fragment=None) -> list[int]:
         """Ids of partitioned text for a model that takes whole fragments: each fragment is told
@@ -952,24 +924,6 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
-
-
-def _groups(texts: list[str], chars: int) -> list[list[str]]:
-    """``texts`` cut, in order, into consecutive groups of at least ``chars`` characters (the last
-    may be shorter).
-
-    >>> _groups(["ab", "c", "de", "f"], 3)
-    [['ab', 'c'], ['de', 'f']]
-    """
-    ends = list(accumulate(map(len, texts)))  # characters up to and including each text
-    groups: list[list[str]] = []
-    start, before = 0, 0
-    while start < len(texts):
-        # the first text from start on that brings the group to `chars`: the group's last
-        stop = min(bisect.bisect_left(ends, before + chars, lo=start) + 1, len(texts))
-        groups.append(texts[start:stop])
-        start, before = stop, ends[stop - 1]
-    return groups
 
 
 def _ids_whose_attr(attrs: list[int], wanted) -> Iterator[int]:

@@ -154,17 +154,30 @@ def test_encode_text_over_many_chunks(qwen3):
 
 
 @pytest.mark.parametrize("budget", [0, 1 << 20], ids=["no-cache", "cache"])
-def test_encode_texts_equals_the_reference(qwen3, budget):
-    """encode_texts (one call for many texts, the GIL released once) against the reference, text
-    by text: empty texts, lone surrogates, texts past the GIL threshold, the same text twice."""
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_encode_texts_equals_the_reference(qwen3, budget, threads):
+    """encode_texts (one call for many texts, the GIL released once, on the kernel's own threads)
+    against the reference, text by text: empty texts, lone surrogates, texts past the GIL
+    threshold, the same text twice, and enough text (a million code points) for several parts."""
     kernel = _kernel_with_split(qwen3, "qwen2", budget, budget)
     texts = [case["text"] for case in load_cases("qwen3")][:1500] + _random_texts(4, 200)
     texts += ["", "lone \ud800 surrogate", " ".join(texts[:300]), ""]
     expected = [_reference(qwen3, text) for text in texts]
-    assert kernel.encode_texts(texts) == expected
-    assert kernel.encode_texts(tuple(texts[::-1])) == expected[::-1]  # from the caches; any sequence
-    assert kernel.encode_texts([]) == []
-    assert kernel.encode_texts(["a"]) == [_reference(qwen3, "a")]  # below the GIL threshold
+    texts, expected = texts * 24, expected * 24
+    assert sum(map(len, texts)) > 1_000_000
+    assert kernel.encode_texts(texts, threads=threads) == (expected, [])
+    assert kernel.encode_texts(tuple(texts[::-1]), None, threads) == (expected[::-1], [])  # from the caches; any sequence
+    assert kernel.encode_texts([], threads=threads) == ([], [])
+    assert kernel.encode_texts(["a"], threads=threads) == ([_reference(qwen3, "a")], [])  # below the GIL threshold
+
+
+def test_encode_texts_takes_threads_from_one(qwen3):
+    kernel = _kernel_with_split(qwen3, "qwen2")
+    with pytest.raises(ValueError, match="threads must be at least 1, not 0"):
+        kernel.encode_texts(["text"], threads=0)
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        kernel.encode_texts_flat(["text"], None, -3)
+    assert kernel.encode_texts(["text"] * 3, threads=1 << 30)[0] == [_reference(qwen3, "text")] * 3  # at most 256 used
 
 
 # One text per CPython storage kind the kernel reads without the GIL: ASCII, Latin-1 (one byte a
@@ -185,7 +198,7 @@ def test_every_str_storage_kind_reads_as_its_utf8(qwen3, kind, repeat):
     assert "".join(_bpe.split("qwen2", text)) == text  # each piece's UTF-8 decodes back to the text
     expected = _reference(qwen3, text)
     assert kernel.encode_text(text) == expected
-    assert kernel.encode_texts([text, "x", text]) == [expected, _reference(qwen3, "x"), expected]
+    assert kernel.encode_texts([text, "x", text])[0] == [expected, _reference(qwen3, "x"), expected]
 
 
 def test_encode_texts_flat_is_encode_texts_as_machine_words(qwen3):
@@ -193,13 +206,14 @@ def test_encode_texts_flat_is_encode_texts_as_machine_words(qwen3):
 
     kernel = _kernel_with_split(qwen3, "qwen2")
     texts = [case["text"] for case in load_cases("qwen3")][:1500] + ["", "lone \ud800 surrogate", ""]
-    ids, lengths = kernel.encode_texts_flat(texts)
+    ids, lengths, held = kernel.encode_texts_flat(texts, threads=2)
+    assert held == []
     ids, lengths = np.frombuffer(ids, np.uint32), np.frombuffer(lengths, np.uint64)
     assert len(lengths) == len(texts)
     ends = np.cumsum(lengths)
     starts = ends - lengths
-    assert [ids[a:b].tolist() for a, b in zip(starts, ends)] == kernel.encode_texts(texts)
-    assert [bytes(b) for b in kernel.encode_texts_flat([])] == [b"", b""]
+    assert [ids[a:b].tolist() for a, b in zip(starts, ends)] == kernel.encode_texts(texts)[0]
+    assert kernel.encode_texts_flat([]) == (bytearray(), bytearray(), [])
     with pytest.raises(TypeError, match="text must be a str, not bytes"):
         kernel.encode_texts_flat(["fine", b"bytes"])
     with pytest.raises(ValueError, match="encode_texts_flat needs a kernel built with split"):
@@ -214,26 +228,37 @@ _SPECIAL_SETS = {
 
 
 @pytest.mark.parametrize("specials", sorted(_SPECIAL_SETS))
-def test_encode_texts_with_specials_is_none_exactly_when_a_text_holds_one(qwen3, specials):
-    """encode_texts(texts, specials) against its readable twin, ``any(s in t ...)``: None when a
-    text contains one of them (at its start, its end, past the GIL threshold, in any str storage
-    kind), else the same ids as without specials; a special cut across two texts is in neither."""
+def test_encode_texts_leaves_out_exactly_the_texts_that_hold_a_special(qwen3, specials):
+    """encode_texts(texts, specials) against its readable twin, ``any(s in t ...)``: the indices of
+    the texts that contain one of them (at its start, its end, past the GIL threshold, in any str
+    storage kind), None in their place and the same ids as without specials for the others, on
+    one thread or several; a special cut across two texts is in neither."""
+    import numpy as np
+
     specials = _SPECIAL_SETS[specials]
     kernel = _kernel_with_split(qwen3, "qwen2")
     rng = random.Random(7)
     pool = list(_STORAGE_KINDS.values()) + ["<|im_end", "|>", "<thin", "k>", "[INST", "x<", ""]
-    for _ in range(400):
-        texts = [rng.choice(pool) * rng.choice([1, 1, 300]) for _ in range(rng.randint(0, 5))]
-        if rng.random() < 0.5 and texts:
+    for round_ in range(300):
+        n_texts = rng.randint(0, 5) if round_ % 50 else 2000  # now and then several parts
+        texts = [rng.choice(pool) * rng.choice([1, 1, 300]) for _ in range(n_texts)]
+        for _ in range(rng.randint(0, 3) if texts else 0):
             i = rng.randrange(len(texts))
             cut = rng.randint(0, len(texts[i]))
             texts[i] = texts[i][:cut] + rng.choice(specials + ("<|im_en", "[INS")) + texts[i][cut:]
-        holds_one = any(s in t for t in texts for s in specials)
-        plain = kernel.encode_texts(texts)
-        assert kernel.encode_texts(texts, specials) == (None if holds_one else plain), texts
-        flat = kernel.encode_texts_flat(texts, specials=list(specials))
-        assert (flat is None) == holds_one
-        assert kernel.encode_texts(texts, None) == kernel.encode_texts(texts, ()) == plain
+        held = [i for i, t in enumerate(texts) if any(s in t for s in specials)]
+        plain, none_held = kernel.encode_texts(texts)
+        assert none_held == []
+        threads = rng.choice([1, 2, 3])
+        lists, got = kernel.encode_texts(texts, specials, threads)
+        assert got == held
+        assert lists == [None if i in held else ids for i, ids in enumerate(plain)]
+        flat, counts, got = kernel.encode_texts_flat(texts, specials=list(specials), threads=threads)
+        assert got == held
+        counts = np.frombuffer(counts, np.uint64)
+        assert counts.tolist() == [0 if i in held else len(ids) for i, ids in enumerate(plain)]
+        assert np.frombuffer(flat, np.uint32).tolist() == [x for i, ids in enumerate(plain) if i not in held for x in ids]
+        assert kernel.encode_texts(texts, None) == kernel.encode_texts(texts, ()) == (plain, [])
 
 
 def test_encode_texts_refuses_specials_that_are_not_str(qwen3):

@@ -22,7 +22,9 @@
  * share it, additions take it alone). An entry is never moved or freed while the kernel lives,
  * so the ids a lookup found stay valid after the lock is dropped. Whoever holds the lock never
  * waits for the GIL (nor calls into Python), so waiting for the lock with the GIL held cannot
- * deadlock. Scratch memory is per call.
+ * deadlock. Scratch memory is per call. encode_texts(threads=N) starts N - 1 threads of its own
+ * for one call (see "a batch of texts on several threads"); they never touch a Python object
+ * and are done before the call returns.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -2094,39 +2096,185 @@ PyDoc_STRVAR(Kernel_encode_text_doc,
              "cuts them; the chunk and piece caches are used as encode_chunks uses them. The GIL is released\n"
              "while it works, so threads encoding texts on one kernel run in parallel.");
 
-/* The ids of text views v[0 .. count) one text after the other in *out, counts[i] of them for
- * text i: their UTF-8 made and encoded with the GIL released when there are at least
- * RELEASE_GIL_BYTES code points. With specials (or NULL), none is encoded if one of the texts
- * contains one of them. 0, 1 for refused, or -1 with an exception set. */
-static int encode_views(Kernel *self, const TextView *v, size_t count, const Needles *specials, IdBuffer *out,
-                        uint64_t *counts)
+/* -- a batch of texts on several threads ---------------------------------------------------
+ * encode_texts(texts, threads=N) cuts the texts into parts of about PART_CODE_POINTS, and this
+ * thread and N - 1 helpers take the next part in turn, each into its own buffer; the buffers are
+ * joined in order at the end. The helpers touch no Python object (raw allocation, the kernel's
+ * own lock), so the whole batch runs without the GIL: threads in Python, one group each, spent a
+ * good part of a warm batch waiting for the GIL between groups. */
+
+#define PART_CODE_POINTS ((size_t)1 << 18)
+#define MOST_THREADS 256
+
+/* A batch's ids: part k's texts, part_start[k] .. part_start[k + 1], have theirs one after the
+ * other in part_ids[k] (a text is never cut across two parts). */
+typedef struct {
+    size_t n_parts;
+    size_t *part_start;
+    IdBuffer *part_ids;
+} Encoded;
+
+static void encoded_free(Encoded *e)
 {
-    size_t total = 0, room = count ? count : 1;
+    for (size_t k = 0; e->part_ids != NULL && k < e->n_parts; k++)
+        PyMem_RawFree(e->part_ids[k].ids);
+    PyMem_RawFree(e->part_ids);
+    PyMem_RawFree(e->part_start);
+    e->part_ids = NULL;
+    e->part_start = NULL;
+    e->n_parts = 0;
+}
+
+typedef struct {
+    Kernel *self;
+    const TextView *v;
+    uint64_t *counts;
+    unsigned char *refused;    /* per text: it holds one of specials (NULL: none looked for) */
+    const Needles *specials;
+    const size_t *part_start;  /* part k: texts part_start[k] .. part_start[k + 1] */
+    IdBuffer *part_ids;        /* and its ids */
+    size_t n_parts;
+    PyThread_type_lock lock;   /* guards next_part and failure */
+    size_t next_part;
+    int failure;
+} Batch;
+
+/* Part k's texts made UTF-8 (here, by the thread that encodes them: in its cache, and in
+ * parallel), looked through for specials and encoded. 0 or a FAIL_ code; needs no GIL. */
+static int encode_part(Batch *b, size_t k)
+{
+    size_t first = b->part_start[k], count = b->part_start[k + 1] - first, room = count ? count : 1;
+    const unsigned char **s = PyMem_RawMalloc(room * sizeof(*s));
+    size_t *n = PyMem_RawMalloc(room * sizeof(size_t));
+    unsigned char *utf8 = NULL;
+    int failure = FAIL_NO_MEMORY;
+    if (s != NULL && n != NULL && (failure = text_views_utf8(b->v + first, count, s, n, &utf8)) == 0) {
+        for (size_t i = 0; b->specials != NULL && i < count; i++) {
+            if (contains_needle(b->specials, s[i], n[i])) {
+                b->refused[first + i] = 1;
+                n[i] = 0; /* not encoded: the caller cuts it at its specials */
+            }
+        }
+        failure = encode_utf8(b->self, s, n, count, &b->part_ids[k], b->counts + first);
+    }
+    PyMem_RawFree(s);
+    PyMem_RawFree(n);
+    PyMem_RawFree(utf8);
+    return failure;
+}
+
+/* Take parts until none is left (or one failed). Needs no GIL. */
+static void encode_parts(Batch *b)
+{
+    for (;;) {
+        PyThread_acquire_lock(b->lock, WAIT_LOCK);
+        size_t k = b->failure ? b->n_parts : b->next_part;
+        if (k < b->n_parts)
+            b->next_part++;
+        PyThread_release_lock(b->lock);
+        if (k >= b->n_parts)
+            return;
+        int failure = encode_part(b, k);
+        if (failure < 0) {
+            PyThread_acquire_lock(b->lock, WAIT_LOCK);
+            if (b->failure == 0)
+                b->failure = failure;
+            PyThread_release_lock(b->lock);
+            return;
+        }
+    }
+}
+
+typedef struct {
+    Batch *batch;
+    PyThread_type_lock done; /* held until the helper has taken its last part */
+} Helper;
+
+static void helper_main(void *arg)
+{
+    Helper *h = arg;
+    encode_parts(h->batch);
+    PyThread_release_lock(h->done); /* h and the batch may be gone after this */
+}
+
+/* The ids of text views v[0 .. count) in *out, counts[i] of them for text i, on up to `threads`
+ * threads; with specials, a text holding one is left out (refused[i] = 1, no ids). 0 or a FAIL_
+ * code (*out freed); needs no GIL. */
+static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count, const Needles *specials,
+                                   unsigned char *refused, int threads, Encoded *out, uint64_t *counts)
+{
+    size_t total = 0, n_parts = 0;
     for (size_t i = 0; i < count; i++)
         total += v[i].length;
-    const unsigned char **s = PyMem_Calloc(room, sizeof(*s));
-    size_t *n = PyMem_Calloc(room, sizeof(size_t));
-    unsigned char *utf8 = NULL;
-    int failure = FAIL_NO_MEMORY, refused = 0;
-    if (s != NULL && n != NULL) {
-        /* The views read the strs' own data: the caller holds the strs. */
-        PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-        failure = text_views_utf8(v, count, s, n, &utf8);
-        for (size_t i = 0; failure == 0 && specials != NULL && i < count && !refused; i++)
-            refused = contains_needle(specials, s[i], n[i]);
-        if (failure == 0 && !refused)
-            failure = encode_utf8(self, s, n, count, out, counts);
-        if (state != NULL)
-            PyEval_RestoreThread(state);
+    size_t most_parts = total / PART_CODE_POINTS + 1;
+    if (most_parts > count)
+        most_parts = count ? count : 1;
+    out->part_start = PyMem_RawMalloc((most_parts + 1) * sizeof(size_t));
+    out->part_ids = PyMem_RawCalloc(most_parts, sizeof(IdBuffer));
+    out->n_parts = 0;
+    Helper *helpers = PyMem_RawCalloc(threads > 1 ? (size_t)threads - 1 : 1, sizeof(Helper));
+    Batch b = {self, v, counts, refused, specials, out->part_start, out->part_ids, 0, NULL, 0, 0};
+    int started = 0, failure = FAIL_NO_MEMORY;
+    if (out->part_start == NULL || out->part_ids == NULL || helpers == NULL ||
+        (b.lock = PyThread_allocate_lock()) == NULL)
+        goto done;
+    /* Parts end at the text that brings them to PART_CODE_POINTS. */
+    out->part_start[0] = 0;
+    for (size_t i = 0, size = 0; i < count; i++) {
+        size += v[i].length;
+        if (i + 1 == count || (size >= PART_CODE_POINTS && n_parts + 2 <= most_parts)) {
+            out->part_start[++n_parts] = i + 1;
+            size = 0;
+        }
     }
-    PyMem_Free(s);
-    PyMem_Free(n);
-    PyMem_RawFree(utf8);
+    if (count == 0)
+        out->part_start[++n_parts] = 0;
+    b.n_parts = out->n_parts = n_parts;
+    for (; started < threads - 1 && (size_t)started + 1 < n_parts; started++) {
+        Helper *h = &helpers[started];
+        h->batch = &b;
+        if ((h->done = PyThread_allocate_lock()) == NULL)
+            break;
+        PyThread_acquire_lock(h->done, WAIT_LOCK);
+        if (PyThread_start_new_thread(helper_main, h) == PYTHREAD_INVALID_THREAD_ID) {
+            PyThread_release_lock(h->done);
+            PyThread_free_lock(h->done);
+            break; /* the threads started so far (and this one) do the work */
+        }
+    }
+    encode_parts(&b);
+    for (int t = 0; t < started; t++) {
+        PyThread_acquire_lock(helpers[t].done, WAIT_LOCK);
+        PyThread_free_lock(helpers[t].done);
+    }
+    failure = b.failure;
+done:
+    if (b.lock != NULL)
+        PyThread_free_lock(b.lock);
+    PyMem_RawFree(helpers);
+    if (failure < 0)
+        encoded_free(out);
+    return failure;
+}
+
+/* encode_views_on_threads with the GIL released when there are at least RELEASE_GIL_BYTES code
+ * points (the views read the strs' own data: the caller holds the strs). 0, or -1 with an
+ * exception set. */
+static int encode_views(Kernel *self, const TextView *v, size_t count, const Needles *specials,
+                        unsigned char *refused, int threads, Encoded *out, uint64_t *counts)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += v[i].length;
+    PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    int failure = encode_views_on_threads(self, v, count, specials, refused, state != NULL ? threads : 1, out, counts);
+    if (state != NULL)
+        PyEval_RestoreThread(state);
     if (failure < 0) {
         set_error(failure);
         return -1;
     }
-    return refused;
+    return 0;
 }
 
 static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
@@ -2137,31 +2285,56 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
     }
     TextView view;
     uint64_t count;
-    IdBuffer out = {NULL, 0, 0};
+    Encoded out = {0, NULL, NULL};
     PyObject *result = NULL;
-    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, NULL, &out, &count) == 0)
-        result = list_of_ids(self, out.ids, out.n);
-    PyMem_RawFree(out.ids);
+    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, NULL, NULL, 1, &out, &count) == 0)
+        result = list_of_ids(self, out.part_ids[0].ids, out.part_ids[0].n);
+    encoded_free(&out);
     return result;
 }
 
-/* The ids of every text of a sequence, one after the other in *out, and each text's number of
- * ids in *counts (count of texts in *count): the GIL released once for all of them; none encoded
- * when a text contains one of the strs of specials (NULL or Py_None: none). 0, 1 for refused, or
- * -1 with an exception set. The caller frees out->ids (PyMem_RawFree) and *counts (PyMem_Free). */
-static int encode_all(Kernel *self, PyObject *texts, PyObject *specials, const char *name, IdBuffer *out,
-                      uint64_t **counts, Py_ssize_t *count)
+/* encode_texts' and encode_texts_flat's arguments: the texts, the special tokens' texts that send
+ * a text back (Py_None: none) and the threads. */
+typedef struct {
+    PyObject *texts, *specials;
+    int threads;
+} BatchArgs;
+
+static char *batch_keywords[] = {"texts", "specials", "threads", NULL};
+
+static int batch_args(PyObject *args, PyObject *kwargs, const char *format, BatchArgs *a)
+{
+    a->specials = Py_None;
+    a->threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, batch_keywords, &a->texts, &a->specials, &a->threads))
+        return -1;
+    if (a->threads < 1) {
+        PyErr_Format(PyExc_ValueError, "threads must be at least 1, not %d", a->threads);
+        return -1;
+    }
+    if (a->threads > MOST_THREADS)
+        a->threads = MOST_THREADS;
+    return 0;
+}
+
+/* The ids of every text of a.texts in *out, each text's number of ids in *counts (count of texts
+ * in *count), and the list of the indices of the texts that hold one of a.specials in *refused
+ * (those have no ids): the GIL released once for all of them. 0, or -1 with an exception set.
+ * The caller frees *out (encoded_free) and *counts (PyMem_Free). */
+static int encode_all(Kernel *self, const BatchArgs *a, const char *name, Encoded *out, uint64_t **counts,
+                      Py_ssize_t *count, PyObject **refused)
 {
     *counts = NULL;
+    *refused = NULL;
     if (self->split == SPLIT_NONE) {
         PyErr_Format(PyExc_ValueError, "%s needs a kernel built with split=NAME", name);
         return -1;
     }
     Needles needles;
-    int with_specials = specials != NULL && specials != Py_None;
-    if (with_specials && needles_from(specials, name, &needles) < 0)
+    int with_specials = a->specials != Py_None;
+    if (with_specials && needles_from(a->specials, name, &needles) < 0)
         return -1;
-    PyObject *list = as_list(texts); /* our own list: it holds the strs the views read */
+    PyObject *list = as_list(a->texts); /* our own list: it holds the strs the views read */
     if (list == NULL) {
         if (with_specials)
             needles_free(&needles);
@@ -2170,18 +2343,33 @@ static int encode_all(Kernel *self, PyObject *texts, PyObject *specials, const c
     *count = PyList_GET_SIZE(list);
     size_t room = *count ? (size_t)*count : 1;
     TextView *views = PyMem_Calloc(room, sizeof(TextView));
+    unsigned char *held = PyMem_Calloc(room, 1);
     *counts = PyMem_Calloc(room, sizeof(uint64_t));
     int ok = -1;
-    if (views == NULL || *counts == NULL) {
+    if (views == NULL || held == NULL || *counts == NULL) {
         PyErr_NoMemory();
     } else {
         Py_ssize_t i = 0;
         while (i < *count && text_view(PyList_GET_ITEM(list, i), &views[i]) == 0)
             i++;
         if (i == *count)
-            ok = encode_views(self, views, (size_t)*count, with_specials ? &needles : NULL, out, *counts);
+            ok = encode_views(self, views, (size_t)*count, with_specials ? &needles : NULL, held, a->threads, out,
+                              *counts);
     }
+    if (ok == 0 && (*refused = PyList_New(0)) == NULL)
+        ok = -1;
+    for (Py_ssize_t i = 0; ok == 0 && with_specials && i < *count; i++) {
+        if (held[i]) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(*refused, index) < 0)
+                ok = -1;
+            Py_XDECREF(index);
+        }
+    }
+    if (ok < 0)
+        Py_CLEAR(*refused);
     PyMem_Free(views);
+    PyMem_Free(held);
     Py_DECREF(list);
     if (with_specials)
         needles_free(&needles);
@@ -2189,74 +2377,95 @@ static int encode_all(Kernel *self, PyObject *texts, PyObject *specials, const c
 }
 
 PyDoc_STRVAR(Kernel_encode_texts_doc,
-             "encode_texts(texts, specials=None) -> list[list[int]] | None: [encode_text(t) for t in texts], with\n"
-             "the GIL released once for all of them (threads encoding batches of texts then rarely wait for each\n"
-             "other). specials: strs (special tokens' texts); None, and nothing encoded, if a text contains one.\n"
-             "Its result lists, like encode_text's, take the kernel's int object per token id (see id_objects),\n"
-             "and are not tracked by the cycle collector (they hold only ints).");
-
-static char *encode_texts_keywords[] = {"texts", "specials", NULL};
+             "encode_texts(texts, specials=None, threads=1) -> (list[list[int] | None], list[int]):\n"
+             "[encode_text(t) for t in texts], with the GIL released once for all of them, on up to `threads`\n"
+             "threads of the kernel's own (at most 256); and the indices of the texts that hold one of the strs of specials\n"
+             "(special tokens' texts), which are not encoded (None in the list).\n"
+             "The lists, like encode_text's, take the kernel's int object per token id (see id_objects), and\n"
+             "are not tracked by the cycle collector (they hold only ints).");
 
 static PyObject *Kernel_encode_texts(Kernel *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *texts, *specials = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:encode_texts", encode_texts_keywords, &texts, &specials))
+    BatchArgs a;
+    if (batch_args(args, kwargs, "O|Oi:encode_texts", &a) < 0)
         return NULL;
-    IdBuffer out = {NULL, 0, 0};
+    Encoded out = {0, NULL, NULL};
     uint64_t *counts;
     Py_ssize_t count;
-    PyObject *result = NULL;
-    int encoded = encode_all(self, texts, specials, "encode_texts", &out, &counts, &count);
-    if (encoded == 1)
-        result = Py_NewRef(Py_None);
-    else if (encoded == 0)
-        result = PyList_New(count);
-    for (Py_ssize_t i = 0, start = 0; encoded == 0 && result != NULL && i < count; start += (Py_ssize_t)counts[i++]) {
-        PyObject *ids = list_of_ids(self, out.ids ? out.ids + start : NULL, counts[i]); /* NULL: no ids at all */
-        if (ids == NULL) {
-            Py_CLEAR(result);
-        } else {
-            /* A list of ints cannot be part of a reference cycle, so the cycle collector need
-             * not scan it (as it stops scanning a tuple of atoms): a batch's lists were one
-             * collection of all their ids, at the end of the call, under the GIL. */
-            PyObject_GC_UnTrack(ids);
-            PyList_SET_ITEM(result, i, ids);
+    PyObject *refused, *lists = NULL, *result = NULL;
+    if (encode_all(self, &a, "encode_texts", &out, &counts, &count, &refused) == 0)
+        lists = PyList_New(count);
+    Py_ssize_t next_refused = 0;
+    for (size_t k = 0; lists != NULL && k < out.n_parts; k++) {
+        const uint32_t *ids = out.part_ids[k].ids; /* NULL: no ids at all */
+        for (size_t i = out.part_start[k]; lists != NULL && i < out.part_start[k + 1]; i++) {
+            if (next_refused < PyList_GET_SIZE(refused) &&
+                PyLong_AsSsize_t(PyList_GET_ITEM(refused, next_refused)) == (Py_ssize_t)i) {
+                next_refused++;
+                PyList_SET_ITEM(lists, (Py_ssize_t)i, Py_NewRef(Py_None));
+                continue;
+            }
+            PyObject *text_ids = list_of_ids(self, ids, counts[i]);
+            if (text_ids == NULL) {
+                Py_CLEAR(lists);
+            } else {
+                /* A list of ints cannot be part of a reference cycle, so the cycle collector
+                 * need not scan it (as it stops scanning a tuple of atoms): a batch's lists
+                 * were one collection of all their ids, at the end of the call, under the GIL. */
+                PyObject_GC_UnTrack(text_ids);
+                PyList_SET_ITEM(lists, (Py_ssize_t)i, text_ids);
+                ids = ids ? ids + counts[i] : NULL;
+            }
         }
     }
+    if (lists != NULL)
+        result = PyTuple_Pack(2, lists, refused);
+    Py_XDECREF(lists);
+    Py_XDECREF(refused);
     PyMem_Free(counts);
-    PyMem_RawFree(out.ids);
+    encoded_free(&out);
     return result;
 }
 
 PyDoc_STRVAR(Kernel_encode_texts_flat_doc,
-             "encode_texts_flat(texts, specials=None) -> (bytearray, bytearray) | None: what encode_texts gives, as\n"
-             "machine words and no int\n"
-             "objects: every text's ids one after the other (uint32), and each text's number of ids (uint64),\n"
-             "for numpy.frombuffer. The whole call but its copy of the two buffers runs without the GIL.");
+             "encode_texts_flat(texts, specials=None, threads=1) -> (bytearray, bytearray, list[int]): what\n"
+             "encode_texts gives, as machine words and no int objects: every text's ids one after the other\n"
+             "(uint32) and each text's number of ids (uint64, 0 for a text left out), for numpy.frombuffer;\n"
+             "and the indices of the texts left out. The whole call but its copy of the two buffers runs\n"
+             "without the GIL.");
 
 static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *texts, *specials = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:encode_texts_flat", encode_texts_keywords, &texts, &specials))
+    BatchArgs a;
+    if (batch_args(args, kwargs, "O|Oi:encode_texts_flat", &a) < 0)
         return NULL;
-    IdBuffer out = {NULL, 0, 0};
+    Encoded out = {0, NULL, NULL};
     uint64_t *counts;
     Py_ssize_t count;
-    PyObject *result = NULL;
-    int encoded = encode_all(self, texts, specials, "encode_texts_flat", &out, &counts, &count);
-    if (encoded == 1) {
-        result = Py_NewRef(Py_None);
-    } else if (encoded == 0) {
-        PyObject *ids = PyByteArray_FromStringAndSize(out.ids ? (const char *)out.ids : "",
-                                                      (Py_ssize_t)(out.n * sizeof(uint32_t)));
+    PyObject *refused, *result = NULL;
+    if (encode_all(self, &a, "encode_texts_flat", &out, &counts, &count, &refused) == 0) {
+        size_t n_ids = 0;
+        for (size_t k = 0; k < out.n_parts; k++)
+            n_ids += out.part_ids[k].n;
+        /* the parts' ids copied straight into the bytearray, in order */
+        PyObject *ids = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n_ids * sizeof(uint32_t)));
         PyObject *lengths = PyByteArray_FromStringAndSize((const char *)counts, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
-        if (ids != NULL && lengths != NULL)
-            result = PyTuple_Pack(2, ids, lengths);
+        if (ids != NULL && lengths != NULL) {
+            char *at = PyByteArray_AS_STRING(ids);
+            for (size_t k = 0; k < out.n_parts; k++) {
+                if (out.part_ids[k].n) {
+                    memcpy(at, out.part_ids[k].ids, out.part_ids[k].n * sizeof(uint32_t));
+                    at += out.part_ids[k].n * sizeof(uint32_t);
+                }
+            }
+            result = PyTuple_Pack(3, ids, lengths, refused);
+        }
         Py_XDECREF(ids);
         Py_XDECREF(lengths);
+        Py_DECREF(refused);
     }
     PyMem_Free(counts);
-    PyMem_RawFree(out.ids);
+    encoded_free(&out);
     return result;
 }
 
