@@ -97,9 +97,12 @@ static int lock_write_soon(CacheLock *l)
 #define FAIL_NO_MEMORY (-1)
 #define FAIL_BOUND (-2)   /* a piece gave more ids than its bound: a bug */
 #define FAIL_SPLITTER (-3) /* the splitter did not advance: a bug */
+#define FAIL_PYTHON (-4)   /* a Python exception is set already */
 
 static void set_error(int failure)
 {
+    if (failure == FAIL_PYTHON)
+        return;
     if (failure == FAIL_NO_MEMORY)
         PyErr_NoMemory();
     else if (failure == FAIL_BOUND)
@@ -2128,16 +2131,55 @@ static void encoded_free(Encoded *e)
 typedef struct {
     Kernel *self;
     const TextView *v;
+    size_t count;
     uint64_t *counts;
     unsigned char *refused;    /* per text: it holds one of specials (NULL: none looked for) */
     const Needles *specials;
     const size_t *part_start;  /* part k: texts part_start[k] .. part_start[k + 1] */
     IdBuffer *part_ids;        /* and its ids */
     size_t n_parts;
-    PyThread_type_lock lock;   /* guards next_part and failure */
+    PyThread_type_lock lock;   /* guards next_part, part_done and failure */
     size_t next_part;
+    unsigned char *part_done;
     int failure;
 } Batch;
+
+/* What the calling thread does with each part once it is encoded, in order and with the GIL
+ * (encode_texts makes its lists while the helpers encode the parts after). 0, or -1 with an
+ * exception set. */
+typedef int (*PartReader)(void *context, const Batch *b, size_t k);
+
+typedef struct {
+    PartReader read; /* NULL: nothing to do */
+    void *context;
+    PyThreadState **gil; /* where the calling thread's state is while it runs without the GIL (*gil NULL: it holds it) */
+    size_t next;         /* the next part to read */
+} Reading;
+
+/* Read the parts that are encoded, from r->next on, in order. Needs no GIL (takes it to read). */
+static void read_parts(Batch *b, Reading *r)
+{
+    while (r->read != NULL) {
+        PyThread_acquire_lock(b->lock, WAIT_LOCK);
+        int ready = r->next < b->n_parts && b->part_done[r->next] && !b->failure;
+        PyThread_release_lock(b->lock);
+        if (!ready)
+            return;
+        if (*r->gil != NULL)
+            PyEval_RestoreThread(*r->gil);
+        int ok = r->read(r->context, b, r->next);
+        if (*r->gil != NULL)
+            *r->gil = PyEval_SaveThread();
+        if (ok < 0) {
+            PyThread_acquire_lock(b->lock, WAIT_LOCK);
+            if (b->failure == 0)
+                b->failure = FAIL_PYTHON;
+            PyThread_release_lock(b->lock);
+            return;
+        }
+        r->next++;
+    }
+}
 
 /* Part k's texts made UTF-8 (here, by the thread that encodes them: in its cache, and in
  * parallel), looked through for specials and encoded. 0 or a FAIL_ code; needs no GIL. */
@@ -2163,8 +2205,9 @@ static int encode_part(Batch *b, size_t k)
     return failure;
 }
 
-/* Take parts until none is left (or one failed). Needs no GIL. */
-static void encode_parts(Batch *b)
+/* Take parts until none is left (or one failed); the calling thread (r not NULL) reads the
+ * parts done so far after each of its own. Needs no GIL. */
+static void encode_parts(Batch *b, Reading *r)
 {
     for (;;) {
         PyThread_acquire_lock(b->lock, WAIT_LOCK);
@@ -2175,13 +2218,15 @@ static void encode_parts(Batch *b)
         if (k >= b->n_parts)
             return;
         int failure = encode_part(b, k);
-        if (failure < 0) {
-            PyThread_acquire_lock(b->lock, WAIT_LOCK);
-            if (b->failure == 0)
-                b->failure = failure;
-            PyThread_release_lock(b->lock);
+        PyThread_acquire_lock(b->lock, WAIT_LOCK);
+        if (failure < 0 && b->failure == 0)
+            b->failure = failure;
+        b->part_done[k] = failure == 0;
+        PyThread_release_lock(b->lock);
+        if (failure < 0)
             return;
-        }
+        if (r != NULL)
+            read_parts(b, r);
     }
 }
 
@@ -2193,15 +2238,17 @@ typedef struct {
 static void helper_main(void *arg)
 {
     Helper *h = arg;
-    encode_parts(h->batch);
+    encode_parts(h->batch, NULL);
     PyThread_release_lock(h->done); /* h and the batch may be gone after this */
 }
 
 /* The ids of text views v[0 .. count) in *out, counts[i] of them for text i, on up to `threads`
- * threads; with specials, a text holding one is left out (refused[i] = 1, no ids). 0 or a FAIL_
- * code (*out freed); needs no GIL. */
+ * threads; with specials, a text holding one is left out (refused[i] = 1, no ids); each part
+ * read by r as soon as it and those before it are done. 0 or a FAIL_ code (*out freed); runs
+ * without the GIL but while r reads. */
 static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count, const Needles *specials,
-                                   unsigned char *refused, int threads, Encoded *out, uint64_t *counts)
+                                   unsigned char *refused, int threads, Encoded *out, uint64_t *counts,
+                                   Reading *r)
 {
     size_t total = 0, n_parts = 0;
     for (size_t i = 0; i < count; i++)
@@ -2213,9 +2260,10 @@ static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count
     out->part_ids = PyMem_RawCalloc(most_parts, sizeof(IdBuffer));
     out->n_parts = 0;
     Helper *helpers = PyMem_RawCalloc(threads > 1 ? (size_t)threads - 1 : 1, sizeof(Helper));
-    Batch b = {self, v, counts, refused, specials, out->part_start, out->part_ids, 0, NULL, 0, 0};
+    Batch b = {self, v, count, counts, refused, specials, out->part_start, out->part_ids, 0, NULL, 0, NULL, 0};
+    b.part_done = PyMem_RawCalloc(most_parts, 1);
     int started = 0, failure = FAIL_NO_MEMORY;
-    if (out->part_start == NULL || out->part_ids == NULL || helpers == NULL ||
+    if (out->part_start == NULL || out->part_ids == NULL || helpers == NULL || b.part_done == NULL ||
         (b.lock = PyThread_allocate_lock()) == NULL)
         goto done;
     /* Parts end at the text that brings them to PART_CODE_POINTS. */
@@ -2242,32 +2290,37 @@ static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count
             break; /* the threads started so far (and this one) do the work */
         }
     }
-    encode_parts(&b);
+    encode_parts(&b, r);
     for (int t = 0; t < started; t++) {
         PyThread_acquire_lock(helpers[t].done, WAIT_LOCK);
         PyThread_free_lock(helpers[t].done);
     }
+    read_parts(&b, r); /* the parts the helpers finished last */
     failure = b.failure;
 done:
     if (b.lock != NULL)
         PyThread_free_lock(b.lock);
     PyMem_RawFree(helpers);
+    PyMem_RawFree(b.part_done);
     if (failure < 0)
         encoded_free(out);
     return failure;
 }
 
 /* encode_views_on_threads with the GIL released when there are at least RELEASE_GIL_BYTES code
- * points (the views read the strs' own data: the caller holds the strs). 0, or -1 with an
- * exception set. */
+ * points (the views read the strs' own data: the caller holds the strs); read (or NULL) gets
+ * each part as encode_views_on_threads says. 0, or -1 with an exception set. */
 static int encode_views(Kernel *self, const TextView *v, size_t count, const Needles *specials,
-                        unsigned char *refused, int threads, Encoded *out, uint64_t *counts)
+                        unsigned char *refused, int threads, Encoded *out, uint64_t *counts, PartReader read,
+                        void *context)
 {
     size_t total = 0;
     for (size_t i = 0; i < count; i++)
         total += v[i].length;
     PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    int failure = encode_views_on_threads(self, v, count, specials, refused, state != NULL ? threads : 1, out, counts);
+    Reading r = {read, context, &state, 0};
+    int failure = encode_views_on_threads(self, v, count, specials, refused, state != NULL ? threads : 1, out, counts,
+                                          &r);
     if (state != NULL)
         PyEval_RestoreThread(state);
     if (failure < 0) {
@@ -2287,7 +2340,7 @@ static PyObject *Kernel_encode_text(Kernel *self, PyObject *text)
     uint64_t count;
     Encoded out = {0, NULL, NULL};
     PyObject *result = NULL;
-    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, NULL, NULL, 1, &out, &count) == 0)
+    if (text_view(text, &view) == 0 && encode_views(self, &view, 1, NULL, NULL, 1, &out, &count, NULL, NULL) == 0)
         result = list_of_ids(self, out.part_ids[0].ids, out.part_ids[0].n);
     encoded_free(&out);
     return result;
@@ -2319,10 +2372,11 @@ static int batch_args(PyObject *args, PyObject *kwargs, const char *format, Batc
 
 /* The ids of every text of a.texts in *out, each text's number of ids in *counts (count of texts
  * in *count), and the list of the indices of the texts that hold one of a.specials in *refused
- * (those have no ids): the GIL released once for all of them. 0, or -1 with an exception set.
+ * (those have no ids): the GIL released once for all of them; read (or NULL) gets each part as
+ * soon as it is encoded (see encode_views_on_threads). 0, or -1 with an exception set.
  * The caller frees *out (encoded_free) and *counts (PyMem_Free). */
 static int encode_all(Kernel *self, const BatchArgs *a, const char *name, Encoded *out, uint64_t **counts,
-                      Py_ssize_t *count, PyObject **refused)
+                      Py_ssize_t *count, PyObject **refused, PartReader read, void *context)
 {
     *counts = NULL;
     *refused = NULL;
@@ -2354,7 +2408,7 @@ static int encode_all(Kernel *self, const BatchArgs *a, const char *name, Encode
             i++;
         if (i == *count)
             ok = encode_views(self, views, (size_t)*count, with_specials ? &needles : NULL, held, a->threads, out,
-                              *counts);
+                              *counts, read, context);
     }
     if (ok == 0 && (*refused = PyList_New(0)) == NULL)
         ok = -1;
@@ -2384,6 +2438,29 @@ PyDoc_STRVAR(Kernel_encode_texts_doc,
              "The lists, like encode_text's, take the kernel's int object per token id (see id_objects), and\n"
              "are not tracked by the cycle collector (they hold only ints).");
 
+/* encode_texts' PartReader: part k's texts' lists (None for one left out) into context, a list of
+ * as many items as texts (made on the first part). */
+static int lists_of_part(void *context, const Batch *b, size_t k)
+{
+    PyObject **lists = context;
+    if (*lists == NULL && (*lists = PyList_New((Py_ssize_t)b->count)) == NULL)
+        return -1;
+    const uint32_t *ids = b->part_ids[k].ids; /* NULL: no ids at all */
+    for (size_t i = b->part_start[k]; i < b->part_start[k + 1]; i++) {
+        PyObject *text_ids = b->refused != NULL && b->refused[i] ? Py_NewRef(Py_None) : list_of_ids(b->self, ids, b->counts[i]);
+        if (text_ids == NULL)
+            return -1;
+        /* A list of ints cannot be part of a reference cycle, so the cycle collector need not
+         * scan it (as it stops scanning a tuple of atoms): a batch's lists were one collection
+         * of all their ids, at the end of the call, under the GIL. */
+        if (text_ids != Py_None)
+            PyObject_GC_UnTrack(text_ids);
+        PyList_SET_ITEM(*lists, (Py_ssize_t)i, text_ids);
+        ids = ids ? ids + b->counts[i] : NULL;
+    }
+    return 0;
+}
+
 static PyObject *Kernel_encode_texts(Kernel *self, PyObject *args, PyObject *kwargs)
 {
     BatchArgs a;
@@ -2393,34 +2470,9 @@ static PyObject *Kernel_encode_texts(Kernel *self, PyObject *args, PyObject *kwa
     uint64_t *counts;
     Py_ssize_t count;
     PyObject *refused, *lists = NULL, *result = NULL;
-    if (encode_all(self, &a, "encode_texts", &out, &counts, &count, &refused) == 0)
-        lists = PyList_New(count);
-    Py_ssize_t next_refused = 0;
-    for (size_t k = 0; lists != NULL && k < out.n_parts; k++) {
-        const uint32_t *ids = out.part_ids[k].ids; /* NULL: no ids at all */
-        for (size_t i = out.part_start[k]; lists != NULL && i < out.part_start[k + 1]; i++) {
-            if (next_refused < PyList_GET_SIZE(refused) &&
-                PyLong_AsSsize_t(PyList_GET_ITEM(refused, next_refused)) == (Py_ssize_t)i) {
-                next_refused++;
-                PyList_SET_ITEM(lists, (Py_ssize_t)i, Py_NewRef(Py_None));
-                continue;
-            }
-            PyObject *text_ids = list_of_ids(self, ids, counts[i]);
-            if (text_ids == NULL) {
-                Py_CLEAR(lists);
-            } else {
-                /* A list of ints cannot be part of a reference cycle, so the cycle collector
-                 * need not scan it (as it stops scanning a tuple of atoms): a batch's lists
-                 * were one collection of all their ids, at the end of the call, under the GIL. */
-                PyObject_GC_UnTrack(text_ids);
-                PyList_SET_ITEM(lists, (Py_ssize_t)i, text_ids);
-                ids = ids ? ids + counts[i] : NULL;
-            }
-        }
-    }
-    if (lists != NULL)
+    if (encode_all(self, &a, "encode_texts", &out, &counts, &count, &refused, lists_of_part, &lists) == 0)
         result = PyTuple_Pack(2, lists, refused);
-    Py_XDECREF(lists);
+    Py_XDECREF(lists); /* on failure, with the items of the parts not read yet NULL */
     Py_XDECREF(refused);
     PyMem_Free(counts);
     encoded_free(&out);
@@ -2443,7 +2495,7 @@ static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *args, PyObject
     uint64_t *counts;
     Py_ssize_t count;
     PyObject *refused, *result = NULL;
-    if (encode_all(self, &a, "encode_texts_flat", &out, &counts, &count, &refused) == 0) {
+    if (encode_all(self, &a, "encode_texts_flat", &out, &counts, &count, &refused, NULL, NULL) == 0) {
         size_t n_ids = 0;
         for (size_t k = 0; k < out.n_parts; k++)
             n_ids += out.part_ids[k].n;
