@@ -1298,7 +1298,7 @@ static int needles_from(PyObject *strings, const char *name, Needles *needles)
         goto done;
     }
     for (size_t i = 0; i < count; i++) {
-        if (views[i].ascii) {
+        if (views[i].ascii && needles->n[i] > 0) { /* (an empty one is never read) */
             memcpy(at, needles->s[i], needles->n[i]);
             needles->s[i] = at;
             at += needles->n[i];
