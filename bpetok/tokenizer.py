@@ -550,7 +550,7 @@ class Tokenizer:
         ``workers``: threads to use (default: the CPUs this process may run on). With the C
         kernel's splitter (the qwen2, llama3 and smollm pre-tokenizers) they are the kernel's own,
         sharing this tokenizer's caches: the whole batch, special tokens looked for included,
-        runs without the GIL, in parts of about 64 KB that the threads take in turn. Every other engine
+        runs without the GIL, in parts of about 256k code points that the threads take in turn. Every other engine
         (pure Python, a pre-tokenizer without a compiled form, SentencePiece-style models) holds
         the GIL for most of its work, so threads would not help: the texts are encoded here, one
         after the other, whatever ``workers`` says (``bpetok encode-dataset --workers`` spreads a

@@ -1222,8 +1222,8 @@ typedef struct {
     size_t count;
     const unsigned char **s;
     size_t *n;
-    unsigned char *owned;  /* the UTF-8 made for the non-ASCII ones, */
-    unsigned char *copies; /* and the ASCII ones' bytes */
+    unsigned char *owned;  /* the UTF-8 made for the non-ASCII ones */
+    PyObject *strs;        /* a list of them: an ASCII one's UTF-8 is its str's own data */
     int empty;             /* one is "": every text contains it */
     int only_start;        /* the one byte they all start with (memchr finds it), or -1 */
     unsigned char starts[256];
@@ -1234,7 +1234,7 @@ static void needles_free(Needles *needles)
     PyMem_Free(needles->s);
     PyMem_Free(needles->n);
     PyMem_RawFree(needles->owned);
-    PyMem_RawFree(needles->copies);
+    Py_XDECREF(needles->strs);
 }
 
 /* Whether one of the needles occurs in s[0 .. n). Needs no GIL. */
@@ -1259,12 +1259,12 @@ static int contains_needle(const Needles *needles, const unsigned char *s, size_
 }
 
 /* The UTF-8 of a sequence of str (an error names it as `name`'s specials). 0, or -1 with an
- * exception set (needles freed). Under the GIL. */
+ * exception set (needles freed). Under the GIL, as is needles_free. */
 static int needles_from(PyObject *strings, const char *name, Needles *needles)
 {
     memset(needles, 0, sizeof(*needles));
     needles->only_start = -1;
-    PyObject *list = PySequence_List(strings);
+    PyObject *list = needles->strs = PySequence_List(strings);
     if (list == NULL)
         return -1;
     size_t count = (size_t)PyList_GET_SIZE(list), room = count ? count : 1;
@@ -1288,22 +1288,6 @@ static int needles_from(PyObject *strings, const char *name, Needles *needles)
         PyErr_NoMemory();
         goto done;
     }
-    /* The ASCII ones point into the strs' own data: copied, as the list is let go here. */
-    size_t ascii = 0;
-    for (size_t i = 0; i < count; i++)
-        ascii += views[i].ascii ? needles->n[i] : 0;
-    unsigned char *at = needles->copies = ascii ? PyMem_RawMalloc(ascii) : NULL;
-    if (ascii && at == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (size_t i = 0; i < count; i++) {
-        if (views[i].ascii && needles->n[i] > 0) { /* (an empty one is never read) */
-            memcpy(at, needles->s[i], needles->n[i]);
-            needles->s[i] = at;
-            at += needles->n[i];
-        }
-    }
     needles->count = count;
     int distinct = 0;
     for (size_t i = 0; i < count; i++) {
@@ -1317,7 +1301,6 @@ static int needles_from(PyObject *strings, const char *name, Needles *needles)
     ok = 0;
 done:
     PyMem_Free(views);
-    Py_DECREF(list);
     if (ok < 0)
         needles_free(needles);
     return ok;
@@ -2101,8 +2084,8 @@ PyDoc_STRVAR(Kernel_encode_text_doc,
 
 /* -- a batch of texts on several threads ---------------------------------------------------
  * encode_texts(texts, threads=N) cuts the texts into parts of about PART_CODE_POINTS, and this
- * thread and N - 1 helpers take the next part in turn, each into its own buffer; the buffers are
- * joined in order at the end. The helpers touch no Python object (raw allocation, the kernel's
+ * thread and N - 1 helpers take the next part in turn, each into its own buffer, which the
+ * caller reads in order (see Encoded, PartReader). The helpers touch no Python object (raw allocation, the kernel's
  * own lock), so the whole batch runs without the GIL: threads in Python, one group each, spent a
  * good part of a warm batch waiting for the GIL between groups. */
 
@@ -2135,9 +2118,7 @@ typedef struct {
     uint64_t *counts;
     unsigned char *refused;    /* per text: it holds one of specials (NULL: none looked for) */
     const Needles *specials;
-    const size_t *part_start;  /* part k: texts part_start[k] .. part_start[k + 1] */
-    IdBuffer *part_ids;        /* and its ids */
-    size_t n_parts;
+    Encoded *parts;
     PyThread_type_lock lock;   /* guards next_part, part_done and failure */
     size_t next_part;
     unsigned char *part_done;
@@ -2161,7 +2142,7 @@ static void read_parts(Batch *b, Reading *r)
 {
     while (r->read != NULL) {
         PyThread_acquire_lock(b->lock, WAIT_LOCK);
-        int ready = r->next < b->n_parts && b->part_done[r->next] && !b->failure;
+        int ready = r->next < b->parts->n_parts && b->part_done[r->next] && !b->failure;
         PyThread_release_lock(b->lock);
         if (!ready)
             return;
@@ -2185,7 +2166,7 @@ static void read_parts(Batch *b, Reading *r)
  * parallel), looked through for specials and encoded. 0 or a FAIL_ code; needs no GIL. */
 static int encode_part(Batch *b, size_t k)
 {
-    size_t first = b->part_start[k], count = b->part_start[k + 1] - first, room = count ? count : 1;
+    size_t first = b->parts->part_start[k], count = b->parts->part_start[k + 1] - first, room = count ? count : 1;
     const unsigned char **s = PyMem_RawMalloc(room * sizeof(*s));
     size_t *n = PyMem_RawMalloc(room * sizeof(size_t));
     unsigned char *utf8 = NULL;
@@ -2197,7 +2178,7 @@ static int encode_part(Batch *b, size_t k)
                 n[i] = 0; /* not encoded: the caller cuts it at its specials */
             }
         }
-        failure = encode_utf8(b->self, s, n, count, &b->part_ids[k], b->counts + first);
+        failure = encode_utf8(b->self, s, n, count, &b->parts->part_ids[k], b->counts + first);
     }
     PyMem_RawFree(s);
     PyMem_RawFree(n);
@@ -2211,11 +2192,11 @@ static void encode_parts(Batch *b, Reading *r)
 {
     for (;;) {
         PyThread_acquire_lock(b->lock, WAIT_LOCK);
-        size_t k = b->failure ? b->n_parts : b->next_part;
-        if (k < b->n_parts)
+        size_t k = b->failure ? b->parts->n_parts : b->next_part;
+        if (k < b->parts->n_parts)
             b->next_part++;
         PyThread_release_lock(b->lock);
-        if (k >= b->n_parts)
+        if (k >= b->parts->n_parts)
             return;
         int failure = encode_part(b, k);
         PyThread_acquire_lock(b->lock, WAIT_LOCK);
@@ -2242,17 +2223,15 @@ static void helper_main(void *arg)
     PyThread_release_lock(h->done); /* h and the batch may be gone after this */
 }
 
-/* The ids of text views v[0 .. count) in *out, counts[i] of them for text i, on up to `threads`
+/* The ids of text views v[0 .. count) (total code points) in *out, counts[i] of them for text i, on up to `threads`
  * threads; with specials, a text holding one is left out (refused[i] = 1, no ids); each part
  * read by r as soon as it and those before it are done. 0 or a FAIL_ code (*out freed); runs
  * without the GIL but while r reads. */
-static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count, const Needles *specials,
-                                   unsigned char *refused, int threads, Encoded *out, uint64_t *counts,
-                                   Reading *r)
+static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count, size_t total,
+                                   const Needles *specials, unsigned char *refused, int threads, Encoded *out,
+                                   uint64_t *counts, Reading *r)
 {
-    size_t total = 0, n_parts = 0;
-    for (size_t i = 0; i < count; i++)
-        total += v[i].length;
+    size_t n_parts = 0;
     size_t most_parts = total / PART_CODE_POINTS + 1;
     if (most_parts > count)
         most_parts = count ? count : 1;
@@ -2260,7 +2239,7 @@ static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count
     out->part_ids = PyMem_RawCalloc(most_parts, sizeof(IdBuffer));
     out->n_parts = 0;
     Helper *helpers = PyMem_RawCalloc(threads > 1 ? (size_t)threads - 1 : 1, sizeof(Helper));
-    Batch b = {self, v, count, counts, refused, specials, out->part_start, out->part_ids, 0, NULL, 0, NULL, 0};
+    Batch b = {self, v, count, counts, refused, specials, out, NULL, 0, NULL, 0};
     b.part_done = PyMem_RawCalloc(most_parts, 1);
     int started = 0, failure = FAIL_NO_MEMORY;
     if (out->part_start == NULL || out->part_ids == NULL || helpers == NULL || b.part_done == NULL ||
@@ -2277,7 +2256,7 @@ static int encode_views_on_threads(Kernel *self, const TextView *v, size_t count
     }
     if (count == 0)
         out->part_start[++n_parts] = 0;
-    b.n_parts = out->n_parts = n_parts;
+    out->n_parts = n_parts;
     for (; started < threads - 1 && (size_t)started + 1 < n_parts; started++) {
         Helper *h = &helpers[started];
         h->batch = &b;
@@ -2319,8 +2298,8 @@ static int encode_views(Kernel *self, const TextView *v, size_t count, const Nee
         total += v[i].length;
     PyThreadState *state = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     Reading r = {read, context, &state, 0};
-    int failure = encode_views_on_threads(self, v, count, specials, refused, state != NULL ? threads : 1, out, counts,
-                                          &r);
+    int failure = encode_views_on_threads(self, v, count, total, specials, refused, state != NULL ? threads : 1, out,
+                                          counts, &r);
     if (state != NULL)
         PyEval_RestoreThread(state);
     if (failure < 0) {
@@ -2445,8 +2424,8 @@ static int lists_of_part(void *context, const Batch *b, size_t k)
     PyObject **lists = context;
     if (*lists == NULL && (*lists = PyList_New((Py_ssize_t)b->count)) == NULL)
         return -1;
-    const uint32_t *ids = b->part_ids[k].ids; /* NULL: no ids at all */
-    for (size_t i = b->part_start[k]; i < b->part_start[k + 1]; i++) {
+    const uint32_t *ids = b->parts->part_ids[k].ids; /* NULL: no ids at all */
+    for (size_t i = b->parts->part_start[k]; i < b->parts->part_start[k + 1]; i++) {
         PyObject *text_ids = b->refused != NULL && b->refused[i] ? Py_NewRef(Py_None) : list_of_ids(b->self, ids, b->counts[i]);
         if (text_ids == NULL)
             return -1;
