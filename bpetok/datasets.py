@@ -373,37 +373,76 @@ def _text_lines(lines: list[bytes], input: int, result: TaskResult) -> Iterator[
 
 
 def _jsonl_documents(lines: list[bytes], key: str, input: int, result: TaskResult) -> Iterator[str]:
+    """Each line's ``key`` field. With orjson installed (the ``jsonl`` extra) a line goes to it
+    first: when it gives an object whose field is a non-empty string, the line is one that
+    :func:`_jsonl_field` (the reference) reads to the same text, because orjson accepts only
+    strict UTF-8 JSON without lone surrogates, a subset of what ``json`` reads; any other line
+    goes to the reference, which counts what is wrong with it."""
+    fast = _orjson_loads()
     for n, raw in enumerate(lines, 1):
-        if not raw.strip():
-            result.empty["lines"] += 1
-            continue
-        line = _decode(raw.rstrip(b"\r\n"), input, n, result)
-        if line is None:
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            result.add_error("invalid_json", input, n, f"not valid JSON ({e.msg}: column {e.colno})")
-            continue
-        if not isinstance(record, dict):
-            result.add_error("not_an_object", input, n, f"a JSON {type(record).__name__}, not an object with a {key!r} field")
-            continue
-        if key not in record:
-            result.add_error("missing_field", input, n, f"no {key!r} field (fields: {', '.join(list(record)[:8])}); choose one with --field")
-            continue
-        text = record[key]
-        if not isinstance(text, str):
-            result.add_error("not_a_string", input, n, f"field {key!r} is a {type(text).__name__}, not a string")
-            continue
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate written as \\udXXX in the JSON
-            result.add_error("invalid_utf8", input, n, f"field {key!r} holds a lone surrogate (not UTF-8 text)")
-            continue
-        if not text:
-            result.empty["documents"] += 1
-            continue
-        yield text
+        if fast is not None:
+            try:
+                record = fast(raw)
+            except ValueError:  # orjson.JSONDecodeError
+                record = None
+            if record.__class__ is dict:
+                text = record.get(key)
+                if text.__class__ is str and text:
+                    yield text
+                    continue
+        text = _jsonl_field(raw, key, input, n, result)
+        if text is not None:
+            yield text
+
+
+def _jsonl_field(raw: bytes, key: str, input: int, n: int, result: TaskResult) -> str | None:
+    """A JSONL line's ``key`` field, read with the standard library, or None with the reason counted."""
+    if not raw.strip():
+        result.empty["lines"] += 1
+        return None
+    line = _decode(raw.rstrip(b"\r\n"), input, n, result)
+    if line is None:
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        result.add_error("invalid_json", input, n, f"not valid JSON ({e.msg}: column {e.colno})")
+        return None
+    except RecursionError:
+        result.add_error("invalid_json", input, n, "JSON nested too deeply to read")
+        return None
+    except ValueError as e:  # Python's limit on an int's digits, e.g. {"n": 1000...000} with 5,000 digits
+        result.add_error("invalid_json", input, n, f"not readable JSON ({e})")
+        return None
+    if not isinstance(record, dict):
+        result.add_error("not_an_object", input, n, f"a JSON {type(record).__name__}, not an object with a {key!r} field")
+        return None
+    if key not in record:
+        result.add_error("missing_field", input, n, f"no {key!r} field (fields: {', '.join(list(record)[:8])}); choose one with --field")
+        return None
+    text = record[key]
+    if not isinstance(text, str):
+        result.add_error("not_a_string", input, n, f"field {key!r} is a {type(text).__name__}, not a string")
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate written as \\udXXX in the JSON
+        result.add_error("invalid_utf8", input, n, f"field {key!r} holds a lone surrogate (not UTF-8 text)")
+        return None
+    if not text:
+        result.empty["documents"] += 1
+        return None
+    return text
+
+
+def _orjson_loads() -> Callable | None:
+    """``orjson.loads`` when installed: it parses JSONL lines several times faster than ``json``
+    (whose string scanning was half of a task's time, as much as encoding)."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson.loads
 
 
 def _parquet_file(path: str, source=None):

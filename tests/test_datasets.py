@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bpetok
 import bpetok.datasets as ds
@@ -334,6 +336,76 @@ def test_bad_records_are_counted_and_skipped(tmp_path):
     assert result.errors == {"invalid_json": 1, "invalid_utf8": 2, "missing_field": 1, "not_a_string": 1, "not_an_object": 1}
     assert result.manifest["empty"] == {"lines": 1}
     assert result.manifest["errors"]["examples"][0] == f"{path}:2: not valid JSON (Unterminated string starting at: column 10)"
+
+
+# Lines where orjson and the standard library's json disagree, or either could fail: each must be
+# read (or counted as bad) the same way with orjson installed as without it.
+TRICKY_JSONL = BAD_JSONL.split(b"\n")[:-1] + [
+    b'{"text": "dup", "text": "last wins"}',
+    b'{"text": NaN, "n": 1}',
+    b'{"text": "x", "n": NaN}',  # json reads NaN, orjson does not
+    b'{"text": "big", "n": 123456789012345678901234567890}',
+    b'{"text": "huge", "n": 1' + b"0" * 5000 + b"}",  # past Python's int digit limit
+    b'{"text": 1e400}',
+    b'{"text": "' + b"[" * 5 + b'"}',
+    b"[" * 100_000 + b"]" * 100_000,  # deeper than json's recursion limit
+    b'\xef\xbb\xbf{"text": "after a BOM"}',
+    b'{"text": "crlf"}\r',
+    b'   ',
+    b'{"text": ""}',
+    b'{"text": "pair \\ud83d\\ude00 ok"}',
+    b'{"text": "tab\tinside"}',
+    b'{"te\\u0078t": "escaped key"}',
+    b'{"text": "nul \\u0000 kept"}',
+    b'{"text": "\xed\xa0\x80 raw surrogate"}',
+    b'"a string"',
+    b"null",
+]
+
+
+def jsonl_read(lines, fast: bool, monkeypatch) -> tuple:
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr(ds, "_orjson_loads", lambda: None)
+        result = ds.TaskResult(np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, 0, 0)
+        texts = list(ds._jsonl_documents(lines, "text", 0, result))
+    return texts, result.errors, result.examples, result.empty
+
+
+def test_orjson_reads_jsonl_as_the_standard_library_does(monkeypatch):
+    import orjson  # noqa: F401 - the jsonl extra, which the test extra installs
+
+    assert ds._orjson_loads() is not None
+    read = jsonl_read(TRICKY_JSONL, True, monkeypatch)
+    assert read == jsonl_read(TRICKY_JSONL, False, monkeypatch)
+    texts, errors, examples, empty = read
+    assert texts == ["good one", "good two", "last wins", "x", "big", "[[[[[", "crlf", "pair \U0001f600 ok", "escaped key", "nul \x00 kept"]
+    assert errors == {"invalid_json": 5, "invalid_utf8": 3, "not_a_string": 3, "not_an_object": 3, "missing_field": 1}
+    assert empty == {"lines": 2, "documents": 1}
+    reasons = dict((record, reason) for _, record, reason in examples)
+    assert reasons[14].startswith("not readable JSON (Exceeds the limit")  # the 5,000-digit int: no crash
+    assert reasons[17] == "JSON nested too deeply to read"  # no RecursionError
+    assert reasons[18].startswith("not valid JSON (Unexpected UTF-8 BOM")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["text", "body", "n"]) | st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(json_values, max_size=6), ascii=st.booleans(), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2))
+def test_orjson_and_json_agree_on_any_lines(records, ascii, flips):
+    """Random JSON (NaN, big ints, surrogates and all), some of it with a byte changed."""
+    data = bytearray(b"\n".join(json.dumps(r, ensure_ascii=ascii).encode("utf-8", "surrogatepass") for r in records))
+    for at, byte in flips:
+        if data:
+            data[at % len(data)] = byte
+    lines = bytes(data).split(b"\n")
+    with pytest.MonkeyPatch.context() as m:
+        assert jsonl_read(lines, True, m) == jsonl_read(lines, False, m)
 
 
 def test_a_bad_record_fails_by_default_naming_file_and_line(tmp_path):
