@@ -3,7 +3,7 @@
 The flow, one way: the driver (this process) cuts the inputs into *tasks* of about
 :data:`BLOCK_BYTES` bytes each: a byte range of a JSONL or text file, cut at a line break, or a
 few Parquet row groups (:func:`plan_tasks`), so only where to read travels, not the text. The
-task runs in this process, on local worker processes (``concurrent.futures``) or on a Dask
+task runs in this process, on its threads or local worker processes (``concurrent.futures``) or on a Dask
 cluster: it reads its records into *documents* (a text file, a line, a JSONL record's field, a
 Parquet cell), encodes them and returns their ids, lengths and bad records (:func:`run_task`).
 The results come back in task order and are cut into *shards* of whole documents holding at
@@ -39,7 +39,7 @@ import sys
 import tempfile
 import zlib
 from collections import Counter, deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -984,7 +984,9 @@ def encode_dataset(
     :param append_eos: end every document with the vocabulary's EOS id.
     :param parse_special: read special-token texts (``<|im_end|>``) in documents as their ids;
         off by default, so a document cannot inject control tokens.
-    :param workers: processes encoding, this one among them (1: only this one; 2: it and one worker).
+    :param workers: how many tasks encode at once: on threads of this process where the tokenizer
+        encodes without the GIL (:attr:`bpetok.Tokenizer.encodes_without_gil`), else on this
+        process and ``workers - 1`` worker processes.
     :param client: a ``dask.distributed.Client``: run the tasks on its cluster instead; its workers
         read the inputs themselves, so they must see them at the same (absolute) paths.
     :param on_error: ``fail`` at the first unreadable record, or ``skip`` it and count it.
@@ -1021,13 +1023,20 @@ def encode_dataset(
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
     os.makedirs(output_dir, exist_ok=True)
     with ExitStack() as pool:
-        # The local workers but this process start now, and build their tokenizers while it plans the run.
-        executor = None
-        if client is None and workers > 1:
-            pool.callback(_remove_spilled, output_dir)  # once the workers are gone (callbacks run last first)
-            executor = pool.enter_context(process_pool(workers - 1, source))
         # This process needs a tokenizer only when it encodes (not on Dask); else the vocabulary's facts will do.
-        vocabulary = source.tokenizer().vocabulary if client is None else _load_vocabulary(model)
+        tok = source.tokenizer() if client is None else None
+        vocabulary = tok.vocabulary if tok is not None else _load_vocabulary(model)
+        # Local workers: threads sharing this tokenizer where its encoding runs without the GIL
+        # (no second process to start, no second set of caches to warm, no ids to send back), else
+        # processes; they start now, and build their tokenizers while this one plans the run.
+        threads = processes = None
+        if tok is not None and workers > 1:
+            if tok.encodes_without_gil:
+                threads = ThreadPoolExecutor(workers, thread_name_prefix="bpetok-encode")
+                pool.callback(threads.shutdown, cancel_futures=True)
+            else:
+                pool.callback(_remove_spilled, output_dir)  # once the workers are gone (callbacks run last first)
+                processes = pool.enter_context(process_pool(workers - 1, source))
         eos = None
         if append_eos:
             eos = vocabulary.special_ids.get("eos")
@@ -1087,8 +1096,10 @@ def encode_dataset(
                 n = max(sum(client.nthreads().values()), 1)
                 results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
                                    work, AHEAD_PER_WORKER * n)
-            elif executor is not None:
-                results = in_order_here_too(lambda w: executor.submit(run_task_to_file, source, w[0], reading, w[1], output_dir),
+            elif threads is not None:
+                results = in_order(lambda w: threads.submit(run_task, source, w[0], reading, w[1]), work, AHEAD_PER_WORKER * workers)
+            elif processes is not None:
+                results = in_order_here_too(lambda w: processes.submit(run_task_to_file, source, w[0], reading, w[1], output_dir),
                                             lambda w: run_task(source, w[0], reading, w[1]),
                                             work, AHEAD_PER_WORKER * (workers - 1))
             else:
@@ -1169,7 +1180,7 @@ def bpetok_register_commands(subparsers) -> None:
     p.add_argument("--append-eos", action="store_true", help="end every document with the EOS token")
     p.add_argument("--parse-special", action="store_true",
                    help="read special-token texts in documents as their ids (default: as plain text)")
-    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="processes encoding, this one among them (default 1)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="tasks encoding at once: threads with the C kernel's splitter, else processes (default 1)")
     p.add_argument("--dask", metavar="SCHEDULER_ADDRESS", help="run on this Dask cluster (tcp://host:8786)")
     p.add_argument("--on-error", choices=("skip", "fail"), default="fail",
                    help="an unreadable record: stop (default) or count it and go on")

@@ -258,6 +258,12 @@ class Tokenizer:
         compiled = self._kernel is not None or getattr(self.model, "compiled", False)
         return "C kernel" if compiled else "pure Python"
 
+    @property
+    def encodes_without_gil(self) -> bool:
+        """Whether :meth:`encode_batch` runs without the GIL (the C kernel with its own splitter):
+        then threads sharing this tokenizer scale with cores; else only processes do."""
+        return self._text_kernel is not None
+
     def cache_info(self) -> dict[str, dict[str, int]]:
         """Each cache's entries, bytes used (as :class:`bpetok.cache.IdCache` counts them) and budget."""
         info = {

@@ -102,10 +102,19 @@ def test_a_document_longer_than_a_shard_gets_its_own(tmp_path):
     assert [s["documents"] for s in result.manifest["shards"]] == [1, 1, 1]
 
 
-def test_two_workers_write_the_same_bytes(tmp_path, smollm2_jsonl):
+@pytest.mark.parametrize("on", ["threads", "processes"])
+def test_two_workers_write_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch, on):
+    """Threads where the tokenizer encodes without the GIL (the C kernel's splitter), else processes."""
     one, two = tmp_path / "one", tmp_path / "two"
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], one, shard_tokens=20_000, block_bytes=20_000)
+    if on == "processes":
+        monkeypatch.setattr(bpetok.Tokenizer, "encodes_without_gil", property(lambda self: False))
+    kernel = bpetok.from_gguf(SMOLLM2).engine == "C kernel"  # the pure-Python engine holds the GIL: processes
+    used = []
+    for name in ("process_pool", "ThreadPoolExecutor"):
+        monkeypatch.setattr(ds, name, lambda *a, _real=getattr(ds, name), _name=name, **k: used.append(_name) or _real(*a, **k))
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], two, shard_tokens=20_000, block_bytes=20_000, workers=2)
+    assert used == ["ThreadPoolExecutor" if on == "threads" and kernel else "process_pool"]
     assert files(one) == files(two)
 
 
@@ -266,7 +275,8 @@ def test_sigkilled_run_resumes_to_the_same_bytes_without_rewriting_finished_shar
 
 
 def test_a_killed_worker_process_stops_the_run_clearly_and_a_rerun_finishes_it(tmp_path, smollm2_cases):
-    """--workers 2: this process and one forkserver worker; SIGKILL the worker mid-run."""
+    """--workers 2 on the pure-Python engine (which encodes on processes, not threads): this
+    process and one forkserver worker; SIGKILL the worker mid-run."""
     import psutil  # comes with dask[distributed], in the test extra
 
     texts = [c["text"] for c in smollm2_cases]
@@ -277,7 +287,9 @@ def test_a_killed_worker_process_stops_the_run_clearly_and_a_rerun_finishes_it(t
     done = subprocess.run(command + ["-o", str(fresh)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
-    proc = subprocess.Popen(command + ["-o", str(killed), "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    on_processes = {**os.environ, "BPETOK_PURE_PYTHON": "1"}
+    proc = subprocess.Popen(command + ["-o", str(killed), "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=on_processes)
     try:
         wait_for_shards(killed, proc, 1)
         servers = [c for c in psutil.Process(proc.pid).children() if "forkserver" in " ".join(c.cmdline())]
@@ -291,7 +303,7 @@ def test_a_killed_worker_process_stops_the_run_clearly_and_a_rerun_finishes_it(t
     assert "bpetok: error: a worker died while encoding" in err and "run the same command again to resume" in err, err
     assert "Traceback" not in err
 
-    rerun = subprocess.run(command + ["-o", str(killed), "--workers", "2"], capture_output=True, text=True)
+    rerun = subprocess.run(command + ["-o", str(killed), "--workers", "2"], capture_output=True, text=True, env=on_processes)
     assert rerun.returncode == 0, rerun.stderr
     assert files(killed) == files(fresh)
 
