@@ -37,6 +37,7 @@ import lzma
 import os
 import sys
 import tempfile
+import threading
 import zlib
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -90,6 +91,10 @@ class ModelSource:
     data: bytes | None = field(default=None, repr=False)
 
     def tokenizer(self):
+        with _TOKENIZERS_LOCK:  # a worker's threads (local, or a Dask worker's) build it once
+            return self._tokenizer()
+
+    def _tokenizer(self):
         tok = _TOKENIZERS.get(self.sha256)
         if tok is None:
             import bpetok
@@ -109,6 +114,7 @@ class ModelSource:
 
 
 _TOKENIZERS: dict = {}  # per process: sha256 -> Tokenizer, the last one built
+_TOKENIZERS_LOCK = threading.Lock()
 _WORKER_MODELS: dict = {}  # on a Dask worker: sha256 -> the GGUF's bytes, put there by ModelOnWorkers
 
 

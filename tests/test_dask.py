@@ -54,6 +54,16 @@ def test_dask_writes_the_same_bytes_as_local(tmp_path, client, corpus):
     assert list(built.values()) == [[result.manifest["model"]["sha256"]]] * 2
 
 
+def test_a_worker_with_two_threads_writes_the_same_bytes(tmp_path, corpus):
+    """One worker process, two threads: its tasks share the one tokenizer it builds."""
+    kwargs = dict(shard_tokens=20_000, block_bytes=10_000)
+    bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", **kwargs)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "dask", client=client, **kwargs)
+    assert files(tmp_path / "local") == files(tmp_path / "dask")
+
+
 def test_cli_dask_scheduler_address(tmp_path, client, corpus):
     bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", format="parquet", shard_tokens=30_000)
     run = subprocess.run(

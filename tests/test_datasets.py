@@ -102,6 +102,24 @@ def test_a_document_longer_than_a_shard_gets_its_own(tmp_path):
     assert [s["documents"] for s in result.manifest["shards"]] == [1, 1, 1]
 
 
+def test_threads_asking_for_the_tokenizer_at_once_build_it_once(monkeypatch):
+    """A Dask worker's threads start their first tasks together: one tokenizer, not one each."""
+    real = bpetok.from_gguf
+    built = []
+
+    def slow_from_gguf(path):
+        time.sleep(0.2)  # long enough for the other thread to ask meanwhile
+        built.append(path)
+        return real(path)
+
+    monkeypatch.setattr(bpetok, "from_gguf", slow_from_gguf)
+    monkeypatch.setattr(ds, "_TOKENIZERS", {})
+    source = ds.ModelSource(path=str(SMOLLM2), sha256=ds.file_sha256(SMOLLM2))
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: source.tokenizer(), range(2))
+    assert first is second and len(built) == 1
+
+
 @pytest.mark.parametrize("on", ["threads", "processes"])
 def test_two_workers_write_the_same_bytes(tmp_path, smollm2_jsonl, monkeypatch, on):
     """Threads where the tokenizer encodes without the GIL (the C kernel's splitter), else processes."""
