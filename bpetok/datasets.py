@@ -29,6 +29,7 @@ document, an ``ids`` column of ``list<int32>``); and ``manifest.json``.
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import hashlib
 import io
@@ -441,6 +442,7 @@ def _jsonl_field(raw: bytes, key: str, input: int, n: int, result: TaskResult) -
     return text
 
 
+@functools.cache  # looked up once per process, not once per task
 def _orjson_loads() -> Callable | None:
     """``orjson.loads`` when installed: it parses JSONL lines several times faster than ``json``
     (whose string scanning was half of a task's time, as much as encoding)."""
