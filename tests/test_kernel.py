@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import bpetok
 from bpetok.models import _bpe  # the suite requires the kernel to be built (CI builds it)
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
-from helpers import load_cases
+from helpers import LLAMA_TESTS, load_cases
 
 
 def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20):
@@ -110,6 +110,44 @@ def test_long_pieces(pair, piece):
     expected = tok.bpe.encode_piece_reference(_utf8(piece))
     assert kernel.encode_piece(_utf8(piece)) == expected
     assert kernel.encode([piece]) == expected
+
+
+def test_long_pieces_where_merges_come_out_of_rank_order():
+    # This vocabulary has merges that form a pair ranked below the merge that formed it (".:." + ":"
+    # ranks before the merge making ".:.", and " r" + "ahat" before "ahat"): the rank-by-rank pass
+    # (merge_by_rank) gives such a piece back to the heap, which must see it unchanged.
+    bpe = bpetok.from_gguf(LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz").bpe
+    kernel = kernel_of(bpe)
+    rng = random.Random(7)
+    words = ["the", " and", "ing", "tion", " ", "  ", "a", "中文", "é", "1", "\n"]
+    # (10,000 bytes and more: past RANKS_PER_SYMBOL for its 280,147 ranks)
+    pieces = [".:" * 5_000, " rahat" * 1_700, "a" * 10_000, " " * 10_000, "".join(rng.choice(words) for _ in range(4_000))]
+    for piece in pieces:
+        assert kernel.encode_piece(_utf8(piece)) == bpe.encode_piece_reference(_utf8(piece))
+
+
+def test_a_long_piece_whose_merge_forms_a_lower_ranked_pair_is_merged_by_the_heap():
+    # "c d" -> "cd", then "b cd" ranks *below* "c d": the remaining "c d" merges must wait
+    # (llama.cpp's queue takes "b cd" at once); 3,000 symbols, past RANK_LIMIT.
+    tokens = [c.encode() for c in BYTE_TO_CHAR] + [b"cd", b"bcd"]
+    bpe = BytePairModel(tokens, [b"b cd", b"c d"])
+    piece = b"bcdcdbcd" * 375
+    ids = kernel_of(bpe).encode_piece(piece)
+    assert ids == bpe.encode_piece_reference(piece)
+    assert ids.count(tokens.index(b"bcd")) == 750
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), length=st.integers(5_000, 9_000))
+def test_long_pieces_of_few_letters_merge_like_the_reference(qwen3, smollm2, seed, length):
+    # Many merges per rank, queued by sweeps of several earlier ranks: a bucket's positions arrive
+    # out of order and must be taken left to right all the same. (5,000 bytes and more: past
+    # RANKS_PER_SYMBOL for Qwen3's 151,387 ranks, so the rank-by-rank pass runs.)
+    rng = random.Random(seed)
+    letters = [b"a", b"b", b" ", b"e", b"th", b"in", "中".encode(), b"1", b"\n"]
+    data = b"".join(rng.choice(letters) for _ in range(length))[:length]
+    for tok in (qwen3, smollm2):
+        assert kernel_of(tok.bpe, 0).encode_piece(data) == tok.bpe.encode_piece_reference(data)
 
 
 def test_ignore_merges_takes_whole_tokens(qwen3):

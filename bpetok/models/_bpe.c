@@ -9,7 +9,8 @@
  * "virtual" symbol (a merge result that is not a token) the ids its bytes fall back to. The
  * rules are those of BytePairModel.merge_symbols: merge the adjacent pair of lowest rank, the
  * leftmost on ties, until no pair has a rank; then a token symbol is its id and a virtual one
- * its fallback ids.
+ * its fallback ids. Three loops apply them: a rescan (short pieces), a heap, and for long pieces
+ * one bucket of positions per rank (merge_by_rank, BytePairModel._merge_long's twin).
  *
  * Memory safety: every symbol in the tables is checked against the symbol count when the
  * tables are built, every write into an output buffer is checked against its capacity, and the
@@ -82,8 +83,12 @@ static int lock_write_soon(CacheLock *l)
 #define NO_RANK UINT32_MAX
 #define EMPTY_KEY UINT64_MAX
 /* Up to this many symbols a piece is merged by rescanning its pair ranks (fast on short
- * pieces); above, with a heap over a linked list (O(n log n) on 1 MB of one letter). */
+ * pieces); above, with a heap over a linked list (O(n log n)), or rank by rank (below). */
 #define SCAN_LIMIT 48
+/* From this many symbols a piece is merged rank by rank (merge_by_rank), when the kernel's rank
+ * count is at most RANKS_PER_SYMBOL times it (its bucket heads are one array over all ranks). */
+#define RANK_LIMIT 1024
+#define RANKS_PER_SYMBOL 32
 /* Pieces longer than this many bytes are never cached (one would fill the budget). */
 #define CACHE_LONGEST 1024
 /* What an id's int object costs: an int above 256 is 28 bytes, 32 in obmalloc's size classes. */
@@ -288,6 +293,7 @@ typedef struct {
     uint32_t *virtual_start; /* virtual symbol k's fallback ids: virtual_ids[start[k] .. start[k + 1]) */
     uint32_t *virtual_ids;
     uint32_t max_fallback; /* the most ids one symbol can give */
+    uint32_t n_ranks;      /* the highest rank in the merge table, plus one */
     int ignore_merges;
     BytesTable whole; /* ignore_merges: GPT-2 text of a token -> its id */
     BytesTable cache;  /* piece UTF-8 -> ids */
@@ -316,6 +322,9 @@ typedef struct {
     uint64_t *heap;
     unsigned char *text;
     size_t capacity;
+    /* merge_by_rank's bucket heads and rank heap, n_heads each; between pieces every head is empty */
+    uint32_t *heads, *order;
+    size_t n_heads;
 } Scratch;
 
 /* A queued pair: rank << 32 | position of its left symbol, so one compare orders pairs by rank,
@@ -331,6 +340,8 @@ static void scratch_free(Scratch *s)
     PyMem_RawFree(s->prev);
     PyMem_RawFree(s->heap);
     PyMem_RawFree(s->text);
+    PyMem_RawFree(s->heads);
+    PyMem_RawFree(s->order);
     memset(s, 0, sizeof(*s));
 }
 
@@ -339,7 +350,13 @@ static int scratch_reserve(Scratch *s, size_t n)
     if (n <= s->capacity)
         return 0;
     size_t capacity = n < 64 ? 64 : n;
+    uint32_t *heads = s->heads, *order = s->order;
+    size_t n_heads = s->n_heads;
+    s->heads = s->order = NULL; /* the bucket heads outlive a resize */
     scratch_free(s);
+    s->heads = heads;
+    s->order = order;
+    s->n_heads = n_heads;
     s->sym = PyMem_RawMalloc(capacity * sizeof(uint32_t));
     s->rank = PyMem_RawMalloc(capacity * sizeof(uint32_t));
     s->merged = PyMem_RawMalloc(capacity * sizeof(uint32_t));
@@ -477,14 +494,193 @@ static size_t merge_heap(const Kernel *k, Scratch *s, size_t n)
     return out;
 }
 
+/* -- merging rank by rank (BytePairModel._merge_long in C) ----------------------------------- */
+
+/* A bucket of left positions per rank, as singly linked lists through an entry pool (the heap's
+ * buffer: entry = next entry << 32 | position, NO_ENTRY ends a list), and a small heap of the
+ * ranks whose buckets are not empty. Ranks are taken in increasing order, each bucket's
+ * positions left to right: the order merge_heap pops them in, as long as no merge makes a pair
+ * ranked at or below the one being applied. If one does (a vocabulary whose merges are not in
+ * that order), the piece is merged again from the start by merge_heap. On 1 MB of spaces this is
+ * a few sweeps over the piece where the heap did a million sift-downs. */
+#define NO_ENTRY UINT32_MAX
+
+typedef struct {
+    uint64_t *pool;
+    size_t used, cap;
+    uint32_t *heads;
+    uint32_t *order; /* a binary heap of the ranks whose bucket is not empty: each at most once */
+    size_t n_order, n_ranks;
+} Buckets;
+
+static void rank_push(uint32_t *h, size_t *n, uint32_t rank)
+{
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > rank) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = rank;
+}
+
+static uint32_t rank_pop(uint32_t *h, size_t *n)
+{
+    uint32_t top = h[0], last = h[--(*n)];
+    size_t i = 0, count = *n;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= count)
+            break;
+        if (child + 1 < count && h[child + 1] < h[child])
+            child++;
+        if (h[child] >= last)
+            break;
+        h[i] = h[child];
+        i = child;
+    }
+    if (count)
+        h[i] = last;
+    return top;
+}
+
+/* Queue position `left` under `rank`; 0, or -1 when out of room (cannot happen: a piece queues
+ * at most its n - 1 first pairs and 2 per merge, under the pool's 3n; a rank is in the heap at
+ * most once; every rank is below n_ranks), which merge_by_rank treats as out of order. */
+static int bucket_add(Buckets *b, uint32_t rank, uint32_t left)
+{
+    if (b->used >= b->cap || rank >= b->n_ranks || (b->heads[rank] == NO_ENTRY && b->n_order >= b->n_ranks))
+        return -1;
+    if (b->heads[rank] == NO_ENTRY)
+        rank_push(b->order, &b->n_order, rank);
+    b->pool[b->used] = (uint64_t)b->heads[rank] << 32 | left;
+    b->heads[rank] = (uint32_t)b->used++;
+    return 0;
+}
+
+static int compare_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rank of the pair at `left` (NO_RANK if none), and its merge in *found. */
+static inline uint32_t pair_rank(const Kernel *k, const uint32_t *sym, const uint32_t *next, size_t n, uint32_t left,
+                                 const Merge **found)
+{
+    *found = NULL;
+    if (sym[left] == UINT32_MAX || next[left] >= n)
+        return NO_RANK;
+    *found = merge_find(&k->merges, sym[left], sym[next[left]]);
+    return *found ? (*found)->rank : NO_RANK;
+}
+
+/* Merge s->sym[0 .. n) like merge_heap; returns the symbols left, or SIZE_MAX when the ranks came
+ * out of order (s->sym is then as it was: merge_heap must do it). Needs s->heads for k's ranks. */
+static size_t merge_by_rank(const Kernel *k, Scratch *s, size_t n)
+{
+    uint32_t *sym = s->sym, *next = s->next, *prev = s->prev, *original = s->merged, *positions = s->rank;
+    Buckets b = {s->heap, 0, s->capacity * 3, s->heads, s->order, 0, s->n_heads};
+    int in_order = 1;
+    memcpy(original, sym, n * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        next[i] = (uint32_t)(i + 1);
+        prev[i] = i ? (uint32_t)(i - 1) : UINT32_MAX;
+    }
+    for (size_t i = 0; i + 1 < n && in_order; i++) {
+        const Merge *m = merge_find(&k->merges, sym[i], sym[i + 1]);
+        if (m && bucket_add(&b, m->rank, (uint32_t)i) < 0)
+            in_order = 0;
+    }
+    while (b.n_order && in_order) {
+        uint32_t rank = rank_pop(b.order, &b.n_order);
+        /* The bucket's positions whose pair still has this rank (distinct: one pair per position
+         * at a time), oldest first: each sweep queued its positions left to right. */
+        size_t count = 0;
+        for (uint32_t e = b.heads[rank]; e != NO_ENTRY; e = (uint32_t)(b.pool[e] >> 32)) {
+            uint32_t left = (uint32_t)b.pool[e];
+            const Merge *m;
+            if (pair_rank(k, sym, next, n, left, &m) == rank) {
+                if (count >= n) { /* cannot happen (see above); the heap then does it */
+                    in_order = 0;
+                    break;
+                }
+                positions[count++] = left;
+            }
+        }
+        b.heads[rank] = NO_ENTRY;
+        if (!in_order)
+            break;
+        int sorted = 1;
+        for (size_t i = 0; i < count / 2; i++) {
+            uint32_t t = positions[i];
+            positions[i] = positions[count - 1 - i];
+            positions[count - 1 - i] = t;
+        }
+        for (size_t i = 1; i < count && sorted; i++)
+            sorted = positions[i - 1] < positions[i];
+        if (!sorted)
+            qsort(positions, count, sizeof(uint32_t), compare_u32);
+        for (size_t i = 0; i < count && in_order; i++) {
+            uint32_t left = positions[i];
+            const Merge *m;
+            if (pair_rank(k, sym, next, n, left, &m) != rank)
+                continue; /* stale: merged away, or its neighbour changed, in this sweep */
+            uint32_t right = next[left], merged = m->merged;
+            sym[left] = merged;
+            sym[right] = UINT32_MAX;
+            uint32_t after = next[right];
+            next[left] = after;
+            if (after < n)
+                prev[after] = left;
+            uint32_t before = prev[left];
+            const Merge *formed;
+            uint32_t r;
+            if (before != UINT32_MAX && (r = pair_rank(k, sym, next, n, before, &formed)) != NO_RANK)
+                in_order = r > rank && bucket_add(&b, r, before) == 0;
+            if (in_order && (r = pair_rank(k, sym, next, n, left, &formed)) != NO_RANK)
+                in_order = r > rank && bucket_add(&b, r, left) == 0;
+        }
+    }
+    if (!in_order) { /* leave every bucket empty for the next piece, and the symbols as they were */
+        while (b.n_order)
+            b.heads[rank_pop(b.order, &b.n_order)] = NO_ENTRY;
+        memcpy(sym, original, n * sizeof(uint32_t));
+        return SIZE_MAX;
+    }
+    size_t out = 0;
+    for (size_t i = 0; i < n; i = next[i])
+        sym[out++] = sym[i];
+    return out;
+}
+
+/* Bucket heads (all empty) and a rank heap for k's ranks in s: 1, or 0 if there are too many
+ * ranks for n symbols (the heap is cheaper then), or -1 (no memory). */
+static int reserve_heads(const Kernel *k, Scratch *s, size_t n)
+{
+    if (k->n_ranks == 0 || (size_t)k->n_ranks > RANKS_PER_SYMBOL * n)
+        return 0;
+    if (s->n_heads < k->n_ranks) {
+        PyMem_RawFree(s->heads);
+        PyMem_RawFree(s->order);
+        s->n_heads = 0;
+        s->heads = PyMem_RawMalloc((size_t)k->n_ranks * sizeof(uint32_t));
+        s->order = PyMem_RawMalloc((size_t)k->n_ranks * sizeof(uint32_t));
+        if (s->heads == NULL || s->order == NULL)
+            return -1;
+        memset(s->heads, 0xff, (size_t)k->n_ranks * sizeof(uint32_t)); /* NO_ENTRY */
+        s->n_heads = k->n_ranks;
+    }
+    return 1;
+}
+
 /* BPE one piece into out (capacity cap ids). Returns the number of ids, or -1 (no memory) /
  * -2 (out too small: a bug, reported as such). Needs no GIL. */
 static Py_ssize_t bpe_piece(const Kernel *k, Scratch *s, const unsigned char *p, size_t n, uint32_t *out, size_t cap)
 {
     if (n == 0)
         return 0;
-    if (scratch_reserve(s, n) < 0)
-        return -1;
+    if (n >= UINT32_MAX / 4 || scratch_reserve(s, n) < 0)
+        return -1; /* positions are 32-bit, and a heap of 3n entries must fit */
     if (k->ignore_merges) {
         size_t len = 0;
         for (size_t i = 0; i < n; i++) {
@@ -502,7 +698,18 @@ static Py_ssize_t bpe_piece(const Kernel *k, Scratch *s, const unsigned char *p,
     }
     for (size_t i = 0; i < n; i++)
         s->sym[i] = k->byte_ids[p[i]];
-    size_t left = n <= SCAN_LIMIT ? merge_scan(k, s, n) : merge_heap(k, s, n);
+    size_t left = SIZE_MAX;
+    if (n <= SCAN_LIMIT) {
+        left = merge_scan(k, s, n);
+    } else if (n >= RANK_LIMIT) {
+        int heads = reserve_heads(k, s, n);
+        if (heads < 0)
+            return -1;
+        if (heads)
+            left = merge_by_rank(k, s, n);
+    }
+    if (left == SIZE_MAX)
+        left = merge_heap(k, s, n);
     size_t count = 0;
     for (size_t i = 0; i < left; i++) {
         uint32_t symbol = s->sym[i];
@@ -758,6 +965,11 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
                 return -1;
         }
     }
+
+    self->n_ranks = 0;
+    for (size_t i = 0; i < size; i++)
+        if (self->merges.slots[i].key != EMPTY_KEY && self->merges.slots[i].rank >= self->n_ranks)
+            self->n_ranks = self->merges.slots[i].rank + 1; /* rank < NO_RANK: checked by merge_add */
 
     /* ignore_merges: whole tokens by their GPT-2 text. */
     if (whole != Py_None) {
