@@ -323,7 +323,8 @@ typedef struct {
     unsigned char *text;
     size_t capacity;
     /* merge_by_rank's bucket heads and rank heap, n_heads each; between pieces every head is empty */
-    uint32_t *heads, *order;
+    uint32_t *heads;
+    uint64_t *order;
     size_t n_heads;
 } Scratch;
 
@@ -350,9 +351,11 @@ static int scratch_reserve(Scratch *s, size_t n)
     if (n <= s->capacity)
         return 0;
     size_t capacity = n < 64 ? 64 : n;
-    uint32_t *heads = s->heads, *order = s->order;
+    uint32_t *heads = s->heads;
+    uint64_t *order = s->order;
     size_t n_heads = s->n_heads;
-    s->heads = s->order = NULL; /* the bucket heads outlive a resize */
+    s->heads = NULL; /* the bucket heads outlive a resize */
+    s->order = NULL;
     scratch_free(s);
     s->heads = heads;
     s->order = order;
@@ -443,6 +446,17 @@ static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
     return n;
 }
 
+/* Replace the pair at `left` (with the symbol after it) by `merged`, in the linked list. */
+static inline void join(uint32_t *sym, uint32_t *next, uint32_t *prev, size_t n, uint32_t left, uint32_t merged)
+{
+    uint32_t right = next[left], after = next[right];
+    sym[left] = merged;
+    sym[right] = UINT32_MAX;
+    next[left] = after;
+    if (after < n)
+        prev[after] = left;
+}
+
 static size_t merge_heap(const Kernel *k, Scratch *s, size_t n)
 {
     uint32_t *sym = s->sym, *next = s->next, *prev = s->prev;
@@ -467,14 +481,8 @@ static size_t merge_heap(const Kernel *k, Scratch *s, size_t n)
         const Merge *m = merge_find(&k->merges, sym[left], sym[right]);
         if (m == NULL || m->rank != rank)
             continue;
-        uint32_t merged = m->merged;
-        sym[left] = merged;
-        sym[right] = UINT32_MAX;
-        uint32_t after = next[right];
-        next[left] = after;
-        if (after < n)
-            prev[after] = left;
-        uint32_t before = prev[left];
+        uint32_t merged = m->merged, after = next[right], before = prev[left];
+        join(sym, next, prev, n, left, merged);
         /* Each merge adds at most two pairs and removes one symbol: the heap holds at most
          * (n - 1) + 2 * (n - 1) items, under 3n; checked all the same. */
         if (before != UINT32_MAX) {
@@ -509,39 +517,9 @@ typedef struct {
     uint64_t *pool;
     size_t used, cap;
     uint32_t *heads;
-    uint32_t *order; /* a binary heap of the ranks whose bucket is not empty: each at most once */
+    HeapItem *order; /* a heap (merge_heap's) of the ranks whose bucket is not empty: each at most once */
     size_t n_order, n_ranks;
 } Buckets;
-
-static void rank_push(uint32_t *h, size_t *n, uint32_t rank)
-{
-    size_t i = (*n)++;
-    while (i > 0 && h[(i - 1) / 2] > rank) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i] = rank;
-}
-
-static uint32_t rank_pop(uint32_t *h, size_t *n)
-{
-    uint32_t top = h[0], last = h[--(*n)];
-    size_t i = 0, count = *n;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= count)
-            break;
-        if (child + 1 < count && h[child + 1] < h[child])
-            child++;
-        if (h[child] >= last)
-            break;
-        h[i] = h[child];
-        i = child;
-    }
-    if (count)
-        h[i] = last;
-    return top;
-}
 
 /* Queue position `left` under `rank`; 0, or -1 when out of room (cannot happen: a piece queues
  * at most its n - 1 first pairs and 2 per merge, under the pool's 3n; a rank is in the heap at
@@ -551,7 +529,7 @@ static int bucket_add(Buckets *b, uint32_t rank, uint32_t left)
     if (b->used >= b->cap || rank >= b->n_ranks || (b->heads[rank] == NO_ENTRY && b->n_order >= b->n_ranks))
         return -1;
     if (b->heads[rank] == NO_ENTRY)
-        rank_push(b->order, &b->n_order, rank);
+        heap_push(b->order, &b->n_order, rank);
     b->pool[b->used] = (uint64_t)b->heads[rank] << 32 | left;
     b->heads[rank] = (uint32_t)b->used++;
     return 0;
@@ -592,7 +570,7 @@ static size_t merge_by_rank(const Kernel *k, Scratch *s, size_t n)
             in_order = 0;
     }
     while (b.n_order && in_order) {
-        uint32_t rank = rank_pop(b.order, &b.n_order);
+        uint32_t rank = (uint32_t)heap_pop(b.order, &b.n_order);
         /* The bucket's positions whose pair still has this rank (distinct: one pair per position
          * at a time), oldest first: each sweep queued its positions left to right. */
         size_t count = 0;
@@ -625,14 +603,8 @@ static size_t merge_by_rank(const Kernel *k, Scratch *s, size_t n)
             const Merge *m;
             if (pair_rank(k, sym, next, n, left, &m) != rank)
                 continue; /* stale: merged away, or its neighbour changed, in this sweep */
-            uint32_t right = next[left], merged = m->merged;
-            sym[left] = merged;
-            sym[right] = UINT32_MAX;
-            uint32_t after = next[right];
-            next[left] = after;
-            if (after < n)
-                prev[after] = left;
             uint32_t before = prev[left];
+            join(sym, next, prev, n, left, m->merged);
             const Merge *formed;
             uint32_t r;
             if (before != UINT32_MAX && (r = pair_rank(k, sym, next, n, before, &formed)) != NO_RANK)
@@ -643,7 +615,7 @@ static size_t merge_by_rank(const Kernel *k, Scratch *s, size_t n)
     }
     if (!in_order) { /* leave every bucket empty for the next piece, and the symbols as they were */
         while (b.n_order)
-            b.heads[rank_pop(b.order, &b.n_order)] = NO_ENTRY;
+            b.heads[heap_pop(b.order, &b.n_order)] = NO_ENTRY;
         memcpy(sym, original, n * sizeof(uint32_t));
         return SIZE_MAX;
     }
@@ -664,7 +636,7 @@ static int reserve_heads(const Kernel *k, Scratch *s, size_t n)
         PyMem_RawFree(s->order);
         s->n_heads = 0;
         s->heads = PyMem_RawMalloc((size_t)k->n_ranks * sizeof(uint32_t));
-        s->order = PyMem_RawMalloc((size_t)k->n_ranks * sizeof(uint32_t));
+        s->order = PyMem_RawMalloc((size_t)k->n_ranks * sizeof(HeapItem));
         if (s->heads == NULL || s->order == NULL)
             return -1;
         memset(s->heads, 0xff, (size_t)k->n_ranks * sizeof(uint32_t)); /* NO_ENTRY */
