@@ -644,15 +644,15 @@ def _after_kept(tasks: Iterable[Task], kept: int, model: ModelSource, reading: R
 # -- running tasks -------------------------------------------------------------------------------
 
 
-def in_order(submit: Callable, tasks: Iterable, ahead: int) -> Iterator:
-    """Submit tasks, at most ``ahead`` unfinished, and yield their results in task order."""
+def in_order(submit: Callable, tasks: Iterable, ahead: int, result: Callable = lambda future: future.result()) -> Iterator:
+    """Submit tasks, at most ``ahead`` unfinished, and yield their results (``result(future)``) in task order."""
     pending: deque = deque()
     for task in tasks:
         pending.append(submit(task))
         if len(pending) >= ahead:
-            yield pending.popleft().result()
+            yield result(pending.popleft())
     while pending:
-        yield pending.popleft().result()
+        yield result(pending.popleft())
 
 
 def in_order_here_too(submit: Callable, run_here: Callable, tasks: Iterable, ahead: int) -> Iterator:
@@ -1096,14 +1096,14 @@ def encode_dataset(
 
         try:
             if client is not None:
-                from bpetok._dask import ModelOnWorkers
+                from bpetok._dask import ModelOnWorkers, result_from_worker
 
                 plugin = ModelOnWorkers(source.sha256, _read_bytes(model))
                 client.register_plugin(plugin)
                 pool.callback(client.unregister_worker_plugin, plugin.name)
                 n = max(sum(client.nthreads().values()), 1)
                 results = in_order(lambda w: client.submit(run_task, source, w[0], reading, w[1], pure=False),
-                                   work, AHEAD_PER_WORKER * n)
+                                   work, AHEAD_PER_WORKER * n, result_from_worker(client))
             elif threads is not None:
                 results = in_order(lambda w: threads.submit(run_task, source, w[0], reading, w[1]), work, AHEAD_PER_WORKER * workers)
             elif processes is not None:

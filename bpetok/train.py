@@ -169,8 +169,11 @@ def _count_corpus(chunks: Iterator[str], pre: str, special_tokens: list[str], wo
     tasks = _batched(chunks, TASK_CHUNKS)
     counter: Counter = Counter()
     if client is not None:
+        from bpetok._dask import result_from_worker
+
         ahead = 2 * max(sum(client.nthreads().values()), 1)
-        for part in in_order(lambda b: client.submit(count_pieces, pre, special_tokens, b, pure=False), tasks, ahead):
+        submit = lambda b: client.submit(count_pieces, pre, special_tokens, b, pure=False)  # noqa: E731
+        for part in in_order(submit, tasks, ahead, result_from_worker(client)):
             counter.update(part)
         return counter
     with process_pool(workers) as pool:

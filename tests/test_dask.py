@@ -54,6 +54,21 @@ def test_dask_writes_the_same_bytes_as_local(tmp_path, client, corpus):
     assert list(built.values()) == [[result.manifest["model"]["sha256"]]] * 2
 
 
+def test_results_come_from_the_workers_unless_the_client_says_not(tmp_path, client, corpus, monkeypatch):
+    """Fetched from the worker that holds them (the scheduler's way re-pickles the ids in-band),
+    unless the client was made with direct_to_workers=False; the same bytes either way."""
+    asked = []
+    gather = client.gather
+    monkeypatch.setattr(client, "gather", lambda future, direct=None: asked.append(direct) or gather(future, direct=direct))
+    bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "direct", block_bytes=20_000, client=client)
+    assert len(asked) > 3 and set(asked) == {True}
+    asked.clear()
+    monkeypatch.setattr(client, "direct_to_workers", False)
+    bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "scheduler", block_bytes=20_000, client=client)
+    assert len(asked) > 3 and set(asked) == {False}
+    assert files(tmp_path / "direct") == files(tmp_path / "scheduler")
+
+
 def test_a_worker_with_two_threads_writes_the_same_bytes(tmp_path, corpus):
     """One worker process, two threads: its tasks share the one tokenizer it builds."""
     kwargs = dict(shard_tokens=20_000, block_bytes=10_000)
