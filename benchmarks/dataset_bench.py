@@ -50,6 +50,12 @@ MB = 1_000_000
 HF_TOKENIZER = "hf-tokenizer/tokenizer.json"
 
 
+def _package_dir(name: str) -> str:
+    import importlib.util
+
+    return importlib.util.find_spec(name).submodule_search_locations[0]
+
+
 def build_input(corpora: list[str], path: str, megabytes: int) -> int:
     """Write ``path`` (JSONL) from the corpora's paragraphs, repeated with varied words; its size."""
     paragraphs = []
@@ -272,6 +278,10 @@ def main(argv=None) -> int:
         export_hf(args.vocab, args.work)
     if {"hf-datasets-2", "tiktoken-loop"} & set(runs):
         agree = peers_agree(args.vocab, data, args.work, runs)
+    # As an installed package runs (pip compiles .pyc files at install): with PYTHONDONTWRITEBYTECODE
+    # set, every run's processes (Dask's workers too) would compile bpetok's sources again.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", _package_dir("bpetok")], env=env, check=True)
     rows = []
     for name in runs:
         for out in os.listdir(args.work):
@@ -279,7 +289,7 @@ def main(argv=None) -> int:
                 path = os.path.join(args.work, out)
                 shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
         done = subprocess.run([sys.executable, __file__, args.vocab, *args.corpora, "--work", args.work, "--run", name],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=env)
         if done.returncode != 0:
             print(f"{name}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
             continue
