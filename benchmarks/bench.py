@@ -229,6 +229,13 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def bytecode_cached_env() -> dict:
+    """This environment for a child that runs as an installed package does: with bytecode caching
+    (pip compiles .pyc files at install; with ``PYTHONDONTWRITEBYTECODE`` set, each child would
+    compile bpetok's sources again)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def load_process(path: str, repeat: int) -> dict:
     """Whole-process wall time, CPU time (user + system, the child's own: steadier than wall
     time on a shared machine) and peak RSS of loading + one encode, medians of ``repeat`` runs,
@@ -239,7 +246,7 @@ def load_process(path: str, repeat: int) -> dict:
     every run would compile bpetok's sources again (~0.1 s) while llama_cpp's are compiled."""
     names = [name for name in CHILD if name != "llama.cpp" or _installed("llama_cpp")]
     runs: dict[str, dict[str, list]] = {name: {"walls": [], "cpus": [], "rss": []} for name in names}
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = bytecode_cached_env()
     for name in names:
         subprocess.run([sys.executable, "-c", CHILD[name], path], capture_output=True, env=env)
     for _ in range(repeat):

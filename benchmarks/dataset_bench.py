@@ -278,9 +278,9 @@ def main(argv=None) -> int:
         export_hf(args.vocab, args.work)
     if {"hf-datasets-2", "tiktoken-loop"} & set(runs):
         agree = peers_agree(args.vocab, data, args.work, runs)
-    # As an installed package runs (pip compiles .pyc files at install): with PYTHONDONTWRITEBYTECODE
-    # set, every run's processes (Dask's workers too) would compile bpetok's sources again.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    from bench import bytecode_cached_env
+
+    env = bytecode_cached_env()  # and the package compiled once, as pip does: Dask's workers too
     subprocess.run([sys.executable, "-m", "compileall", "-q", _package_dir("bpetok")], env=env, check=True)
     rows = []
     for name in runs:

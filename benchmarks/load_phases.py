@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
+
+from bench import bytecode_cached_env
 
 CHILD = r"""
 import json, sys, time
@@ -47,7 +48,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     runs = []
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = bytecode_cached_env()
     subprocess.run([sys.executable, "-c", CHILD, args.vocab], capture_output=True, env=env, check=True)
     for _ in range(args.runs):
         done = subprocess.run([sys.executable, "-c", CHILD, args.vocab], capture_output=True, text=True, env=env, check=True)
