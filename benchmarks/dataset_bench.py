@@ -17,7 +17,9 @@ CPU time and the peak RSS of its largest process. The table ends with each run's
 
 - ``bpetok-1``, ``bpetok-2``: ``bpetok.encode_dataset(..., workers=N)`` writing npy shards.
 - ``dask-2``: the same with ``client=`` a ``LocalCluster(n_workers=2, threads_per_worker=1)``;
-  ``dask-1x2``: one worker process with 2 threads (which share its tokenizer, as local threads do).
+  ``dask-1x2``: one worker process with 2 threads (which share its tokenizer, as local threads do);
+  ``dask-threads``: ``processes=False``, 2 workers of one thread in this process (no second process,
+  no ids sent between processes: what is left over ``bpetok-2`` is Dask's own machinery).
 - ``hf-datasets-2``: ``load_dataset("json")`` then ``map(batched, num_proc=2)`` with HF tokenizers'
   ``Tokenizer.encode_batch`` (caching off; it writes Arrow files, as the datasets library does). The
   tokenizer is the ``tokenizer.json`` that ``bpetok export VOCAB --format hf`` (plugins/bpetok-hf)
@@ -45,7 +47,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RUNS = ("bpetok-1", "bpetok-2", "dask-2", "dask-1x2", "hf-datasets-2", "tiktoken-loop")
+RUNS = ("bpetok-1", "bpetok-2", "dask-2", "dask-1x2", "dask-threads", "hf-datasets-2", "tiktoken-loop")
 MB = 1_000_000
 HF_TOKENIZER = "hf-tokenizer/tokenizer.json"
 
@@ -98,16 +100,16 @@ def run_bpetok(vocab, data, work, workers):
     return {}
 
 
-def run_dask(vocab, data, work, n_workers=2, threads_per_worker=1):
+def run_dask(vocab, data, work, n_workers=2, threads_per_worker=1, processes=True):
     import bpetok
     from dask.distributed import Client, LocalCluster
 
     start = time.perf_counter()
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True, dashboard_address=":0") as cluster, \
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=processes, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         up = time.perf_counter() - start
         t = time.perf_counter()
-        bpetok.encode_dataset(vocab, [data], os.path.join(work, f"out-dask-{n_workers}x{threads_per_worker}"), client=client, progress=False)
+        bpetok.encode_dataset(vocab, [data], os.path.join(work, f"out-dask-{n_workers}x{threads_per_worker}{'' if processes else '-threads'}"), client=client, progress=False)
         encode = time.perf_counter() - t
         workers_rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return {"cluster_start_s": round(up, 2), "encode_s": round(encode, 2), "worker_rss_mib": max(workers_rss.values()) // 1024}
@@ -229,6 +231,8 @@ def run_one(name, vocab, data, work) -> dict:
         extra = run_dask(vocab, data, work)
     elif name == "dask-1x2":
         extra = run_dask(vocab, data, work, n_workers=1, threads_per_worker=2)
+    elif name == "dask-threads":
+        extra = run_dask(vocab, data, work, processes=False)
     elif name == "hf-datasets-2":
         extra = run_hf(vocab, data, work)
     elif name == "tiktoken-loop":
