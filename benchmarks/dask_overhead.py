@@ -1,5 +1,5 @@
 """What a Dask LocalCluster costs on this machine besides the work it runs: the CPU its processes
-use while idle, and the client's CPU for each task, for tasks that do nothing.
+use while idle, and what each task costs them in CPU, for tasks that do nothing.
 
     pip install -e '.[dask]'
     python benchmarks/dask_overhead.py [--idle 4] [--tasks 500] [--repeat 2]
