@@ -3,9 +3,9 @@
 :func:`train` learns a vocabulary from text files the way GPT-2-style trainers do (Hugging Face
 ``tokenizers``' ``BpeTrainer``): pre-tokenize with a registered pre-tokenizer, count the unique
 pieces, start from the 256 byte symbols and repeatedly merge the most frequent adjacent pair.
-Only the pairs next to a merge change, so counts are updated incrementally (pair -> pieces
-index, a max-heap with lazy deletion) and never recounted; :func:`_reference_merges` is the
-plain recounting version the tests compare it with.
+Only the pairs next to a merge change, so counts are updated incrementally (pair -> positions
+index, a max-heap with lazy deletion) and never recounted, in time linear in the corpus however
+long one piece is (bpetok/_train_merge.py, with the plain twins the tests compare it with).
 
 Tie rule: the pair with the highest count wins; among equal counts, the pair with the smallest
 left token id, then the smallest right token id (ids 0-255 are the bytes in byte order, later
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import heapq
 import io
 import lzma
 import os
@@ -37,15 +36,16 @@ import re
 import sys
 import time
 import zlib
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from bpetok._args import as_int, check_flag, check_not_text
+from bpetok._train_merge import STRIDE, _add_chain, _PairCounts, _Vocab
 from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
-from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
+from bpetok.models.gpt2 import BytePairModel
 from bpetok.vocab import TokenAttr, TokenType
 
 if TYPE_CHECKING:
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = ["train", "extend", "TrainResult", "bpetok_register_commands"]
 
-STRIDE = 1 << 24  # a pair (left, right) is the int left * STRIDE + right; ids stay below 16M
 CHUNK_CHARS = 1 << 20  # pre-tokenize the corpus this many characters at a time
 ARCHITECTURE = "llama"  # an architecture llama.cpp knows; vocab_only loading reads no hparams
 
@@ -197,188 +196,38 @@ def _batched(items: Iterator[str], n: int) -> Iterator[list[str]]:
 
 
 class _Progress:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+    """One tqdm bar per phase on stderr (the ``progress`` extra), with its total and ETA.
+
+    Nothing is drawn when disabled or when tqdm is not installed. ``done`` counts even then: the
+    corpus reader derives its steps from it.
+    """
 
     def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.label, self.total, self.done, self.last = "", 0, 0, 0.0
+        self.enabled, self.done = enabled, 0
+        self.bar: Any = None
 
-    def start(self, label: str, total: int) -> None:
-        self.label, self.total, self.done, self.last = label, max(total, 1), 0, 0.0
-        self.draw(force=True)
+    def start(self, label: str, total: int, unit: str) -> None:
+        self.finish()
+        self.done = 0
+        if not self.enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.enabled = False
+            return
+        self.bar = tqdm(total=max(total, 1), desc=label, unit=unit, unit_scale=True, file=sys.stderr, dynamic_ncols=True)
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        self.draw()
-
-    def draw(self, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self.last < 0.1:
-            return
-        self.last = now
-        frac = min(self.done / self.total, 1.0)
-        bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r{self.label:<14} [{bar:<30}] {frac:6.1%}")
-        sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.update(n)
 
     def finish(self) -> None:
-        if self.enabled:
-            self.done = self.total
-            self.draw(force=True)
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
-# -- the merge loop ------------------------------------------------------------------------------
-
-
-class _PairCounts:
-    """Words (symbol-id lists, one per unique piece) and incrementally maintained pair counts.
-
-    ``counts[pair]`` is the weighted number of times ``pair`` is adjacent; ``where[pair]`` the
-    words it may occur in (a superset: entries are never removed, a stale word just has no
-    occurrence); ``heap`` holds ``(-count, pair)`` with, for every pair, at least one entry whose
-    count is >= the pair's current count (lazy deletion: stale entries are fixed when popped).
-    """
-
-    def __init__(self, words: list[list[int]], freqs: list[int]):
-        self.words, self.freqs = words, freqs
-        counts: dict[int, int] = defaultdict(int)
-        where: dict[int, set[int]] = defaultdict(set)
-        for w, word in enumerate(words):
-            f = freqs[w]
-            for i in range(len(word) - 1):
-                pair = word[i] * STRIDE + word[i + 1]
-                counts[pair] += f
-                where[pair].add(w)
-        self.counts, self.where = counts, where
-        self.heap = [(-c, pair) for pair, c in counts.items()]
-        heapq.heapify(self.heap)
-
-    def best(self, min_frequency: int) -> int | None:
-        """The most frequent pair (ties: smallest left id, then right id), or None below min_frequency."""
-        heap, counts = self.heap, self.counts
-        while heap:
-            neg, pair = heap[0]
-            current = counts.get(pair, 0)
-            if current == -neg:
-                return pair if current >= min_frequency else None
-            heapq.heappop(heap)
-            # subtle: current > -neg means a newer, larger entry exists; only a shrunk count is re-pushed.
-            if current < -neg and current >= min_frequency:
-                heapq.heappush(heap, (-current, pair))
-        return None
-
-    def merge(self, pair: int, new: int) -> None:
-        """Replace every occurrence of ``pair`` by ``new``, left to right, updating only neighbour pairs.
-
-        Example: merging (a, b) in ``x a b y`` takes one ``(x,a)``, ``(a,b)``, ``(b,y)`` away and
-        adds ``(x,new)``, ``(new,y)``; nothing else in the corpus is looked at.
-        """
-        a, b = divmod(pair, STRIDE)
-        words, freqs, counts, where = self.words, self.freqs, self.counts, self.where
-        grown: set[int] = set()
-        for w in sorted(where.pop(pair, ())):
-            word, f = words[w], freqs[w]
-            i = 0
-            while True:
-                try:
-                    i = word.index(a, i)
-                except ValueError:
-                    break
-                if i + 1 < len(word) and word[i + 1] == b:
-                    if i > 0:
-                        left = word[i - 1]
-                        counts[left * STRIDE + a] -= f
-                        key = left * STRIDE + new
-                        counts[key] += f
-                        where[key].add(w)
-                        grown.add(key)
-                    if i + 2 < len(word):
-                        right = word[i + 2]
-                        counts[b * STRIDE + right] -= f
-                        key = new * STRIDE + right
-                        counts[key] += f
-                        where[key].add(w)
-                        grown.add(key)
-                    word[i : i + 2] = [new]
-                i += 1
-        # subtle: left-to-right merging leaves no (a, b) behind, even for a == b ("a a a" -> "aa a").
-        counts.pop(pair, None)
-        grown.discard(pair)
-        heap = self.heap
-        for key in sorted(grown):
-            heapq.heappush(heap, (-counts[key], key))
-
-
-def _reference_merges(words: list[list[int]], freqs: list[int], n_merges: int, first_id: int) -> list[tuple[int, int]]:
-    """The plain version of the merge loop: recount every pair before each merge. For tests only.
-
-    Returns the merged pairs ``(left, right)`` in order; new ids are ``first_id``, ``first_id + 1``...
-    (every merge here makes a new id, so compare with corpora whose merges all make new texts).
-    """
-    words = [list(w) for w in words]
-    out = []
-    for new in range(first_id, first_id + n_merges):
-        counts: Counter = Counter()
-        for word, f in zip(words, freqs):
-            for pair in zip(word, word[1:]):
-                counts[pair] += f
-        if not counts:
-            break
-        best = min(counts, key=lambda p: (-counts[p], p))
-        out.append(best)
-        for word in words:
-            i = 0
-            while i < len(word) - 1:
-                if (word[i], word[i + 1]) == best:
-                    word[i : i + 2] = [new]
-                i += 1
-    return out
-
-
-# -- the vocabulary being built ------------------------------------------------------------------
-
-
-class _Vocab:
-    """Token texts (GPT-2 byte characters, UTF-8) and merges in rank order."""
-
-    def __init__(self):
-        self.tokens: list[bytes] = [c.encode() for c in BYTE_TO_CHAR]
-        self.types: list[int] = [TokenType.NORMAL] * 256
-        self.ids: dict[bytes, int] = {t: i for i, t in enumerate(self.tokens)}
-        self.merges: list[bytes] = []
-        self.ranks: dict[int, tuple[int, int]] = {}  # pair -> (rank, merged id), first rank wins
-
-    def add_merge(self, left: int, right: int) -> int:
-        """Append the merge ``left right``; returns the merged token's id (new unless its text exists)."""
-        text = self.tokens[left] + self.tokens[right]
-        new = self.ids.get(text)
-        if new is None:
-            new = self.ids[text] = len(self.tokens)
-            self.tokens.append(text)
-            self.types.append(TokenType.NORMAL)
-        self.ranks.setdefault(left * STRIDE + right, (len(self.merges), new))
-        self.merges.append(self.tokens[left] + b" " + self.tokens[right])
-        return new
-
-    def bpe(self, symbols: list[int]) -> list[int]:
-        """BPE with the merges so far: lowest rank first, leftmost on ties (llama.cpp's order)."""
-        symbols = list(symbols)
-        ranks = self.ranks
-        while len(symbols) > 1:
-            best = None
-            for i in range(len(symbols) - 1):
-                found = ranks.get(symbols[i] * STRIDE + symbols[i + 1])
-                if found is not None and (best is None or found[0] < best[0]):
-                    best = (found[0], i, found[1])
-            if best is None:
-                break
-            _, i, merged = best
-            symbols[i : i + 2] = [merged]
-        return symbols
+        """Close the bar where it is (merging may stop early: no pair frequent enough)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 # -- pins -----------------------------------------------------------------------------------------
@@ -597,7 +446,7 @@ def train(
     # 1. Pre-tokenize and count unique pieces (special tokens are cut out first, as at encode time),
     # here or on workers: counts add up the same in any order, and step 2 sorts them.
     total = sum(os.path.getsize(p) for p in paths) + sum(len(t) for t in texts)
-    bar.start("pre-tokenizing", total)
+    bar.start("pre-tokenizing", total, "B")
     counter = _count_corpus(_corpus_chunks(texts, paths, bar), pre, special_tokens, workers, client)
     bar.finish()
     n_pieces = sum(counter.values())
@@ -609,23 +458,23 @@ def train(
 
     # 2. Words as byte-id lists (id b is byte b), in a fixed order so that nothing depends on hashing.
     items = sorted(counter.items())
-    words = [list(piece.encode("utf-8", "surrogatepass")) for piece, _ in items]
-    freqs = [f for _, f in items]
     counter.clear()  # free the pieces early; the words hold what is needed
+    n_unique = len(items)
+    pairs = _PairCounts((list(piece.encode("utf-8", "surrogatepass")) for piece, _ in items), [f for _, f in items])
     del items
-    pairs = _PairCounts(words, freqs)
     vocab = _Vocab()
 
     # 3. Merge, leaving room for the pins' chains; then add the chains; then fill what room is left.
     target = vocab_size - len(special_tokens)
     upper = sum(len(f.encode("utf-8")) - 1 for f in forms)  # a chain never needs more than this
-    bar.start("merging", target - 256)
+    bar.start("merging", target - 256, " tokens")
     _learn(vocab, pairs, max(256, target - upper) if forms else target, min_frequency, bar)
     before_pins = len(vocab.tokens)
     for form in forms:
         for left, right in _add_chain(vocab, form, pairs.counts):
             pairs.merge(left * STRIDE + right, vocab.ids[vocab.tokens[left] + vocab.tokens[right]])
     n_pin_tokens = len(vocab.tokens) - before_pins
+    bar.advance(n_pin_tokens)
     if len(vocab.tokens) > target:  # cannot happen: upper bounds every chain
         raise BpetokError(f"internal error: pinned chains need {len(vocab.tokens) - target} more tokens than reserved")
     _learn(vocab, pairs, target, min_frequency, bar)
@@ -647,7 +496,7 @@ def train(
 
     result = TrainResult(
         pre=pre, tokens=vocab.tokens, token_types=[int(t) for t in vocab.types], merges=vocab.merges,
-        special_tokens=special_tokens, pinned=pins, n_pieces=n_pieces, n_unique=len(words),
+        special_tokens=special_tokens, pinned=pins, n_pieces=n_pieces, n_unique=n_unique,
         seconds=time.perf_counter() - started, n_pin_tokens=n_pin_tokens,
     )
     if output is not None:
@@ -665,31 +514,6 @@ def _learn(vocab: _Vocab, pairs: _PairCounts, target: int, min_frequency: int, b
         left, right = divmod(pair, STRIDE)
         pairs.merge(pair, vocab.add_merge(left, right))
         bar.advance(len(vocab.tokens) - before)
-
-
-def _add_chain(vocab: _Vocab, form: str, counts: dict[int, int] | None = None) -> list[tuple[int, int]]:
-    """Append merges until BPE gives ``form`` as one token; returns them.
-
-    Each step runs BPE with every merge so far to its fixed point and appends a merge for one
-    adjacent pair of it: the one most frequent in the corpus (``counts``), leftmost on ties, so
-    that the chain's intermediate tokens are as useful as they can be. The new merge has the
-    highest rank, so it fires only at that fixed point, and each step makes the fixed point shorter.
-
-    >>> v = _Vocab(); [(v.tokens[a], v.tokens[b]) for a, b in _add_chain(v, "abc")]
-    [(b'a', b'b'), (b'ab', b'c')]
-    """
-    chain = []
-    symbols = vocab.bpe(list(form.encode("utf-8")))
-    while len(symbols) > 1:
-        pairs = [(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)]
-        if counts is not None:
-            left, right = max(pairs, key=lambda p: counts.get(p[0] * STRIDE + p[1], 0))  # first max: leftmost
-        else:
-            left, right = pairs[0]
-        vocab.add_merge(left, right)
-        chain.append((left, right))
-        symbols = vocab.bpe(symbols)
-    return chain
 
 
 # -- extending an existing vocabulary -------------------------------------------------------------
