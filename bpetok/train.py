@@ -216,7 +216,7 @@ class _Progress:
         except ImportError:
             self.enabled = False
             return
-        self.bar = tqdm(total=max(total, 1), desc=label, unit=unit, unit_scale=True, file=sys.stderr, dynamic_ncols=True)
+        self.bar = tqdm(total=max(total, 1), desc=label, unit=unit, unit_scale=unit == "B", file=sys.stderr, dynamic_ncols=True)
 
     def advance(self, n: int = 1) -> None:
         self.done += n

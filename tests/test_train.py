@@ -11,7 +11,7 @@ import pytest
 import bpetok
 from bpetok.cli import main
 from bpetok.gguf import read_gguf
-from bpetok._train_merge import STRIDE, _PairCounts, _RecountedPairs
+from bpetok._train_merge import _PairCounts, _RecountedPairs
 from bpetok.train import extend, train
 from helpers import QWEN3, SMOLLM2, load_cases
 
