@@ -92,22 +92,28 @@ def _piece_boundary(text: str) -> int:
 
 
 def _chunks(f, on_block=lambda: None) -> Iterator[str]:
-    """Read text from ``f`` in blocks, cut so that no pre-tokenizer piece spans two chunks."""
-    carry = ""
+    """Read text from ``f`` in blocks, cut at the last :func:`_piece_boundary` of the text read so far.
+
+    No pre-tokenizer piece spans two chunks. Blocks without a boundary are kept in a list and
+    joined once, so a file with no boundary at all (one huge line) is read in linear time.
+    """
+    carry: list[str] = []  # the text since the last cut: it holds no boundary
     while True:
         block = f.read(CHUNK_CHARS)
         if not block:
             break
         on_block()
-        text = carry + block
-        cut = _piece_boundary(text)
-        if cut == 0:
-            carry = text
+        # subtle: so the last boundary is in the block, or where carry's last character meets it.
+        edge = carry[-1][-1] if carry else ""
+        found = _piece_boundary(edge + block)
+        if found == 0:
+            carry.append(block)
             continue
-        yield text[:cut]
-        carry = text[cut:]
+        cut = found - len(edge)
+        yield "".join(carry) + block[:cut]
+        carry = [block[cut:]] if cut < len(block) else []
     if carry:
-        yield carry
+        yield "".join(carry)
 
 
 def _read_chunks(path: str, progress: _Progress) -> Iterator[str]:

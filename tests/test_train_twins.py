@@ -109,3 +109,27 @@ def test_progress_bar_has_totals_with_tqdm(capsys):
     train(texts=["low lower lowest newer wider\n"] * 20, vocab_size=270, min_frequency=1, progress=True)
     err = capsys.readouterr().err
     assert "pre-tokenizing" in err and "merging" in err and "14/14" in err  # 270 - 256 merges of 14
+
+
+def chunks_by_rescanning(text: str, block: int) -> list[str]:
+    """The plain way to chunk: rescan all the text since the last cut after every block."""
+    from bpetok.train import _piece_boundary
+
+    out, carry = [], ""
+    for start in range(0, len(text), block):
+        carry += text[start : start + block]
+        cut = _piece_boundary(carry)
+        if cut:
+            out.append(carry[:cut])
+            carry = carry[cut:]
+    return out + [carry] if carry else out
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(text=st.text(alphabet="ab \n\t", max_size=200), block=st.integers(1, 12))
+def test_chunks_cut_where_rescanning_does(text, block):
+    import io
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train_mod, "CHUNK_CHARS", block)
+        assert list(train_mod._chunks(io.StringIO(text))) == chunks_by_rescanning(text, block)
