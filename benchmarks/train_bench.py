@@ -3,8 +3,8 @@
 Both learn a byte-level BPE vocabulary of the same size from the same text with the same
 pre-tokenizer regex (Qwen2's) and min_frequency 2; HF runs single-threaded (RAYON_NUM_THREADS=1).
 Compressed corpora are decompressed to a temporary directory first (not timed), so both read
-plain text. Each run is a fresh subprocess; peak memory is that process's maximum RSS, and
-"import RSS" the RSS after imports, before training.
+plain text. Each run is a fresh subprocess; "cpu s" its CPU time in training (steadier than wall
+time on a busy machine), peak memory its maximum RSS, and "import RSS" the RSS after imports.
 
     python3 benchmarks/train_bench.py ../shared/corpus/en.txt.xz ../shared/corpus/code.txt.xz --sizes 4000 16000
 
@@ -105,9 +105,9 @@ def run_one(tool: str, size: int, files: list[str]) -> dict:
         import bpetok
 
         base = rss_mb()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = bpetok.train(files, vocab_size=size, pre="qwen2", min_frequency=2, progress=False)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         n = len(result.tokens)
     else:
         from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -121,11 +121,11 @@ def run_one(tool: str, size: int, files: list[str]) -> dict:
         trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=2, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         base = rss_mb()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         tok.train(files, trainer)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         n = tok.get_vocab_size()
-    return {"tool": tool, "size": size, "seconds": seconds, "peak_mb": rss_mb(), "import_mb": base, "n_tokens": n}
+    return {"tool": tool, "size": size, "seconds": seconds, "cpu": cpu, "peak_mb": rss_mb(), "import_mb": base, "n_tokens": n}
 
 
 def main() -> None:
@@ -155,7 +155,7 @@ def main() -> None:
             files.append(path)
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         print(f"corpus: {', '.join(os.path.basename(f) for f in files)} ({mb:.1f} MB of text)")
-        print(f"{'size':>6}  {'tool':<8} {'seconds':>8} {'peak MB':>8} {'import MB':>9} {'tokens':>7}")
+        print(f"{'size':>6}  {'tool':<8} {'seconds':>8} {'cpu s':>8} {'peak MB':>8} {'import MB':>9} {'tokens':>7}")
         env = dict(os.environ, RAYON_NUM_THREADS="1")
         for size in args.sizes:
             rows = {}
@@ -166,7 +166,7 @@ def main() -> None:
                                          env=env, check=True, capture_output=True, text=True).stdout
                     runs.append(json.loads(out.strip().splitlines()[-1]))
                 row = rows[tool] = min(runs, key=lambda r: r["seconds"])
-                print(f"{size:>6}  {tool:<8} {row['seconds']:>8.2f} {row['peak_mb']:>8.0f} {row['import_mb']:>9.0f} {row['n_tokens']:>7}")
+                print(f"{size:>6}  {tool:<8} {row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['peak_mb']:>8.0f} {row['import_mb']:>9.0f} {row['n_tokens']:>7}")
             ratio = rows["bpetok"]["seconds"] / rows["hf"]["seconds"]
             print(f"{size:>6}  bpetok / hf time: {ratio:.2f}x")
 
