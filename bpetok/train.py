@@ -103,7 +103,7 @@ def _chunks(f, on_block=lambda: None) -> Iterator[str]:
         if not block:
             break
         on_block()
-        # subtle: so the last boundary is in the block, or where carry's last character meets it.
+        # subtle: carry holds no boundary, so the last one is in the block or where carry's end meets it.
         edge = carry[-1][-1] if carry else ""
         found = _piece_boundary(edge + block)
         if found == 0:
