@@ -28,6 +28,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from bpetok import chat_limits
+from bpetok.chat_limits import DEFAULT_LIMITS, ChatLimits, LimitExceeded, check_nesting
 from bpetok.errors import BpetokError, ChatTemplateError
 from bpetok.hookspecs import hookimpl
 from bpetok.vocab import CHAT_TEMPLATE_KEY
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from bpetok.tokenizer import Tokenizer
     from bpetok.vocab import Vocabulary
 
-__all__ = ["apply_chat_template", "chat_templates", "render_template", "bpetok_register_commands"]
+__all__ = ["ChatLimits", "apply_chat_template", "chat_templates", "render_template", "bpetok_register_commands"]
 
 TEMPLATE_KEY = CHAT_TEMPLATE_KEY
 _INSTALL_HINT = "pip install 'bpetok[chat]'"
@@ -129,10 +131,6 @@ def _environment():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        # transformers' tojson: Jinja's own escapes HTML characters and takes no separators
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
     def strftime_now(format):
         return datetime.now().strftime(format)
 
@@ -164,10 +162,9 @@ def _environment():
                     f"chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}"
                 )
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols]
-    )
-    env.filters["tojson"] = tojson
+    # the sandbox, with every loop, big-value operation and transformers' tojson bounded (chat_limits)
+    environment_class = chat_limits.limited_environment_class(jinja2.sandbox.ImmutableSandboxedEnvironment)
+    env = environment_class(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
@@ -178,6 +175,18 @@ def _environment():
 @lru_cache(maxsize=32)
 def _compile(source: str):
     return _environment().from_string(source)
+
+
+def _compile_template(source: str, name: str):
+    jinja2 = _jinja()
+    try:
+        return _compile(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"{name}, line {e.lineno}: the chat template does not parse: {e.message}") from e
+    except RecursionError as e:  # 500 nested {% if %}, 5,000 nested parentheses
+        raise ChatTemplateError(f"{name}: {chat_limits.recursion_message()}") from e
+    except (SyntaxError, MemoryError) as e:  # Python refusing the compiled template ("too many nested blocks")
+        raise ChatTemplateError(f"{name}: the chat template is too complex to compile ({type(e).__name__}: {e})") from e
 
 
 def _template_line(tb) -> int | None:
@@ -265,6 +274,7 @@ def render_template(
     add_generation_prompt: bool = False,
     tools=None,
     continue_final_message: bool | str = False,
+    limits: ChatLimits | None = None,
     **variables,
 ) -> str:
     """Render a chat template's ``source`` for ``messages`` (transformers' conventions, see the
@@ -272,11 +282,20 @@ def render_template(
 
     ``continue_final_message`` leaves the last message open for the model to continue (a prefill),
     cut where transformers cuts it; a string names the field to continue (e.g. ``reasoning_content``).
+    ``limits`` bounds the rendering's time, output, loops and the input's nesting
+    (:class:`~bpetok.chat_limits.ChatLimits`; default ``ChatLimits()``).
 
-    :raises ChatTemplateError: the template does not parse, or fails while rendering (its own
-        ``raise_exception``, an undefined variable...); the message names the template and the line.
+    :raises ChatTemplateError: the template does not parse, fails while rendering (its own
+        ``raise_exception``, an undefined variable...) or exceeds a limit; the message names the
+        template and the line.
     """
     jinja2 = _jinja()
+    limits = limits or DEFAULT_LIMITS
+    if not isinstance(limits, ChatLimits):
+        raise ChatTemplateError(f"limits must be a bpetok.chat.ChatLimits, got {type(limits).__name__}")
+    check_nesting(messages, limits, "the messages")
+    check_nesting(tools, limits, "the tools")
+    check_nesting(variables, limits, "the template variables")
     prepared = prepare_messages(messages)
     if tools is not None:
         if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
@@ -291,23 +310,32 @@ def render_template(
                 "message, or open a new assistant turn"
             )
         final_text = _tag_final_message(prepared, source, continue_final_message)
+    compiled = _compile_template(source, name)
+    account, token = chat_limits.start(limits)
     try:
-        compiled = _compile(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise ChatTemplateError(f"{name}, line {e.lineno}: the chat template does not parse: {e.message}") from e
-    try:
-        rendered = compiled.render(
+        chunks = []
+        for chunk in compiled.generate(
             messages=prepared,
             tools=tools,
             documents=documents,
             add_generation_prompt=add_generation_prompt,
             **variables,
-        )
+        ):
+            account.add_output(len(chunk))
+            chunks.append(chunk)
+        rendered = "".join(chunks)
     except Exception as e:  # anything the template raises is the template's failure
         line = _template_line(sys.exc_info()[2])
         where = f"{name}, line {line}" if line is not None else name
+        if isinstance(e, LimitExceeded):
+            raise ChatTemplateError(f"{where}: {e.describe()}") from None
+        if isinstance(e, RecursionError):
+            raise ChatTemplateError(f"{where}: {chat_limits.recursion_message()}") from None
         what = "raised" if type(e) is jinja2.TemplateError else "failed"  # raise_exception() raises exactly this
         raise ChatTemplateError(f"{where}: the chat template {what}: {type(e).__name__}: {e}") from e
+    finally:
+        chat_limits.finish(token)
+        chunks = []
     if continue_final_message:
         rendered = _cut_at_tag(rendered, final_text, name)
     return rendered
