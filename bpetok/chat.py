@@ -20,6 +20,7 @@ jinja2 comes from the ``chat`` extra and is imported on first use.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -402,6 +403,8 @@ def apply_chat_template(
     template: str | None = None,
     tokenize: bool = False,
     continue_final_message: bool | str = False,
+    parse_special_in_messages: bool = True,
+    limits: ChatLimits | None = None,
     **kwargs,
 ):
     """``Tokenizer.apply_chat_template``: the prompt for ``messages``, or its ids with ``tokenize``.
@@ -410,22 +413,92 @@ def apply_chat_template(
     file's ``tool_use`` template when ``tools`` are given and it has one, else its default template.
     ``bos_token`` and ``eos_token`` are the vocabulary's; other keyword arguments reach the template
     as variables (``enable_thinking=False``, ``documents=[...]``...) and override those two.
-    The ids are ``encode(prompt, parse_special=True)``: the template writes the BOS itself.
+    ``limits`` bounds the rendering (:class:`~bpetok.chat_limits.ChatLimits`).
+
+    The ids are ``encode(prompt, parse_special=True)``: the template writes the BOS itself. With
+    ``parse_special_in_messages=False``, special-token text that came from the messages, tools or
+    documents (a user typing ``<|im_end|>``) is encoded as plain text; the template's own markers
+    stay special tokens, and the ids are unchanged for messages without special-token text.
     """
     source, name = select_template(tokenizer.vocabulary, template, tools)
     variables = {**_token_variables(tokenizer), **kwargs}
-    prompt = render_template(
-        source,
-        messages,
-        name=name,
-        add_generation_prompt=add_generation_prompt,
-        tools=tools,
-        continue_final_message=continue_final_message,
-        **variables,
-    )
-    if tokenize:
+
+    def render(messages, tools, variables) -> str:
+        return render_template(
+            source,
+            messages,
+            name=name,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            continue_final_message=continue_final_message,
+            limits=limits,
+            **variables,
+        )
+
+    prompt = render(messages, tools, variables)
+    if not tokenize:
+        return prompt
+    if parse_special_in_messages:
         return tokenizer.encode(prompt, parse_special=True)
-    return prompt
+    spans = _message_spans(tokenizer, prompt, name, render, messages, tools, variables)
+    return tokenizer._encode_partitioned(tokenizer._partition(prompt, True, protected=spans))
+
+
+def _message_spans(tokenizer: Tokenizer, prompt: str, name: str, render, messages, tools, variables):
+    """The (start, end) spans of ``prompt`` where special-token text from the messages landed.
+
+    Rendered a second time with each special-token match in the input strings replaced by a run of
+    one private-use character as long as the match: the runs mark where those matches are. The two
+    renderings must agree everywhere else, or the template treated the special-token text as more
+    than text (split at it, compared it), and which markers are whose cannot be told."""
+    finder = tokenizer._special_finder[True]
+    inputs = (messages, tools, variables.get("documents"))
+    if finder is None or not any(finder.search(text) for text in _strings(inputs)):
+        return []
+    mark = next(chr(c) for c in range(0xE000, 0xF900) if chr(c) not in prompt)
+    blank = functools.partial(finder.sub, lambda m: mark * len(m.group()))
+    documents = variables.get("documents")
+    masked_variables = {**variables, "documents": _map_strings(documents, blank)} if documents is not None else variables
+    masked = render(_map_strings(messages, blank), _map_strings(tools, blank), masked_variables)
+    spans = [m.span() for m in re.finditer(re.escape(mark) + "+", masked)]
+    ends = [0] + [end for _, end in spans]
+    starts = [start for start, _ in spans] + [len(masked)]
+    if len(masked) != len(prompt) or any(prompt[a:b] != masked[a:b] for a, b in zip(ends, starts)):
+        raise ChatTemplateError(
+            f"{name}: parse_special_in_messages=False, but the template does more with the special-token text "
+            "in the messages than print it (it splits or compares at it), so its own markers cannot be told "
+            "from the messages'; remove the special-token text from the messages (or leave the option on)"
+        )
+    return spans
+
+
+def _strings(value):
+    """Every str in nested lists, tuples and dicts (keys included), depth-first."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif _is_record(item):
+            stack.append(_plain(item))
+
+
+def _map_strings(value, change):
+    """``value`` with ``change`` applied to every str in it (records read as dicts, like _plain)."""
+    if isinstance(value, str):
+        return change(value)
+    if _is_record(value):
+        value = _plain(value)
+    if isinstance(value, Mapping):
+        return {_map_strings(k, change): _map_strings(v, change) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(v, change) for v in value]
+    return value
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -497,6 +570,8 @@ def _cmd_chat(args) -> int:
         add_generation_prompt=args.generation_prompt,
         template=_template_argument(args.template),
         tokenize=args.tokens,
+        parse_special_in_messages=not args.no_special_in_messages,
+        limits=ChatLimits.from_options(args.limit),
         **extra,
     )
     if args.tokens:
@@ -529,6 +604,20 @@ def bpetok_register_commands(subparsers) -> None:
     p.add_argument("--tokens", action="store_true", help="print the prompt's ids and their count as JSON")
     p.add_argument(
         "--template", metavar="NAME|FILE", help="a named template of the file (e.g. tool_use), or a template file"
+    )
+    p.add_argument(
+        "--no-special-in-messages",
+        action="store_true",
+        help="with --tokens: special-token text in the messages (a user typing <|im_end|>) is plain text; "
+        "the template's own markers stay special tokens",
+    )
+    p.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=NUMBER",
+        help="raise a rendering limit: seconds (10), output_chars (10000000), loop_iterations (1000000), "
+        "nesting (64) (repeatable)",
     )
     p.add_argument(
         "--var",

@@ -90,8 +90,9 @@ class LimitExceeded(Exception):
         self.limit, self.value, self.what = limit, value, what
 
     def describe(self) -> str:
+        value = f"{self.value:g}" if isinstance(self.value, float) else self.value
         return (
-            f"the chat template exceeded a limit: {self.what} (limit {self.limit}={self.value:g}); if the "
+            f"the chat template exceeded a limit: {self.what} (limit {self.limit}={value}); if the "
             f"template is trusted, raise it: limits=ChatLimits({self.limit}=...) in Python, "
             f"--limit {self.limit}=... on the command line"
         )
