@@ -297,12 +297,18 @@ def render_template(
     check_nesting(messages, limits, "the messages")
     check_nesting(tools, limits, "the tools")
     check_nesting(variables, limits, "the template variables")
-    prepared = prepare_messages(messages)
-    if tools is not None:
-        if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
-            raise ChatTemplateError("tools must be a list of JSON schemas (objects), as the OpenAI API takes them")
-        tools = _plain(list(tools))
-    variables = _plain(variables)
+    try:
+        prepared = prepare_messages(messages)
+        if tools is not None:
+            if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
+                raise ChatTemplateError("tools must be a list of JSON schemas (objects), as the OpenAI API takes them")
+            tools = _plain(list(tools))
+        variables = _plain(variables)
+    except RecursionError:  # only with ChatLimits(nesting=...) raised past Python's recursion limit
+        raise ChatTemplateError(
+            f"the messages, tools or variables nest too deeply for Python (over {sys.getrecursionlimit()} levels); "
+            "pass flatter data"
+        ) from None
     documents = variables.pop("documents", None)
     if continue_final_message:
         if add_generation_prompt:

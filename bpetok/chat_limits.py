@@ -359,8 +359,12 @@ def limited_environment_class(base):
             owner = getattr(__obj, "__self__", None)
             if isinstance(owner, str):  # a str method: some make big strings
                 check_str_method(owner, getattr(__obj, "__name__", ""), args, kwargs)
-            budget().check_clock()
-            return super().call(__context, __obj, *args, **kwargs)
+            account = budget()
+            account.check_clock()
+            result = super().call(__context, __obj, *args, **kwargs)
+            if isinstance(result, str):  # a macro's output, which jinja2 joins outside generate()
+                account.check_size(len(result), "a call's result")
+            return result
 
     return LimitedEnvironment
 
