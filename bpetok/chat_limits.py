@@ -61,8 +61,8 @@ class ChatLimits:
     @classmethod
     def from_options(cls, options: list[str], base: ChatLimits | None = None) -> ChatLimits:
         """Limits from ``NAME=VALUE`` strings (the CLI's ``--limit``), over ``base``."""
-        names = {f.name: f.type for f in dataclasses.fields(cls)}
-        changes: dict[str, float | int] = {}
+        names = [f.name for f in dataclasses.fields(cls)]
+        changes: dict[str, Any] = {}
         for option in options:
             name, sep, value = option.partition("=")
             if not sep or name not in names:

@@ -18,7 +18,7 @@ import pytest
 import bpetok
 from bpetok.chat import ChatLimits, render_template
 from bpetok.errors import ChatTemplateError
-from chat_cases import CONVERSATIONS, TOKENS, load_templates
+from chat_cases import CONVERSATIONS, load_templates
 from helpers import LLAMA_TESTS, QWEN3
 
 TEMPLATES = load_templates()
