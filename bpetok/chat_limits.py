@@ -182,18 +182,18 @@ def check_binop(operator: str, left: Any, right: Any) -> None:
     if operator == "*":
         if ints:
             _check_int_bits(left.bit_length() + right.bit_length())
-        elif isinstance(right, int) and isinstance(left, (str, list, tuple)):
+        elif isinstance(right, int) and isinstance(left, (str, bytes, list, tuple)):
             account.check_size(len(left) * right, f"{type(left).__name__} * {right}")
-        elif isinstance(left, int) and isinstance(right, (str, list, tuple)):
+        elif isinstance(left, int) and isinstance(right, (str, bytes, list, tuple)):
             account.check_size(len(right) * left, f"{left} * {type(right).__name__}")
     elif operator == "**":
         if ints and right > 0 and abs(left) > 1:
             _check_int_bits(right * left.bit_length())
     elif operator == "+":
-        if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+        if isinstance(left, (str, bytes, list, tuple)) and isinstance(right, (str, bytes, list, tuple)):
             account.check_size(len(left) + len(right), f"{type(left).__name__} + {type(right).__name__}")
-    elif operator == "%" and isinstance(left, str):
-        check_printf_format(left, right)
+    elif operator == "%" and isinstance(left, (str, bytes)):
+        check_printf_format(left if isinstance(left, str) else left.decode("latin-1"), right)
 
 
 # the widths and precisions of %-formatting and of str.format's fields
@@ -229,14 +229,15 @@ def _width(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
 
-def check_str_method(text: str, name: str, args: tuple, kwargs: dict) -> None:
+def check_str_method(text: Any, name: str, args: tuple, kwargs: dict) -> None:
+    """Refuse a call of a str (or bytes) method whose result would pass the size limit."""
     account = budget()
     if name in ("center", "ljust", "rjust", "zfill") and args:
         account.check_size(_width(args[0]), f"str.{name}({args[0]})")
     elif name == "expandtabs":
         size = _width(args[0] if args else kwargs.get("tabsize", 8))
-        account.check_size(len(text) + text.count("\t") * size, "str.expandtabs()")
-    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        account.check_size(len(text) + text.count("\t" if isinstance(text, str) else b"\t") * size, "str.expandtabs()")
+    elif name == "replace" and len(args) >= 2 and isinstance(args[0], type(text)) and isinstance(args[1], type(text)):
         old, new = args[0], args[1]
         count = text.count(old) if old else len(text) + 1
         account.check_size(len(text) + count * max(len(new) - len(old), 0), "str.replace()")
@@ -244,7 +245,7 @@ def check_str_method(text: str, name: str, args: tuple, kwargs: dict) -> None:
         items = args[0]
         if isinstance(items, (list, tuple)):
             account.check_size(sum(_length(i) for i in items) + len(text) * len(items), "str.join()")
-    elif name in ("format", "format_map"):
+    elif name in ("format", "format_map") and isinstance(text, str):
         mapping = args[0] if name == "format_map" and args and isinstance(args[0], Mapping) else kwargs
         check_format(text, args if name == "format" else (), mapping)
 
@@ -334,6 +335,9 @@ def limited_environment_class(base):
             self.filters["format"] = _checked_filter(filters.do_format, _format_filter_size)
             self.filters["replace"] = _checked_filter(filters.do_replace, _replace_size, pass_first=True)
             self.filters["join"] = _checked_filter(filters.sync_do_join, _join_size, pass_first=True)
+            # batch pads its last list to the batch's size; slice loops once per slice
+            self.filters["batch"] = _checked_filter(filters.do_batch, lambda value, linecount, *a, **k: _width(linecount))
+            self.filters["slice"] = _checked_filter(filters.sync_do_slice, lambda value, slices, *a, **k: _width(slices))
 
         def _parse(self, source, name, filename):
             return _Instrument().visit(super()._parse(source, name, filename))
@@ -357,7 +361,7 @@ def limited_environment_class(base):
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's signature
             owner = getattr(__obj, "__self__", None)
-            if isinstance(owner, str):  # a str method: some make big strings
+            if isinstance(owner, (str, bytes)):  # a str (or bytes) method: some make big strings
                 check_str_method(owner, getattr(__obj, "__name__", ""), args, kwargs)
             account = budget()
             account.check_clock()

@@ -43,6 +43,10 @@ ATTACKS = {
     "str.format width": ("{{ '{:>10000000000}'.format('a') }}", "output_chars"),
     "replace growth": ("{{ ('a'*1000000).replace('a', 'a'*1000) }}", "output_chars"),
     "join growth": ("{{ ('a'*1000000).join(['a']*1000) }}", "output_chars"),
+    "batch padding": ("{{ [1]|batch(10**10, 'x')|list|length }}", "output_chars"),
+    "slice count": ("{{ [1]|slice(10**10)|list|length }}", "output_chars"),
+    "bytes * 10**10": ("{{ 'a'.encode() * 10**10 }}", "output_chars"),
+    "bytes.center": ("{{ 'a'.encode().center(10**10) }}", "output_chars"),
     "string doubled in a namespace (~)": (
         "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
         "output_chars"),
