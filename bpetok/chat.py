@@ -23,11 +23,13 @@ import dataclasses
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from bpetok import chat_limits
+from bpetok.chat_limits import DEFAULT_LIMITS, ChatLimits, LimitExceeded, check_nesting
 from bpetok.errors import BpetokError, ChatTemplateError
 from bpetok.hookspecs import hookimpl
 from bpetok.vocab import CHAT_TEMPLATE_KEY
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from bpetok.tokenizer import Tokenizer
     from bpetok.vocab import Vocabulary
 
-__all__ = ["apply_chat_template", "chat_templates", "render_template", "bpetok_register_commands"]
+__all__ = ["ChatLimits", "apply_chat_template", "chat_templates", "render_template", "bpetok_register_commands"]
 
 TEMPLATE_KEY = CHAT_TEMPLATE_KEY
 _INSTALL_HINT = "pip install 'bpetok[chat]'"
@@ -129,10 +131,6 @@ def _environment():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        # transformers' tojson: Jinja's own escapes HTML characters and takes no separators
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
     def strftime_now(format):
         return datetime.now().strftime(format)
 
@@ -164,10 +162,9 @@ def _environment():
                     f"chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}"
                 )
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols]
-    )
-    env.filters["tojson"] = tojson
+    # the sandbox, with every loop, big-value operation and transformers' tojson bounded (chat_limits)
+    environment_class = chat_limits.limited_environment_class(jinja2.sandbox.ImmutableSandboxedEnvironment)
+    env = environment_class(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
@@ -178,6 +175,18 @@ def _environment():
 @lru_cache(maxsize=32)
 def _compile(source: str):
     return _environment().from_string(source)
+
+
+def _compile_template(source: str, name: str):
+    jinja2 = _jinja()
+    try:
+        return _compile(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"{name}, line {e.lineno}: the chat template does not parse: {e.message}") from e
+    except RecursionError as e:  # 500 nested {% if %}, 5,000 nested parentheses
+        raise ChatTemplateError(f"{name}: {chat_limits.recursion_message()}") from e
+    except (SyntaxError, MemoryError) as e:  # Python refusing the compiled template ("too many nested blocks")
+        raise ChatTemplateError(f"{name}: the chat template is too complex to compile ({type(e).__name__}: {e})") from e
 
 
 def _template_line(tb) -> int | None:
@@ -265,6 +274,7 @@ def render_template(
     add_generation_prompt: bool = False,
     tools=None,
     continue_final_message: bool | str = False,
+    limits: ChatLimits | None = None,
     **variables,
 ) -> str:
     """Render a chat template's ``source`` for ``messages`` (transformers' conventions, see the
@@ -272,17 +282,32 @@ def render_template(
 
     ``continue_final_message`` leaves the last message open for the model to continue (a prefill),
     cut where transformers cuts it; a string names the field to continue (e.g. ``reasoning_content``).
+    ``limits`` bounds the rendering's time, output, loops and the input's nesting
+    (:class:`~bpetok.chat_limits.ChatLimits`; default ``ChatLimits()``).
 
-    :raises ChatTemplateError: the template does not parse, or fails while rendering (its own
-        ``raise_exception``, an undefined variable...); the message names the template and the line.
+    :raises ChatTemplateError: the template does not parse, fails while rendering (its own
+        ``raise_exception``, an undefined variable...) or exceeds a limit; the message names the
+        template and the line.
     """
     jinja2 = _jinja()
-    prepared = prepare_messages(messages)
-    if tools is not None:
-        if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
-            raise ChatTemplateError("tools must be a list of JSON schemas (objects), as the OpenAI API takes them")
-        tools = _plain(list(tools))
-    variables = _plain(variables)
+    limits = limits or DEFAULT_LIMITS
+    if not isinstance(limits, ChatLimits):
+        raise ChatTemplateError(f"limits must be a bpetok.chat.ChatLimits, got {type(limits).__name__}")
+    check_nesting(messages, limits, "the messages")
+    check_nesting(tools, limits, "the tools")
+    check_nesting(variables, limits, "the template variables")
+    try:
+        prepared = prepare_messages(messages)
+        if tools is not None:
+            if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
+                raise ChatTemplateError("tools must be a list of JSON schemas (objects), as the OpenAI API takes them")
+            tools = _plain(list(tools))
+        variables = _plain(variables)
+    except RecursionError:  # only with ChatLimits(nesting=...) raised past Python's recursion limit
+        raise ChatTemplateError(
+            f"the messages, tools or variables nest too deeply for Python (over {sys.getrecursionlimit()} levels); "
+            "pass flatter data"
+        ) from None
     documents = variables.pop("documents", None)
     if continue_final_message:
         if add_generation_prompt:
@@ -291,23 +316,32 @@ def render_template(
                 "message, or open a new assistant turn"
             )
         final_text = _tag_final_message(prepared, source, continue_final_message)
+    compiled = _compile_template(source, name)
+    account, token = chat_limits.start(limits)
     try:
-        compiled = _compile(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise ChatTemplateError(f"{name}, line {e.lineno}: the chat template does not parse: {e.message}") from e
-    try:
-        rendered = compiled.render(
+        chunks = []
+        for chunk in compiled.generate(
             messages=prepared,
             tools=tools,
             documents=documents,
             add_generation_prompt=add_generation_prompt,
             **variables,
-        )
+        ):
+            account.add_output(len(chunk))
+            chunks.append(chunk)
+        rendered = "".join(chunks)
     except Exception as e:  # anything the template raises is the template's failure
         line = _template_line(sys.exc_info()[2])
         where = f"{name}, line {line}" if line is not None else name
+        if isinstance(e, LimitExceeded):
+            raise ChatTemplateError(f"{where}: {e.describe()}") from None
+        if isinstance(e, RecursionError):
+            raise ChatTemplateError(f"{where}: {chat_limits.recursion_message()}") from None
         what = "raised" if type(e) is jinja2.TemplateError else "failed"  # raise_exception() raises exactly this
         raise ChatTemplateError(f"{where}: the chat template {what}: {type(e).__name__}: {e}") from e
+    finally:
+        chat_limits.finish(token)
+        chunks = []
     if continue_final_message:
         rendered = _cut_at_tag(rendered, final_text, name)
     return rendered
@@ -374,6 +408,8 @@ def apply_chat_template(
     template: str | None = None,
     tokenize: bool = False,
     continue_final_message: bool | str = False,
+    parse_special_in_messages: bool = True,
+    limits: ChatLimits | None = None,
     **kwargs,
 ):
     """``Tokenizer.apply_chat_template``: the prompt for ``messages``, or its ids with ``tokenize``.
@@ -382,22 +418,40 @@ def apply_chat_template(
     file's ``tool_use`` template when ``tools`` are given and it has one, else its default template.
     ``bos_token`` and ``eos_token`` are the vocabulary's; other keyword arguments reach the template
     as variables (``enable_thinking=False``, ``documents=[...]``...) and override those two.
-    The ids are ``encode(prompt, parse_special=True)``: the template writes the BOS itself.
+    ``limits`` bounds the rendering (:class:`~bpetok.chat_limits.ChatLimits`).
+
+    The ids are ``encode(prompt, parse_special=True)``: the template writes the BOS itself. With
+    ``parse_special_in_messages=False``, special-token text that came from the messages, tools or
+    documents (a user typing ``<|im_end|>``) is encoded as plain text; the template's own markers
+    stay special tokens, and the ids are unchanged for messages without special-token text.
     """
     source, name = select_template(tokenizer.vocabulary, template, tools)
     variables = {**_token_variables(tokenizer), **kwargs}
-    prompt = render_template(
-        source,
-        messages,
-        name=name,
-        add_generation_prompt=add_generation_prompt,
-        tools=tools,
-        continue_final_message=continue_final_message,
-        **variables,
-    )
-    if tokenize:
+    if tokenize and not parse_special_in_messages and isinstance(messages, Iterator):
+        messages = list(messages)  # rendered twice
+
+    def render(messages, tools, variables) -> str:
+        return render_template(
+            source,
+            messages,
+            name=name,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            continue_final_message=continue_final_message,
+            limits=limits,
+            **variables,
+        )
+
+    prompt = render(messages, tools, variables)
+    if not tokenize:
+        return prompt
+    if parse_special_in_messages:
         return tokenizer.encode(prompt, parse_special=True)
-    return prompt
+    from bpetok.chat_spans import message_spans
+
+    plain_variables = {**variables, "documents": _plain(variables["documents"])} if "documents" in variables else variables
+    spans = message_spans(tokenizer, prompt, name, render, _plain(messages), _plain(tools), plain_variables)
+    return tokenizer._encode_partitioned(tokenizer._partition(prompt, True, protected=spans))
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -469,6 +523,8 @@ def _cmd_chat(args) -> int:
         add_generation_prompt=args.generation_prompt,
         template=_template_argument(args.template),
         tokenize=args.tokens,
+        parse_special_in_messages=not args.no_special_in_messages,
+        limits=ChatLimits.from_options(args.limit),
         **extra,
     )
     if args.tokens:
@@ -501,6 +557,20 @@ def bpetok_register_commands(subparsers) -> None:
     p.add_argument("--tokens", action="store_true", help="print the prompt's ids and their count as JSON")
     p.add_argument(
         "--template", metavar="NAME|FILE", help="a named template of the file (e.g. tool_use), or a template file"
+    )
+    p.add_argument(
+        "--no-special-in-messages",
+        action="store_true",
+        help="with --tokens: special-token text in the messages (a user typing <|im_end|>) is plain text; "
+        "the template's own markers stay special tokens",
+    )
+    p.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=NUMBER",
+        help="raise a rendering limit: seconds (10), output_chars (10000000), loop_iterations (1000000), "
+        "nesting (64) (repeatable)",
     )
     p.add_argument(
         "--var",

@@ -89,6 +89,8 @@ def _cmd_list_models(args) -> int:
 def _cmd_info(args) -> int:
     from collections import Counter
 
+    from bpetok.chat import chat_templates
+
     tok = bpetok.from_file(args.model)
     vocab = tok.vocabulary
     types = Counter(tok.token_type(i).name for i in range(tok.n_tokens))
@@ -109,6 +111,7 @@ def _cmd_info(args) -> int:
         "add_eos": tok.add_eos,
         "add_space_prefix": tok.add_space_prefix,
         "engine": tok.engine,
+        "chat_templates": sorted(chat_templates(vocab)),
     }
     if args.json:
         print(json.dumps(info, indent=2))

@@ -278,7 +278,7 @@ def apply_template_request(tok: bpetok.Tokenizer, data: dict) -> dict:
         extra = {}
     if not isinstance(extra, dict):
         raise RequestError(f'"chat_template_kwargs" must be an object, got {_json_type(extra)}')
-    clash = sorted(_RESERVED_TEMPLATE_KWARGS & set(extra))
+    clash = sorted((_RESERVED_TEMPLATE_KWARGS | {"parse_special_in_messages", "limits"}) & set(extra))
     if clash:
         raise RequestError(f'"chat_template_kwargs" cannot set {", ".join(clash)}: use the request\'s own fields')
     add_generation_prompt = _bool_field(data, "add_generation_prompt", True)
@@ -294,14 +294,19 @@ def apply_template_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
     if continue_final and last.get("role") == "assistant" and last.get("tool_calls"):
         raise RequestError("Cannot continue an assistant message that contains tool calls.")
-    prompt = tok.apply_chat_template(
-        messages,
+    tokenize = _bool_field(data, "tokenize", False)
+    special_in_messages = _bool_field(data, "parse_special_in_messages", True)
+    options = dict(
         tools=tools or None,
         add_generation_prompt=add_generation_prompt,
         continue_final_message=continue_final,
         **extra,
     )
-    return {"prompt": prompt}
+    prompt = tok.apply_chat_template(messages, **options)
+    if not tokenize:
+        return {"prompt": prompt}
+    tokens = tok.apply_chat_template(messages, tokenize=True, parse_special_in_messages=special_in_messages, **options)
+    return {"prompt": prompt, "tokens": tokens}
 
 
 def _continuation(value) -> bool | str:

@@ -16,6 +16,7 @@ import operator
 import os
 import re
 import stat
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import Any, SupportsIndex
 from itertools import chain, compress, islice, repeat
@@ -354,8 +355,11 @@ class Tokenizer:
                     "'tokenizer.ggml.token_type'"
                 )
 
-    def _partition(self, text: str, parse_special: bool) -> list[str | int]:
+    def _partition(self, text: str, parse_special: bool, protected: list[tuple[int, int]] | None = None) -> list[str | int]:
         """Cut special tokens out of ``text``: str fragments to pre-tokenize, ints already ids.
+
+        ``protected``: sorted, disjoint (start, end) spans of ``text`` that no special token may
+        overlap (a chat's message text, see bpetok.chat): a match there stays plain text.
 
         Each special, longest first, is cut out of every remaining raw fragment before the next is
         tried, so this is longest-first globally, not leftmost-longest: with specials ``ABC`` and
@@ -368,7 +372,7 @@ class Tokenizer:
         if finder is None or finder.search(text) is None:
             return [text]
         attrs = self.vocabulary.attrs
-        find = text.find
+        find = text.find if not protected else _find_outside(text, protected)
         fragments: list[tuple[int, int] | int] = [(0, len(text))]
         for token_id, special in self._specials:
             attr = attrs[token_id]
@@ -427,29 +431,33 @@ class Tokenizer:
         ids: list[int] = []
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))
-        if text and not self._pretokenized:
-            ids += self._encode_fragments(self._partition(text, parse_special))
-        elif text:
-            fragments = self._partition(text, parse_special)
-            first = fragments[0]
-            if len(fragments) == 1 and isinstance(first, str):
-                ids += self._encode_ordinary(first)
-            else:
-                # Text between specials repeats (a chat's "\n", "user\n"): encode each distinct
-                # short fragment once per call.
-                seen: dict[str, list[int]] = {}
-                for fragment in fragments:
-                    if isinstance(fragment, int):
-                        ids.append(fragment)
-                        continue
-                    found = seen.get(fragment)
-                    if found is None:
-                        found = self._encode_ordinary(fragment)
-                        if len(fragment) <= _FRAGMENT_MEMO_LONGEST:
-                            seen[fragment] = found
-                    ids += found
+        if text:
+            ids += self._encode_partitioned(self._partition(text, parse_special))
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        return ids
+
+    def _encode_partitioned(self, fragments: list[str | int]) -> list[int]:
+        """Ids of text cut by :meth:`_partition`."""
+        if not self._pretokenized:
+            return self._encode_fragments(fragments)
+        first = fragments[0]
+        if len(fragments) == 1 and isinstance(first, str):
+            return self._encode_ordinary(first)
+        # Text between specials repeats (a chat's "\n", "user\n"): encode each distinct
+        # short fragment once per call.
+        ids: list[int] = []
+        seen: dict[str, list[int]] = {}
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                ids.append(fragment)
+                continue
+            found = seen.get(fragment)
+            if found is None:
+                found = self._encode_ordinary(fragment)
+                if len(fragment) <= _FRAGMENT_MEMO_LONGEST:
+                    seen[fragment] = found
+            ids += found
         return ids
 
     def encode_bytes(self, data: bytes, *, parse_special: bool = True, add_special: bool = False) -> list[int]:
@@ -930,6 +938,22 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
+
+
+def _find_outside(text: str, protected: list[tuple[int, int]]):
+    """``text.find`` that skips matches overlapping a protected span."""
+    starts = [start for start, _ in protected]
+
+    def find(needle: str, start: int, end: int) -> int:
+        at = text.find(needle, start, end)
+        while at >= 0:
+            i = bisect_right(starts, at + len(needle) - 1) - 1  # the last span starting inside the match
+            if i < 0 or protected[i][1] <= at:
+                return at
+            at = text.find(needle, at + 1, end)
+        return at
+
+    return find
 
 
 def _ids_whose_attr(attrs: list[int], wanted) -> Iterator[int]:
