@@ -14,6 +14,7 @@ from array import array
 from collections import Counter, defaultdict
 from typing import Iterable
 
+from bpetok.errors import BpetokError
 from bpetok.models.gpt2 import BYTE_TO_CHAR
 from bpetok.vocab import TokenType
 
@@ -163,10 +164,20 @@ class _RecountedPairs:
 # -- the vocabulary being built ------------------------------------------------------------------
 
 
+# What all token texts together may weigh. A long pin with no repeats grows one token from the left,
+# so its chain's texts total about n**2/2 bytes (20k random letters: 391 MB): past this, refuse it.
+MAX_TEXT_BYTES = 256 * 2**20
+
+
+class ChainTooLarge(BpetokError):
+    """The token texts a vocabulary's chains need would pass :data:`MAX_TEXT_BYTES`."""
+
+
 class _Vocab:
     """Token texts (GPT-2 byte characters, UTF-8) and merges in rank order."""
 
     def __init__(self):
+        self.text_bytes = 0
         self.tokens: list[bytes] = [c.encode() for c in BYTE_TO_CHAR]
         self.types: list[int] = [TokenType.NORMAL] * 256
         self.ids: dict[bytes, int] = {t: i for i, t in enumerate(self.tokens)}
@@ -178,6 +189,9 @@ class _Vocab:
         text = self.tokens[left] + self.tokens[right]
         new = self.ids.get(text)
         if new is None:
+            self.text_bytes += len(text)
+            if self.text_bytes > MAX_TEXT_BYTES:
+                raise ChainTooLarge(f"the token texts would pass {MAX_TEXT_BYTES // 2**20} MiB")
             new = self.ids[text] = len(self.tokens)
             self.tokens.append(text)
             self.types.append(TokenType.NORMAL)

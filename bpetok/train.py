@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from bpetok._args import as_int, check_flag, check_not_text
 from bpetok._extend import ExtendResult, _clean_pins, extend, read_pin_file
-from bpetok._train_merge import STRIDE, _add_chain, _PairCounts, _Vocab
+from bpetok._train_merge import STRIDE, ChainTooLarge, _add_chain, _PairCounts, _Vocab
 from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
@@ -416,7 +416,13 @@ def train(
     # The cheapest the pins can be: their chains built from bytes alone (no learned merges).
     probe = _Vocab()
     for form in forms:
-        _add_chain(probe, form)
+        try:
+            _add_chain(probe, form)
+        except ChainTooLarge as error:
+            raise BpetokError(
+                f"pinned term {form[:40]!r}{'...' if len(form) > 40 else ''} ({len(form)} characters) cannot be one "
+                f"token: {error} (a long pin with few repeats needs a token per prefix); shorten or split it"
+            ) from None
     pin_cost = len(probe.tokens) - 256
     minimum = 256 + len(special_tokens) + pin_cost
     if vocab_size < minimum:

@@ -133,3 +133,18 @@ def test_chunks_cut_where_rescanning_does(text, block):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(train_mod, "CHUNK_CHARS", block)
         assert list(train_mod._chunks(io.StringIO(text))) == chunks_by_rescanning(text, block)
+
+
+def test_pin_whose_chain_needs_a_token_per_prefix_is_refused(tmp_path, monkeypatch):
+    # 30k letters with no repeated pair: each merge grows one token from the left, so the chain's
+    # texts would total ~450 MB. It is refused by name before that memory is spent.
+    import bpetok._train_merge as train_merge
+    from bpetok import BpetokError
+
+    rng = random.Random(5)
+    pin = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(30_000))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello world\n")
+    monkeypatch.setattr(train_merge, "MAX_TEXT_BYTES", 16 * 2**20)  # the same refusal, sooner
+    with pytest.raises(BpetokError, match=r"pinned term '[a-z]{40}'\.\.\. \(30000 characters\) cannot be one token"):
+        train([str(corpus)], vocab_size=300, pins=[pin], output=str(tmp_path / "v.gguf"))
