@@ -715,8 +715,10 @@ def connect_dask(address: str):
         from dask.distributed import Client
     except ImportError:
         raise BpetokError("--dask needs dask.distributed: pip install 'bpetok[dask]'") from None
+    from bpetok._dask import check_scheduler_address
+
     try:
-        return Client(address, timeout="20s")
+        return Client(check_scheduler_address(address), timeout="20s")
     except (OSError, TimeoutError) as e:
         raise BpetokError(f"cannot reach the Dask scheduler at {address} ({e}); is it running?") from e
 
