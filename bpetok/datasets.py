@@ -879,9 +879,12 @@ def _write_parquet(f, ids: np.ndarray, lengths: np.ndarray) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    # The ids in the manifest's dtype (the writer's): list<uint16> or list<uint32>, as in .npy shards.
+    big = len(ids) > np.iinfo(np.int32).max  # past a list's int32 offsets
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64 if big else np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)))
+    lists = pa.LargeListArray if big else pa.ListArray
+    column = lists.from_arrays(pa.array(offsets), pa.array(ids))
     pq.write_table(pa.table({"ids": column}), f)
 
 
@@ -990,7 +993,7 @@ def encode_dataset(
     :param inputs: text files (one document each, or one per line with ``lines``), JSONL
         (``.jsonl``/``.ndjson``: the ``field`` of each record) or Parquet (the ``field`` column);
         ``.gz``/``.xz``/``.bz2``/``.zst`` are decompressed on the fly.
-    :param format: ``npy`` (flat ids + document offsets) or ``parquet`` (a ``list<int32>`` per document).
+    :param format: ``npy`` (flat ids + document offsets) or ``parquet`` (a list of ids per document).
     :param append_eos: end every document with the vocabulary's EOS id.
     :param parse_special: read special-token texts (``<|im_end|>``) in documents as their ids;
         off by default, so a document cannot inject control tokens.
