@@ -728,7 +728,7 @@ def connect_dask(address: str):
 
 def _atomic_write(directory: str, name: str, write: Callable) -> str:
     """Write ``name`` through a temporary file in ``directory``, renamed when complete; its sha256."""
-    f = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{name}.", suffix=".tmp", delete=False)
+    f = _new_temporary(directory, name)
     try:
         write(f)
     except BaseException:
@@ -736,6 +736,17 @@ def _atomic_write(directory: str, name: str, write: Callable) -> str:
         os.unlink(f.name)
         raise
     return _finish_atomic_write(f, directory, name)
+
+
+def _new_temporary(directory: str, name: str):
+    """A new file ``.NAME.XXXXXXXX.tmp`` in ``directory``, open for writing, made as ``open`` makes
+    any file (mode 0666 less the umask: ``tempfile``'s are 0600, and shards are renamed, not copied)."""
+    while True:
+        path = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")
+        try:
+            return open(path, "xb")
+        except FileExistsError:
+            continue
 
 
 def _finish_atomic_write(f, directory: str, name: str) -> str:
@@ -799,8 +810,7 @@ class _ShardWriter:
         ids = ids.astype(self.dtype, copy=False)
         if self.fmt == "npy":
             if self.file is None:
-                self.file = tempfile.NamedTemporaryFile(dir=self.directory, prefix=f".{self._name('npy')}.",
-                                                        suffix=".tmp", delete=False)
+                self.file = _new_temporary(self.directory, self._name("npy"))
                 _write_npy_header(self.file, self.dtype, 0)
                 self.unsynced = 0
             self.file.write(np.ascontiguousarray(ids).data)
