@@ -695,12 +695,37 @@ def process_pool(workers: int, model: ModelSource | None = None) -> Iterator:
 
 
 def _start_worker(model: ModelSource | None) -> None:
+    _exit_with_parent()
     _unfix_mmap_threshold()
     if model is not None:
         try:
             model.tokenizer()
         except Exception:  # noqa: S110 - the worker's first task meets the error again and reports it
             pass
+
+
+def _exit_with_parent() -> None:
+    """End this worker process when the process that started it ends, however it ends.
+
+    A pool's worker waits for its next task on a queue whose write end it holds itself, so a
+    parent killed with ``SIGKILL`` would leave it (and through it the forkserver) sleeping for
+    good. ``PR_SET_PDEATHSIG`` would not do: a forkserver's worker is the forkserver's child.
+    multiprocessing gives each worker a pipe from the process that asked for it, the parent's
+    *sentinel*, which comes to its end of file when that process is gone.
+    """
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        wait([sentinel])
+        os._exit(1)  # not sys.exit: this is a thread, and the main one may be busy in a task
+
+    threading.Thread(target=watch, name="bpetok-parent-watch", daemon=True).start()
 
 
 def _load_vocabulary(path: str):
