@@ -23,7 +23,8 @@ the cut of the rest is the same because a shard always starts a fresh cut.
 Output (``OUTDIR``): ``shard-00000.npy`` (the ids, one flat array, ``uint16`` when the
 vocabulary has at most 65,536 tokens, else ``uint32``) with ``shard-00000.idx.npy`` (``uint64``
 offsets: document ``i`` is ``ids[idx[i]:idx[i + 1]]``), or ``shard-00000.parquet`` (one row per
-document, an ``ids`` column of ``list<int32>``); and ``manifest.json``.
+document, an ``ids`` column of ``list<uint16>`` or ``list<uint32>``, as the manifest's ``dtype``
+says); and ``manifest.json``; while a run writes there, its lock file (:mod:`bpetok._outdir`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from bpetok import _outdir
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 
@@ -335,12 +337,16 @@ def _open_binary(path: str):
     if path.endswith(".bz2"):
         return bz2.open(path, "rb")
     if path.endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError:
-            raise BpetokError(f"{path}: reading .zst files needs the zstandard package: pip install 'bpetok[zstd]'") from None
-        return io.BufferedReader(zstandard.open(path, "rb"))  # its reader cannot iterate lines itself
+        return io.BufferedReader(_zstandard(path).open(path, "rb"))  # its reader cannot iterate lines itself
     return open(path, "rb")
+
+
+def _zstandard(path: str):
+    try:
+        import zstandard
+    except ImportError:
+        raise BpetokError(f"{path}: reading .zst files needs the zstandard package: pip install 'bpetok[zstd]'") from None
+    return zstandard
 
 
 def input_kind(path: str) -> str:
@@ -952,6 +958,8 @@ def _inputs(paths: list[str]) -> list[dict]:
     for path in paths:
         if not os.path.isfile(path):
             raise BpetokError(f"{path}: no such input file" + (" (it is a directory)" if os.path.isdir(path) else ""))
+        if path.endswith(".zst"):
+            _zstandard(path)
         st = os.stat(path)
         out.append({"path": path, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
     return out
@@ -1041,7 +1049,8 @@ def encode_dataset(
     :param shard_tokens: the most ids in a shard (a longer document gets a shard of its own).
     :param block_bytes: about how much input one task reads (the output does not depend on it).
     :raises BpetokError: unreadable model or input, a bad record with ``on_error="fail"``, an
-        output directory holding another run's shards.
+        output directory holding another run's shards, or being written by another run at the
+        moment (:class:`bpetok._outdir.DirectoryBusy`, naming its pid).
     """
     import numpy as np
 
@@ -1069,8 +1078,8 @@ def encode_dataset(
         raise BpetokError("shard_tokens, workers and block_bytes must be at least 1")
     errors = ErrorLog(on_error, paths)
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
-    os.makedirs(output_dir, exist_ok=True)
-    with ExitStack() as pool:
+    checked_inputs = _inputs(paths)  # before the output directory is created: a run refused creates nothing
+    with _outdir.claimed(output_dir), ExitStack() as pool:
         # This process needs a tokenizer only when it encodes (not on Dask); else the vocabulary's facts will do.
         tok = source.tokenizer() if client is None else None
         vocabulary = tok.vocabulary if tok is not None else _load_vocabulary(model)
@@ -1093,7 +1102,7 @@ def encode_dataset(
         dtype = np.uint16 if vocabulary.n_tokens <= 1 << 16 else np.uint32
         plan = {
             "model_sha256": source.sha256,
-            "inputs": _inputs(paths),
+            "inputs": checked_inputs,
             "field": field, "lines": lines, "format": format, "append_eos": append_eos,
             "parse_special": parse_special, "on_error": on_error, "shard_tokens": shard_tokens,
         }
@@ -1107,7 +1116,7 @@ def encode_dataset(
             "shards": [],
         }
 
-        for name in os.listdir(output_dir):  # temporary files a killed run left behind
+        for name in os.listdir(output_dir):  # temporary files a killed run left behind (none is running: claimed)
             if name.startswith((".shard-", f".{MANIFEST}.")) and name.endswith(".tmp"):
                 os.unlink(os.path.join(output_dir, name))
         previous = _read_manifest(output_dir)
@@ -1171,12 +1180,12 @@ def encode_dataset(
             if bar is not None:
                 bar.close()
 
-    manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
-    manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])
-    manifest["empty"] = dict(sorted(errors.empty.items()))
-    manifest["errors"] = {"counts": dict(sorted(errors.counts.items())), "examples": errors.examples}
-    manifest["complete"] = True
-    save_manifest()
+        manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
+        manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])
+        manifest["empty"] = dict(sorted(errors.empty.items()))
+        manifest["errors"] = {"counts": dict(sorted(errors.counts.items())), "examples": errors.examples}
+        manifest["complete"] = True
+        save_manifest()
     return DatasetResult(manifest=manifest, output_dir=output_dir, resumed_shards=resumed)
 
 
