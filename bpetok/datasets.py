@@ -342,6 +342,7 @@ def _open_binary(path: str):
 
 
 def _zstandard(path: str):
+    """The ``zstandard`` module, which ``path`` needs, or the error saying how to install it."""
     try:
         import zstandard
     except ImportError:
@@ -954,6 +955,7 @@ class DatasetResult:
 
 
 def _inputs(paths: list[str]) -> list[dict]:
+    """The inputs as the plan records them, each checked to be a file this run can read."""
     out = []
     for path in paths:
         if not os.path.isfile(path):
