@@ -1,10 +1,37 @@
-"""What bpetok installs on a Dask cluster (imported only when a ``client`` is given)."""
+"""What bpetok installs on a Dask cluster, and the check of a ``--dask`` address (imported only
+when Dask is used)."""
 
 from __future__ import annotations
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from bpetok import datasets
+from bpetok.errors import BpetokError
+
+def check_scheduler_address(address: str) -> str:
+    """``address`` when it has the form of a Dask scheduler's address, else a one-line
+    :class:`BpetokError` naming it and the form expected.
+
+    Checked before connecting: given a malformed address, ``Client`` raises a bare ``ValueError``
+    from deep inside distributed (an unknown scheme, a port that is not a number). The schemes are
+    those distributed has a transport for, but ``inproc://`` (a scheduler inside one process, out
+    of this command's reach); ``HOST:PORT`` alone means ``tcp://``, as it does to ``Client``.
+    """
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import backends
+
+    schemes = sorted(set(backends) - {"inproc", "tcp"})
+    expected = f"give the scheduler's address as tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786 (or {', '.join(s + '://' for s in schemes)})"
+    scheme, location = parse_address(address, strict=False)
+    if scheme not in backends or scheme == "inproc":
+        raise BpetokError(f"--dask {address!r}: {scheme}:// is not a scheme this command can reach a scheduler by; {expected}")
+    try:
+        host, port = parse_host_port(location)
+    except ValueError:
+        host, port = "", None
+    if not host or not isinstance(port, int) or not 0 < port < 1 << 16:
+        raise BpetokError(f"--dask {address!r}: not HOST:PORT with a port number from 1 to 65535; {expected}")
+    return address
 
 
 class ModelOnWorkers(WorkerPlugin):

@@ -23,7 +23,8 @@ the cut of the rest is the same because a shard always starts a fresh cut.
 Output (``OUTDIR``): ``shard-00000.npy`` (the ids, one flat array, ``uint16`` when the
 vocabulary has at most 65,536 tokens, else ``uint32``) with ``shard-00000.idx.npy`` (``uint64``
 offsets: document ``i`` is ``ids[idx[i]:idx[i + 1]]``), or ``shard-00000.parquet`` (one row per
-document, an ``ids`` column of ``list<int32>``); and ``manifest.json``.
+document, an ``ids`` column of ``list<uint16>`` or ``list<uint32>``, as the manifest's ``dtype``
+says); and ``manifest.json``; while a run writes there, its lock file (:mod:`bpetok._outdir`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+from bpetok import _outdir
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 
@@ -335,12 +337,17 @@ def _open_binary(path: str):
     if path.endswith(".bz2"):
         return bz2.open(path, "rb")
     if path.endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError:
-            raise BpetokError(f"{path}: reading .zst files needs the zstandard package: pip install 'bpetok[zstd]'") from None
-        return io.BufferedReader(zstandard.open(path, "rb"))  # its reader cannot iterate lines itself
+        return io.BufferedReader(_zstandard(path).open(path, "rb"))  # its reader cannot iterate lines itself
     return open(path, "rb")
+
+
+def _zstandard(path: str):
+    """The ``zstandard`` module, which ``path`` needs, or the error saying how to install it."""
+    try:
+        import zstandard
+    except ImportError:
+        raise BpetokError(f"{path}: reading .zst files needs the zstandard package: pip install 'bpetok[zstd]'") from None
+    return zstandard
 
 
 def input_kind(path: str) -> str:
@@ -695,12 +702,37 @@ def process_pool(workers: int, model: ModelSource | None = None) -> Iterator:
 
 
 def _start_worker(model: ModelSource | None) -> None:
+    _exit_with_parent()
     _unfix_mmap_threshold()
     if model is not None:
         try:
             model.tokenizer()
         except Exception:  # noqa: S110 - the worker's first task meets the error again and reports it
             pass
+
+
+def _exit_with_parent() -> None:
+    """End this worker process when the process that started it ends, however it ends.
+
+    A pool's worker waits for its next task on a queue whose write end it holds itself, so a
+    parent killed with ``SIGKILL`` would leave it (and through it the forkserver) sleeping for
+    good. ``PR_SET_PDEATHSIG`` would not do: a forkserver's worker is the forkserver's child.
+    multiprocessing gives each worker a pipe from the process that asked for it, the parent's
+    *sentinel*, which comes to its end of file when that process is gone.
+    """
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        wait([sentinel])
+        os._exit(1)  # not sys.exit: this is a thread, and the main one may be busy in a task
+
+    threading.Thread(target=watch, name="bpetok-parent-watch", daemon=True).start()
 
 
 def _load_vocabulary(path: str):
@@ -715,8 +747,10 @@ def connect_dask(address: str):
         from dask.distributed import Client
     except ImportError:
         raise BpetokError("--dask needs dask.distributed: pip install 'bpetok[dask]'") from None
+    from bpetok._dask import check_scheduler_address
+
     try:
-        return Client(address, timeout="20s")
+        return Client(check_scheduler_address(address), timeout="20s")
     except (OSError, TimeoutError) as e:
         raise BpetokError(f"cannot reach the Dask scheduler at {address} ({e}); is it running?") from e
 
@@ -726,7 +760,7 @@ def connect_dask(address: str):
 
 def _atomic_write(directory: str, name: str, write: Callable) -> str:
     """Write ``name`` through a temporary file in ``directory``, renamed when complete; its sha256."""
-    f = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{name}.", suffix=".tmp", delete=False)
+    f = _new_temporary(directory, name)
     try:
         write(f)
     except BaseException:
@@ -734,6 +768,17 @@ def _atomic_write(directory: str, name: str, write: Callable) -> str:
         os.unlink(f.name)
         raise
     return _finish_atomic_write(f, directory, name)
+
+
+def _new_temporary(directory: str, name: str):
+    """A new file ``.NAME.XXXXXXXX.tmp`` in ``directory``, open for writing, made as ``open`` makes
+    any file (mode 0666 less the umask: ``tempfile``'s are 0600, and shards are renamed, not copied)."""
+    while True:
+        path = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")
+        try:
+            return open(path, "xb")
+        except FileExistsError:
+            continue
 
 
 def _finish_atomic_write(f, directory: str, name: str) -> str:
@@ -797,8 +842,7 @@ class _ShardWriter:
         ids = ids.astype(self.dtype, copy=False)
         if self.fmt == "npy":
             if self.file is None:
-                self.file = tempfile.NamedTemporaryFile(dir=self.directory, prefix=f".{self._name('npy')}.",
-                                                        suffix=".tmp", delete=False)
+                self.file = _new_temporary(self.directory, self._name("npy"))
                 _write_npy_header(self.file, self.dtype, 0)
                 self.unsynced = 0
             self.file.write(np.ascontiguousarray(ids).data)
@@ -877,9 +921,12 @@ def _write_parquet(f, ids: np.ndarray, lengths: np.ndarray) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    # The ids in the manifest's dtype (the writer's): list<uint16> or list<uint32>, as in .npy shards.
+    big = len(ids) > np.iinfo(np.int32).max  # past a list's int32 offsets
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64 if big else np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)))
+    lists = pa.LargeListArray if big else pa.ListArray
+    column = lists.from_arrays(pa.array(offsets), pa.array(ids))
     pq.write_table(pa.table({"ids": column}), f)
 
 
@@ -908,10 +955,13 @@ class DatasetResult:
 
 
 def _inputs(paths: list[str]) -> list[dict]:
+    """The inputs as the plan records them, each checked to be a file this run can read."""
     out = []
     for path in paths:
         if not os.path.isfile(path):
             raise BpetokError(f"{path}: no such input file" + (" (it is a directory)" if os.path.isdir(path) else ""))
+        if path.endswith(".zst"):
+            _zstandard(path)
         st = os.stat(path)
         out.append({"path": path, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
     return out
@@ -988,7 +1038,7 @@ def encode_dataset(
     :param inputs: text files (one document each, or one per line with ``lines``), JSONL
         (``.jsonl``/``.ndjson``: the ``field`` of each record) or Parquet (the ``field`` column);
         ``.gz``/``.xz``/``.bz2``/``.zst`` are decompressed on the fly.
-    :param format: ``npy`` (flat ids + document offsets) or ``parquet`` (a ``list<int32>`` per document).
+    :param format: ``npy`` (flat ids + document offsets) or ``parquet`` (a list of ids per document).
     :param append_eos: end every document with the vocabulary's EOS id.
     :param parse_special: read special-token texts (``<|im_end|>``) in documents as their ids;
         off by default, so a document cannot inject control tokens.
@@ -1001,7 +1051,8 @@ def encode_dataset(
     :param shard_tokens: the most ids in a shard (a longer document gets a shard of its own).
     :param block_bytes: about how much input one task reads (the output does not depend on it).
     :raises BpetokError: unreadable model or input, a bad record with ``on_error="fail"``, an
-        output directory holding another run's shards.
+        output directory holding another run's shards, or being written by another run at the
+        moment (:class:`bpetok._outdir.DirectoryBusy`, naming its pid).
     """
     import numpy as np
 
@@ -1029,8 +1080,8 @@ def encode_dataset(
         raise BpetokError("shard_tokens, workers and block_bytes must be at least 1")
     errors = ErrorLog(on_error, paths)
     source = ModelSource(path=os.path.abspath(model), sha256=file_sha256(model))
-    os.makedirs(output_dir, exist_ok=True)
-    with ExitStack() as pool:
+    checked_inputs = _inputs(paths)  # before the output directory is created: a run refused creates nothing
+    with _outdir.claimed(output_dir), ExitStack() as pool:
         # This process needs a tokenizer only when it encodes (not on Dask); else the vocabulary's facts will do.
         tok = source.tokenizer() if client is None else None
         vocabulary = tok.vocabulary if tok is not None else _load_vocabulary(model)
@@ -1053,7 +1104,7 @@ def encode_dataset(
         dtype = np.uint16 if vocabulary.n_tokens <= 1 << 16 else np.uint32
         plan = {
             "model_sha256": source.sha256,
-            "inputs": _inputs(paths),
+            "inputs": checked_inputs,
             "field": field, "lines": lines, "format": format, "append_eos": append_eos,
             "parse_special": parse_special, "on_error": on_error, "shard_tokens": shard_tokens,
         }
@@ -1067,7 +1118,7 @@ def encode_dataset(
             "shards": [],
         }
 
-        for name in os.listdir(output_dir):  # temporary files a killed run left behind
+        for name in os.listdir(output_dir):  # temporary files a killed run left behind (none is running: claimed)
             if name.startswith((".shard-", f".{MANIFEST}.")) and name.endswith(".tmp"):
                 os.unlink(os.path.join(output_dir, name))
         previous = _read_manifest(output_dir)
@@ -1131,12 +1182,12 @@ def encode_dataset(
             if bar is not None:
                 bar.close()
 
-    manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
-    manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])
-    manifest["empty"] = dict(sorted(errors.empty.items()))
-    manifest["errors"] = {"counts": dict(sorted(errors.counts.items())), "examples": errors.examples}
-    manifest["complete"] = True
-    save_manifest()
+        manifest["documents"] = sum(s["documents"] for s in manifest["shards"])
+        manifest["tokens"] = sum(s["tokens"] for s in manifest["shards"])
+        manifest["empty"] = dict(sorted(errors.empty.items()))
+        manifest["errors"] = {"counts": dict(sorted(errors.counts.items())), "examples": errors.examples}
+        manifest["complete"] = True
+        save_manifest()
     return DatasetResult(manifest=manifest, output_dir=output_dir, resumed_shards=resumed)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,36 @@ def test_cli_dask_scheduler_address(tmp_path, client, corpus):
     )
     assert run.returncode == 0, run.stderr
     assert files(tmp_path / "local") == files(tmp_path / "dask")
+
+
+@pytest.mark.parametrize("address, says", [
+    ("not-an-address", "not HOST:PORT with a port number from 1 to 65535"),
+    ("tcp://127.0.0.1:notaport", "not HOST:PORT with a port number from 1 to 65535"),
+    ("http://127.0.0.1:1", "http:// is not a scheme this command can reach a scheduler by"),
+])
+@pytest.mark.parametrize("command", ["encode-dataset", "train"])
+def test_a_malformed_dask_address_is_a_one_line_error(tmp_path, corpus, command, address, says):
+    """Checked before connecting (Client raises a bare ValueError from deep inside distributed)
+    and before anything is read or written."""
+    args = {"encode-dataset": ["encode-dataset", str(SMOLLM2), str(corpus), "-o", str(tmp_path / "out")],
+            "train": ["train", str(corpus), "--vocab-size", "600", "-o", str(tmp_path / "out.gguf")]}[command]
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "bpetok.cli", *args, "--dask", address], capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr == (f"bpetok: error: --dask {address!r}: {says}; give the scheduler's address as tcp://HOST:PORT, "
+                          "e.g. tcp://127.0.0.1:8786 (or tls://, ucx://, ws://, wss://)\n")
+    assert run.stdout == "" and os.listdir(tmp_path) == []
+    assert time.monotonic() - start < 20  # not the 20 s connection timeout: no connection was tried
+
+
+def test_a_well_formed_dask_address_passes_the_check():
+    from bpetok._dask import check_scheduler_address
+
+    for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tls://scheduler.example:8786", "tcp://[::1]:8786", "ws://h:1"):
+        assert check_scheduler_address(address) == address
+    for address in ("tcp://:8786", "tcp://h:0", "tcp://h:65536", "tcp://h:8786/path", "inproc://x", " tcp://h:1"):
+        with pytest.raises(bpetok.BpetokError, match=f"--dask {re.escape(repr(address))}: "):
+            check_scheduler_address(address)
 
 
 def test_a_lost_worker_does_not_change_the_output(tmp_path, corpus):

@@ -84,6 +84,22 @@ def test_qwen3_uint32_and_eos(tmp_path):
     result = bpetok.encode_dataset(QWEN3, [write_jsonl(tmp_path / "q.jsonl", texts)], out, append_eos=True)
     assert result.manifest["dtype"] == "uint32"
     assert read_npy_shards(out) == expected
+    assert np.load(out / "shard-00000.npy", mmap_mode="r").dtype == np.uint32
+
+
+def test_parquet_ids_have_the_manifests_dtype(tmp_path):
+    """list<uint32> for Qwen3's 151,669 tokens (int32 before: the manifest said uint32), list<uint16> for SmolLM2's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for model, name, dtype in ((QWEN3, "qwen3", pa.uint32()), (SMOLLM2, "smollm2", pa.uint16())):
+        texts = [c["text"] for c in cases(name)[:100]]
+        out = tmp_path / name
+        result = bpetok.encode_dataset(model, [write_jsonl(tmp_path / f"{name}.jsonl", texts)], out, format="parquet")
+        assert result.manifest["dtype"] == str(dtype)
+        ids = pq.read_table(out / "shard-00000.parquet").column("ids")
+        assert ids.type.value_type == dtype
+        assert ids.to_pylist() == [c["ids"] for c in cases(name)[:100]]
 
 
 def test_special_texts_are_plain_text_unless_asked(tmp_path):
@@ -503,7 +519,7 @@ def test_parquet_in_and_out(tmp_path, smollm2_cases):
     rows = []
     for shard in result.manifest["shards"]:
         table = pq.read_table(tmp_path / "out" / shard["file"])
-        assert table.schema.field("ids").type == pa.list_(pa.int32())
+        assert table.schema.field("ids").type.value_type == pa.uint16()
         rows += table.column("ids").to_pylist()
     assert rows == [c["ids"] for c in smollm2_cases[:400]]
     with pytest.raises(BpetokError, match="no column 'text'.*--field"):
