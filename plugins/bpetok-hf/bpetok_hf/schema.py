@@ -10,25 +10,23 @@ from __future__ import annotations
 import json
 import os
 
-from bpetok import GGUFError, VocabularyError
-from bpetok.gguf import MAX_GUNZIPPED, _gunzip
+from bpetok import GGUFError, VocabularyError, gguf
 
-__all__ = ["MAX_JSON_BYTES", "load_json", "describe", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
+__all__ = ["load_json", "describe", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
 
-# The same bound as a .gguf.gz: a tokenizer.json is tens of MB; refuse to read (or inflate) more.
-MAX_JSON_BYTES = MAX_GUNZIPPED
 _FIX = "the file is damaged or not a Hugging Face tokenizer.json: re-download or re-export it"
 
 
 def load_json(path: str, what: str = "a tokenizer.json") -> object:
-    """The parsed JSON of ``path`` (``.gz`` inflated), at most :data:`MAX_JSON_BYTES` of text."""
+    """The parsed JSON of ``path`` (``.gz`` inflated), at most ``bpetok.gguf.MAX_GUNZIPPED`` bytes of
+    text: the bound of a .gguf.gz (a tokenizer.json is tens of MB), and the same inflate."""
     try:
         if path.lower().endswith(".gz"):
-            raw = _gunzip(path)  # GGUF's bounded inflate
+            raw = gguf._gunzip(path)
         else:
             size = os.path.getsize(path)
-            if size > MAX_JSON_BYTES:
-                raise VocabularyError(f"{path}: {size} bytes, more than {MAX_JSON_BYTES}; is it {what}?")
+            if size > gguf.MAX_GUNZIPPED:
+                raise VocabularyError(f"{path}: {size} bytes, more than {gguf.MAX_GUNZIPPED}; is it {what}?")
             with open(path, "rb") as f:
                 raw = f.read()
         text = raw.decode("utf-8")
