@@ -194,7 +194,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     # Ids must fit the file: as many as its vocab entries and added tokens (an added token may
     # also be a vocab entry, so a few ids can be left unused: [PAD<id>]), never more.
     n = len(vocab) + len(added)
-    size_note = f"{len(vocab)} vocab entries and {len(added)} added tokens"
+    size_note = f"{len(vocab)} vocab entries and {len(added)} added token{'' if len(added) == 1 else 's'}"
 
     def check_id(value, where):
         return token_id(value, path, where, n, size_note)

@@ -53,9 +53,9 @@ def describe(value: object) -> str:
     if isinstance(value, str):
         return repr(value[:40]) + ("..." if len(value) > 40 else "")
     if isinstance(value, list):
-        return f"a list of {len(value)} items"
+        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
     if isinstance(value, dict):
-        return f"an object of {len(value)} keys"
+        return f"an object of {len(value)} key{'' if len(value) == 1 else 's'}"
     return type(value).__name__
 
 

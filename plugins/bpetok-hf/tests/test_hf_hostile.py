@@ -159,6 +159,7 @@ HOSTILE = {
     "merge_ints": (_at("model", "merges", 0, value=[1, 2]), "model.merges[0]"),
     "merge_no_space": (_at("model", "merges", 0, value="he"), "model.merges[0]"),
     "merge_nested": (_at("model", "merges", 1, value=[[["h"]], "e"]), "model.merges[1]"),
+    "merge_unknown_token": (lambda d: d["model"]["merges"].append(["zz", "qq"]), "merge 3 'zz qq'"),
     "unk_token_int": (_at("model", "unk_token", value=3), "model.unk_token"),
     "ignore_merges_string": (_at("model", "ignore_merges", value="yes"), "model.ignore_merges"),
     "dropout_string": (_at("model", "dropout", value="0.1"), "model.dropout"),
