@@ -150,9 +150,10 @@ def patterns_of(pretokenizer) -> tuple[str, ...] | None:
         return (pattern,)
     passes = getattr(pretokenizer, "passes", None)
     if passes:
-        patterns = tuple(getattr(p, "pattern", None) for p in passes)
-        if all(isinstance(p, str) for p in patterns):
-            return patterns
+        patterns = [getattr(p, "pattern", None) for p in passes]
+        texts = [p for p in patterns if isinstance(p, str)]
+        if len(texts) == len(patterns):
+            return tuple(texts)
     return None
 
 
@@ -173,7 +174,8 @@ def family_of(passes: list[SplitPass], registered: dict[tuple[str, ...], str]) -
 
 def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str, timeout: float | None = None) -> list[str]:
     # HF's find_matches: every match, and the text between matches, as (start, end, is_match).
-    spans, prev = [], 0
+    spans: list[tuple[int, int, bool]] = []
+    prev = 0
     for m in compiled.finditer(text, timeout=timeout):
         start, end = m.span()
         if start == end == prev and spans and spans[-1][2]:
@@ -269,9 +271,9 @@ class HFPreTokenizer:
 
     def _timed_out(self, pattern: str, piece: str, text: str, budget: float | None) -> RegexTimeoutError:
         return RegexTimeoutError(
-            f"the pre-tokenizer regex {pattern[:100]!r} ran past its time limit ({budget or 0:.3g} s) on a piece of "
-            f"{len(piece)} characters of a {len(text)}-character text: the pattern backtracks catastrophically "
-            f"on it; fix the tokenizer.json's pattern, or raise the limit ({self.timeout or 0:g} s per text plus as "
-            f"much per {CHARS_PER_TIMEOUT:,} characters) with {TIMEOUT_ENV}=SECONDS (0: no limit) or the pre-tokenizer's "
-            "timeout attribute"
+            f"the pre-tokenizer regex {pattern[:100]!r} ran past the time limit for splitting a {len(text)}-character "
+            f"text ({budget or 0:.3g} s), at a piece of {len(piece)} characters: the pattern backtracks "
+            f"catastrophically; fix the tokenizer.json's pattern, or raise the limit ({self.timeout or 0:g} s per "
+            f"text plus as much per {CHARS_PER_TIMEOUT:,} characters) with {TIMEOUT_ENV}=SECONDS (0: no limit) or "
+            "the pre-tokenizer's timeout attribute"
         )

@@ -232,11 +232,9 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         tokens[token_id_] = content.encode("utf-8", "surrogatepass")  # raw text, as the converter keeps it
         types[token_id_] = TokenType.CONTROL if special else TokenType.USER_DEFINED
         added_info[token_id_] = (special, lstrip, rstrip)
-    for token_id_, text in enumerate(tokens):
-        if text is None:
-            tokens[token_id_] = f"[PAD{token_id_}]".encode()
+    texts = [f"[PAD{i}]".encode() if text is None else text for i, text in enumerate(tokens)]
     index: dict[bytes, int] = {}
-    for token_id_, text in enumerate(tokens):
+    for token_id_, text in enumerate(texts):
         if text in index:
             raise VocabularyError(
                 f"{path}: token {token_id_} {text.decode('utf-8', 'replace')!r:.60} has the same text as token "
@@ -273,7 +271,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         path=path,
         model="gpt2",
         pre="",  # named by the plugin: a llama.cpp family or the file's own passes
-        tokens=tokens,
+        tokens=texts,
         token_types=[int(t) for t in types],
         merges=merges,
         special_id_keys=special_id_keys,

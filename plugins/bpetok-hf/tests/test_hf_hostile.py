@@ -293,8 +293,17 @@ def test_a_backtracking_split_regex_raises_the_typed_error_quickly():
         pretokenizer.split("a" * 40 + "b")  # about a minute without a limit
     assert time.monotonic() - start < 10
     message = str(info.value)
-    assert BACKTRACKING in message and "41 characters" in message and "BPETOK_REGEX_TIMEOUT" in message
+    assert BACKTRACKING in message and "41-character text" in message and "BPETOK_REGEX_TIMEOUT" in message
     assert isinstance(info.value, bpetok.BpetokError)
+
+
+def test_the_limit_is_per_text_not_per_piece():
+    # 300 pieces that each backtrack for a few milliseconds: together past the limit.
+    pretokenizer = HFPreTokenizer([SplitPass(" "), SplitPass(BACKTRACKING)], timeout=0.3)
+    start = time.monotonic()
+    with pytest.raises(RegexTimeoutError, match="splitting a 6600-character text"):
+        pretokenizer.split(" ".join(["a" * 20 + "b"] * 300) + " ")
+    assert time.monotonic() - start < 10
 
 
 def test_the_default_limit_stops_a_backtracking_file(tmp_path, monkeypatch):
