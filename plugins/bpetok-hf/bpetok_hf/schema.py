@@ -12,8 +12,12 @@ import os
 
 from bpetok import GGUFError, VocabularyError, gguf
 
-__all__ = ["load_json", "describe", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
+__all__ = ["MAX_JSON_VALUES", "load_json", "describe", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
 
+# JSON values a file may hold (counted from its commas and brackets, an upper bound): a 1M-token
+# vocabulary with its merges has about 4M. Python makes ~64 bytes of each, so 1 GiB of "[],[],..."
+# (a few kB as gzip) would be 20 GB of lists; this keeps a parse to about 1 GiB.
+MAX_JSON_VALUES = 1 << 24
 _FIX = "the file is damaged or not a Hugging Face tokenizer.json: re-download or re-export it"
 
 
@@ -31,6 +35,12 @@ def load_json(path: str, what: str = "a tokenizer.json") -> object:
                 raw = f.read()
         text = raw.decode("utf-8")
         del raw
+        values = text.count(",") + text.count("[") + text.count("{")
+        if values > MAX_JSON_VALUES:
+            raise VocabularyError(
+                f"{path}: {values} commas and brackets, more than the {MAX_JSON_VALUES} JSON values bpetok-hf reads "
+                f"(a 1M-token vocabulary has about 4M); is it {what}?"
+            )
         return json.loads(text)
     except GGUFError as e:  # the inflate's refusal, named as this loader's
         raise VocabularyError(str(e)) from None

@@ -271,6 +271,20 @@ def test_gzip_bomb_stops_at_the_gguf_inflate_limit(tmp_path, monkeypatch):
         bpetok.from_file(plain)
 
 
+def test_a_file_of_millions_of_tiny_values_is_refused_before_parsing(tmp_path):
+    # 20M empty lists would be 1.3 GB of Python objects from 60 MB of text (60 kB as gzip).
+    path = tmp_path / "tokenizer.json.gz"
+    path.write_bytes(gzip.compress(b'{"model": [' + b"[]," * 20_000_000 + b"[]]}"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(bpetok.VocabularyError, match="JSON values") as info:
+            bpetok.from_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(info.value) and peak < 300 << 20, peak
+
+
 def test_a_valid_gz_file_loads(tmp_path):
     from tokenizers import Tokenizer
 
