@@ -190,6 +190,9 @@ HOSTILE = {
     "pattern_string": (_at(*PT, 0, "pattern", value=r"\p{N}"), "pre_tokenizer.pretokenizers[0].pattern"),
     "pattern_regex_int": (_at(*PT, 0, "pattern", value={"Regex": 5}), "pre_tokenizer.pretokenizers[0].pattern.Regex"),
     "pattern_huge": (_at(*PT, 0, "pattern", value={"Regex": "a" * 20_000}), "pattern.Regex"),
+    # 19 characters the regex package would unroll into all the memory there is when compiling.
+    "pattern_nested_repeats": (_at(*PT, 0, "pattern", value={"Regex": "(?:x{65535}){65535}"}), "pattern.Regex"),
+    "pattern_does_not_compile": (_at(*PT, 0, "pattern", value={"Regex": "(a"}), "pre_tokenizer.pretokenizers[0].pattern"),
     "behavior_list": (_at(*PT, 0, "behavior", value=["Isolated"]), "pre_tokenizer.pretokenizers[0].behavior"),
     "invert_string": (_at(*PT, 0, "invert", value="no"), "pre_tokenizer.pretokenizers[0].invert"),
     "use_regex_string": (_at(*PT, 1, "use_regex", value="false"), "pre_tokenizer.pretokenizers[1].use_regex"),
