@@ -242,9 +242,9 @@ def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str,
 
 
 TIMEOUT_ENV = "BPETOK_REGEX_TIMEOUT"
-# Seconds a text may take to split, plus as many per CHARS_PER_TIMEOUT characters: real patterns
-# split that many in about 0.25 s on a busy core, a backtracking one (``(a|aa)+$``) passes 2 s on
-# 35 characters.
+# CPU seconds a text may take to split, plus as many per CHARS_PER_TIMEOUT characters: real
+# patterns split that many in about 0.2 s (scripts/regex_time_limit.py), a backtracking one
+# (``(a|aa)+$``) passes 2 s on 35 characters.
 DEFAULT_TIMEOUT = 2.0
 CHARS_PER_TIMEOUT = 500_000
 
@@ -266,10 +266,9 @@ def timeout_from_env() -> float | None:
 class HFPreTokenizer:
     """Split text as HF tokenizers' pre-tokenizer of a tokenizer.json does (its passes in order).
 
-    ``timeout``: seconds one text may take to split, plus as many per :data:`CHARS_PER_TIMEOUT`
-    characters, past
-    which :class:`bpetok.errors.RegexTimeoutError` is raised; 0 for no limit, None for
-    :func:`timeout_from_env`. The ``timeout`` attribute (None: no limit) can be changed later.
+    ``timeout``: CPU seconds one text may take to split, plus as many per :data:`CHARS_PER_TIMEOUT`
+    characters, past which :class:`bpetok.errors.RegexTimeoutError` is raised; 0 for no limit,
+    None for :func:`timeout_from_env`. The ``timeout`` attribute (None: no limit) can be changed.
     """
 
     def __init__(self, passes: list[SplitPass], timeout: float | None = None):
@@ -279,12 +278,13 @@ class HFPreTokenizer:
 
     def split(self, text: str) -> list[str]:
         pieces = [text] if text else []
+        # Seconds of the process's CPU time, the clock the regex package's timeout counts.
         budget = None if self.timeout is None else self.timeout * (1 + len(text) / CHARS_PER_TIMEOUT)
-        deadline = None if budget is None else time.monotonic() + budget
+        deadline = None if budget is None else time.process_time() + budget
         for compiled, behavior, invert in self._compiled:
             done: list[str] = []
             for piece in pieces:
-                left = None if deadline is None else max(deadline - time.monotonic(), 1e-6)
+                left = None if deadline is None else max(deadline - time.process_time(), 1e-6)
                 try:
                     done += _split_once(compiled, behavior, invert, piece, left)
                 except TimeoutError:

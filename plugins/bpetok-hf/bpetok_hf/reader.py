@@ -14,7 +14,7 @@ import os
 from bpetok import TokenType, Vocabulary, VocabularyError
 
 from bpetok_hf.pretok import read_passes
-from bpetok_hf.schema import array, bad, describe, flag, key_of, load_json, section, text_of, token_id
+from bpetok_hf.schema import array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
 
 __all__ = ["read_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "ADDED", "CHAT_TEMPLATE"]
 
@@ -194,7 +194,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     # Ids must fit the file: as many as its vocab entries and added tokens (an added token may
     # also be a vocab entry, so a few ids can be left unused: [PAD<id>]), never more.
     n = len(vocab) + len(added)
-    size_note = f"{len(vocab)} vocab entries and {len(added)} added token{'' if len(added) == 1 else 's'}"
+    size_note = f"{count(len(vocab), 'vocab entry')} and {count(len(added), 'added token')}"
 
     def check_id(value, where):
         return token_id(value, path, where, n, size_note)

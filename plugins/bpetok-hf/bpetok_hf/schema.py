@@ -12,7 +12,7 @@ import os
 
 from bpetok import GGUFError, VocabularyError, gguf
 
-__all__ = ["MAX_JSON_VALUES", "load_json", "describe", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
+__all__ = ["MAX_JSON_VALUES", "load_json", "describe", "count", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
 
 # JSON values a file may hold (counted from its commas and brackets, an upper bound): a 1M-token
 # vocabulary with its merges has about 4M. Python makes ~64 bytes of each, so 1 GiB of "[],[],..."
@@ -63,10 +63,17 @@ def describe(value: object) -> str:
     if isinstance(value, str):
         return repr(value[:40]) + ("..." if len(value) > 40 else "")
     if isinstance(value, list):
-        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
+        return f"a list of {count(len(value), 'item')}"
     if isinstance(value, dict):
-        return f"an object of {len(value)} key{'' if len(value) == 1 else 's'}"
+        return f"an object of {count(len(value), 'key')}"
     return type(value).__name__
+
+
+def count(n: int, noun: str) -> str:
+    """``1 vocab entry``, ``2 added tokens``: a count with its noun, singular or plural."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"
 
 
 def bad(path: str, where: str, value: object, expected: str) -> VocabularyError:
