@@ -35,3 +35,8 @@ class ChatTemplateError(BpetokError):
 
     The message names the template (file and key, or "the template passed in") and the line.
     """
+
+
+class RegexTimeoutError(InputError):
+    """A pre-tokenizer's regex ran past its time limit on a text (a pattern that backtracks
+    catastrophically). The message names the pattern, the text's length and how to change the limit."""

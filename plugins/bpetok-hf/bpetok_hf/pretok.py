@@ -10,10 +10,15 @@ package (``\\p{..}`` classes, as Oniguruma, the regex engine of HF tokenizers, h
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bpetok import VocabularyError
+from bpetok import BpetokError, VocabularyError
+from bpetok.errors import RegexTimeoutError
+
+from bpetok_hf.schema import array, bad, describe, flag
 
 # ``regex`` is imported where a tokenizer.json is read or split, not here: bpetok imports this
 # module whenever it loads its plugins, and most loads never touch a tokenizer.json.
@@ -65,52 +70,95 @@ def _refuse(path: str, where: str, what: str) -> VocabularyError:
     )
 
 
-def read_passes(node, path: str, where: str = "pre_tokenizer") -> list[SplitPass]:
-    """The passes of a tokenizer.json ``pre_tokenizer``; exactly one ByteLevel, which comes last."""
+# Hub patterns are a few hundred characters; a longer one is no pre-tokenizer anybody ships.
+MAX_PATTERN_CHARS = 10_000
+# The regex package unrolls counted repeats when it compiles: ``(?:a{1000}){1000}`` takes 1.3 s and
+# 280 MB, ``(?:x{65535}){65535}`` all the memory there is. Hub patterns have a {1,3} or two.
+MAX_REPEAT_PRODUCT = 100_000
+# A counted repeat {m}, {m,}, {m,n}, {,n}; not an escape's braces (\p{L}, \x{100}, \N{...}).
+_COUNTED_REPEAT = r"(?<!\\[pPxNu])(?<!\\)\{(\d*)(?:,(\d*))?\}"
+
+
+def _repeat_product(text: str) -> int:
+    """An upper bound on how many times compiling ``text`` copies one atom: the product of all its
+    counted repeats' counts, nested or not."""
     import regex
 
+    product = 1
+    for m in regex.finditer(_COUNTED_REPEAT, text):
+        low, high = m.group(1), m.group(2)
+        counts = [int(c) for c in (low, high) if c]
+        product *= max(counts, default=1)
+        if product > MAX_REPEAT_PRODUCT:
+            break
+    return product
+
+
+def _pattern_text(item: dict, path: str, at: str) -> str:
+    import regex
+
+    pattern = item.get("pattern")
+    if not isinstance(pattern, dict):
+        raise bad(path, f"{at}.pattern", pattern, "an object with 'Regex' or 'String'")
+    if "Regex" in pattern:
+        text = pattern["Regex"]
+        key = "Regex"
+    elif "String" in pattern:
+        text = pattern["String"]
+        key = "String"
+    else:
+        raise _refuse(path, f"{at}.pattern", describe(pattern))
+    if not isinstance(text, str):
+        raise bad(path, f"{at}.pattern.{key}", text, "a string")
+    if len(text) > MAX_PATTERN_CHARS:
+        raise bad(path, f"{at}.pattern.{key}", text, f"a pattern of at most {MAX_PATTERN_CHARS} characters")
+    if key == "String":
+        return regex.escape(text)
+    if _repeat_product(text) > MAX_REPEAT_PRODUCT:
+        raise bad(path, f"{at}.pattern.Regex", text, f"a pattern whose counted repeats ({{m,n}}) multiply to at most "
+                  f"{MAX_REPEAT_PRODUCT:,} (the regex package copies the repeated part that many times)")
+    try:
+        regex.compile(text)
+    except regex.error as e:
+        raise _refuse(path, f"{at}.pattern", f"a regex the regex package cannot compile ({e})") from e
+    return text
+
+
+def read_passes(node: dict | None, path: str, where: str = "pre_tokenizer") -> list[SplitPass]:
+    """The passes of a tokenizer.json ``pre_tokenizer``; exactly one ByteLevel, which comes last."""
     if node is None:
         raise _refuse(path, where, "null (no ByteLevel pre-tokenizer: not a byte-level BPE file)")
-    items = node.get("pretokenizers") if node.get("type") == "Sequence" else [node]
-    if not isinstance(items, list):
-        raise _refuse(path, where, f"a Sequence without a 'pretokenizers' list: {node!r:.80}")
+    sequence = node.get("type") == "Sequence"
+    items = array(node, "pretokenizers", path, f"{where}.", required=True) if sequence else [node]
     passes: list[SplitPass] = []
     byte_level = 0
     for i, item in enumerate(items):
-        at = f"{where}.pretokenizers[{i}]" if node.get("type") == "Sequence" else where
-        kind = item.get("type") if isinstance(item, dict) else None
+        at = f"{where}.pretokenizers[{i}]" if sequence else where
+        if not isinstance(item, dict):
+            raise bad(path, at, item, "an object (a pre-tokenizer)")
+        kind = item.get("type")
         if byte_level:
-            raise _refuse(path, at, f"a {kind} after the ByteLevel pre-tokenizer")
+            raise _refuse(path, at, f"a {describe(kind)} after the ByteLevel pre-tokenizer")
         if kind == "ByteLevel":
             byte_level += 1
-            if item.get("add_prefix_space", False):
+            if flag(item, "add_prefix_space", path, f"{at}."):
                 raise _refuse(path, f"{at}.add_prefix_space", "true (a space added before the text)")
-            if item.get("use_regex", True):
+            if flag(item, "use_regex", path, f"{at}.", default=True):
                 passes.append(SplitPass(GPT2_PATTERN))
         elif kind == "Split":
-            pattern = item.get("pattern") or {}
-            if "Regex" in pattern:
-                text = pattern["Regex"]
-            elif "String" in pattern:
-                text = regex.escape(pattern["String"])
-            else:
-                raise _refuse(path, f"{at}.pattern", f"{pattern!r:.80}")
+            text = _pattern_text(item, path, at)
             behavior = item.get("behavior", "Isolated")
             if behavior not in BEHAVIORS:
-                raise _refuse(path, f"{at}.behavior", f"{behavior!r} (it drops text or is unknown)")
-            try:
-                regex.compile(text)
-            except regex.error as e:
-                raise _refuse(path, f"{at}.pattern", f"a regex the regex package cannot compile ({e})") from e
-            passes.append(SplitPass(text, behavior, bool(item.get("invert", False))))
+                raise _refuse(path, f"{at}.behavior", f"{describe(behavior)} (it drops text or is unknown)")
+            passes.append(SplitPass(text, behavior, flag(item, "invert", path, f"{at}.")))
         elif kind == "Digits":
             # HF's Digits: each number codepoint alone, or runs of them (char::is_numeric is \p{N}).
-            if item.get("individual_digits", False):
+            if flag(item, "individual_digits", path, f"{at}."):
                 passes.append(SplitPass(r"\p{N}"))
             else:
                 passes.append(SplitPass(r"\p{N}+", "Contiguous"))
         else:
-            raise _refuse(path, at, f"pre-tokenizer type {kind!r}")
+            raise _refuse(path, at, f"pre-tokenizer type {describe(kind)}")
     if not byte_level:
         raise _refuse(path, where, "without a ByteLevel pre-tokenizer (not a byte-level BPE file)")
     return passes
@@ -125,9 +173,10 @@ def patterns_of(pretokenizer) -> tuple[str, ...] | None:
         return (pattern,)
     passes = getattr(pretokenizer, "passes", None)
     if passes:
-        patterns = tuple(getattr(p, "pattern", None) for p in passes)
-        if all(isinstance(p, str) for p in patterns):
-            return patterns
+        patterns = [getattr(p, "pattern", None) for p in passes]
+        texts = [p for p in patterns if isinstance(p, str)]
+        if len(texts) == len(patterns):
+            return tuple(texts)
     return None
 
 
@@ -146,10 +195,11 @@ def family_of(passes: list[SplitPass], registered: dict[tuple[str, ...], str]) -
     return pre if pre is not None and pre in registered.values() else None
 
 
-def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str) -> list[str]:
+def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str, timeout: float | None = None) -> list[str]:
     # HF's find_matches: every match, and the text between matches, as (start, end, is_match).
-    spans, prev = [], 0
-    for m in compiled.finditer(text):
+    spans: list[tuple[int, int, bool]] = []
+    prev = 0
+    for m in compiled.finditer(text, timeout=timeout):
         start, end = m.span()
         if start == end == prev and spans and spans[-1][2]:
             continue  # Oniguruma's iterator allows no empty match right after a match; Python's does
@@ -191,15 +241,62 @@ def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str)
     return [text[a:b] for a, b in out if a != b]
 
 
-class HFPreTokenizer:
-    """Split text as HF tokenizers' pre-tokenizer of a tokenizer.json does (its passes in order)."""
+TIMEOUT_ENV = "BPETOK_REGEX_TIMEOUT"
+# CPU seconds a text may take to split, plus as many per CHARS_PER_TIMEOUT characters: real
+# patterns split that many in about 0.2 s (scripts/regex_time_limit.py), a backtracking one
+# (``(a|aa)+$``) passes 2 s on 35 characters.
+DEFAULT_TIMEOUT = 2.0
+CHARS_PER_TIMEOUT = 500_000
 
-    def __init__(self, passes: list[SplitPass]):
+
+def timeout_from_env() -> float | None:
+    """The time limit :data:`TIMEOUT_ENV` sets (seconds; 0 for none), else :data:`DEFAULT_TIMEOUT`."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise BpetokError(f"{TIMEOUT_ENV}={text!r}: expected a number of seconds (0 for no limit)")
+    return value or None
+
+
+class HFPreTokenizer:
+    """Split text as HF tokenizers' pre-tokenizer of a tokenizer.json does (its passes in order).
+
+    ``timeout``: CPU seconds one text may take to split, plus as many per :data:`CHARS_PER_TIMEOUT`
+    characters, past which :class:`bpetok.errors.RegexTimeoutError` is raised; 0 for no limit,
+    None for :func:`timeout_from_env`. The ``timeout`` attribute (None: no limit) can be changed.
+    """
+
+    def __init__(self, passes: list[SplitPass], timeout: float | None = None):
         self.passes = list(passes)
+        self.timeout = timeout_from_env() if timeout is None else (timeout or None)
         self._compiled = [(p.compile(), p.behavior, p.invert) for p in self.passes]
 
     def split(self, text: str) -> list[str]:
         pieces = [text] if text else []
+        # Seconds of the process's CPU time, the clock the regex package's timeout counts.
+        budget = None if self.timeout is None else self.timeout * (1 + len(text) / CHARS_PER_TIMEOUT)
+        deadline = None if budget is None else time.process_time() + budget
         for compiled, behavior, invert in self._compiled:
-            pieces = [out for piece in pieces for out in _split_once(compiled, behavior, invert, piece)]
+            done: list[str] = []
+            for piece in pieces:
+                left = None if deadline is None else max(deadline - time.process_time(), 1e-6)
+                try:
+                    done += _split_once(compiled, behavior, invert, piece, left)
+                except TimeoutError:
+                    raise self._timed_out(compiled.pattern, piece, text, budget) from None
+            pieces = done
         return pieces
+
+    def _timed_out(self, pattern: str, piece: str, text: str, budget: float | None) -> RegexTimeoutError:
+        return RegexTimeoutError(
+            f"the pre-tokenizer regex {pattern[:100]!r} ran past the time limit for splitting a {len(text)}-character "
+            f"text ({budget or 0:.3g} s), at a piece of {len(piece)} characters: the pattern backtracks "
+            f"catastrophically; fix the tokenizer.json's pattern, or raise the limit ({self.timeout or 0:g} s per "
+            f"text plus as much per {CHARS_PER_TIMEOUT:,} characters) with {TIMEOUT_ENV}=SECONDS (0: no limit) or "
+            "the pre-tokenizer's timeout attribute"
+        )

@@ -9,13 +9,12 @@ added tokens are cut out, the file's own pre-tokenizer) travels in ``vocabulary.
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 
 from bpetok import TokenType, Vocabulary, VocabularyError
 
 from bpetok_hf.pretok import read_passes
+from bpetok_hf.schema import array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
 
 __all__ = ["read_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "ADDED", "CHAT_TEMPLATE"]
 
@@ -51,12 +50,6 @@ def is_tokenizer_json(path: str) -> bool:
     return name.endswith((".json", ".json.gz"))
 
 
-def _open(path: str):
-    if path.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 def _refuse(path: str, where: str, what: str, why: str = "") -> VocabularyError:
     return VocabularyError(
         f"{path}: {where} is {what}{why}; bpetok-hf reads only byte-level BPE tokenizer.json files (a BPE "
@@ -65,30 +58,39 @@ def _refuse(path: str, where: str, what: str, why: str = "") -> VocabularyError:
     )
 
 
-def _check_model(model, path: str) -> None:
-    if not isinstance(model, dict) or model.get("type", "BPE") != "BPE" or "merges" not in model:
-        kind = model.get("type") if isinstance(model, dict) else type(model).__name__
-        raise _refuse(path, "model.type", repr(kind), " (WordPiece, Unigram and WordLevel models are not BPE)")
-    if model.get("dropout") not in (None, 0, 0.0):
-        raise _refuse(path, "model.dropout", repr(model["dropout"]), " (dropout makes ids random)")
+def _check_model(model: dict, path: str) -> None:
+    kind = model.get("type", "BPE")
+    if kind != "BPE":
+        raise _refuse(path, "model.type", describe(kind), " (WordPiece, Unigram and WordLevel models are not BPE)")
+    dropout = model.get("dropout")
+    if dropout is not None and type(dropout) not in (int, float):
+        raise bad(path, "model.dropout", dropout, "a number or null")
+    if dropout:  # NaN included
+        raise _refuse(path, "model.dropout", describe(dropout), " (dropout makes ids random)")
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
-        if model.get(key):
+        if text_of(model, key, path, "model."):
             raise _refuse(path, f"model.{key}", repr(model[key]))
-    if model.get("byte_fallback"):
+    if flag(model, "byte_fallback", path, "model."):
         raise _refuse(path, "model.byte_fallback", "true (a SentencePiece-style BPE)")
 
 
-def _check_normalizer(node, path: str) -> None:
-    if node is None or (node.get("type") == "Sequence" and not node.get("normalizers")):
+def _check_normalizer(node: dict | None, path: str) -> None:
+    if node is None:
         return
-    raise _refuse(path, "normalizer", f"{node.get('type')!r}", " (a normalizer changes the text before splitting)")
+    if node.get("type") == "Sequence" and not array(node, "normalizers", path, "normalizer."):
+        return
+    raise _refuse(path, "normalizer", describe(node.get("type")), " (a normalizer changes the text before splitting)")
 
 
-def _check_decoder(node, path: str) -> None:
-    items = node.get("decoders", []) if node and node.get("type") == "Sequence" else [node]
+def _check_decoder(node: dict | None, path: str) -> None:
+    if node is not None and node.get("type") == "Sequence":
+        items = array(node, "decoders", path, "decoder.")
+    else:
+        items = [node]
     kinds = [d.get("type") if isinstance(d, dict) else None for d in items]
-    if kinds != ["ByteLevel"]:
-        raise _refuse(path, "decoder", f"{' + '.join(map(str, kinds))!r}, not ByteLevel")
+    if len(kinds) != 1 or kinds[0] != "ByteLevel":
+        shown = " + ".join(k if isinstance(k, str) else describe(k) for k in kinds[:8])
+        raise _refuse(path, "decoder", f"{shown!r}, not ByteLevel")
 
 
 def _merge(item, path: str, i: int) -> bytes:
@@ -99,36 +101,59 @@ def _merge(item, path: str, i: int) -> bytes:
     else:
         left = sep = right = ""
     if not sep or not left or not right or " " in right:
-        raise VocabularyError(f"{path}: model.merges[{i}] is {item!r:.60}; expected 'a b' or ['a', 'b']")
-    return f"{left} {right}".encode()
+        raise bad(path, f"model.merges[{i}]", item, "'a b' or ['a', 'b']")
+    return f"{left} {right}".encode("utf-8", "surrogatepass")
 
 
-def _template_specials(node) -> tuple[int | None, int | None]:
+# A Sequence post-processor holds processors; one inside another inside another is already odd.
+_MAX_PROCESSOR_DEPTH = 4
+
+
+def _template_specials(node: dict | None, path: str, check_id, where: str = "post_processor", depth: int = 0):
     """The ids a TemplateProcessing puts before and after a single sequence (add_bos / add_eos)."""
-    if not isinstance(node, dict):
+    if node is None:
         return None, None
     if node.get("type") == "Sequence":
-        for item in node.get("processors", []):
-            found = _template_specials(item)
+        if depth >= _MAX_PROCESSOR_DEPTH:
+            raise bad(path, where, node, f"a Sequence at most {_MAX_PROCESSOR_DEPTH} deep")
+        for i, item in enumerate(array(node, "processors", path, f"{where}.")):
+            at = f"{where}.processors[{i}]"
+            if not isinstance(item, dict):
+                raise bad(path, at, item, "an object")
+            found = _template_specials(item, path, check_id, at, depth + 1)
             if found != (None, None):
                 return found
         return None, None
     if node.get("type") != "TemplateProcessing":
         return None, None
-    single = node.get("single", [])
-    specials = node.get("special_tokens", {})
+    single = array(node, "single", path, f"{where}.")
+    specials = section(node, "special_tokens", path, f"{where}.") or {}
 
-    def id_of(item):
-        name = item.get("SpecialToken", {}).get("id") if isinstance(item, dict) else None
-        ids = specials.get(name, {}).get("ids", []) if name is not None else []
+    def id_of(item, at):
+        if not isinstance(item, dict) or "SpecialToken" not in item:
+            return None
+        token = item["SpecialToken"]
+        name = token.get("id") if isinstance(token, dict) else None
+        if not isinstance(name, str):
+            raise bad(path, f"{at}.SpecialToken.id", name, "the name of a special token")
+        entry = specials.get(name)
+        if not isinstance(entry, dict):
+            raise bad(path, key_of(f"{where}.special_tokens", name), entry, "an object with 'ids'")
+        ids = array(entry, "ids", path, key_of(f"{where}.special_tokens", name) + ".", required=True)
+        for j, value in enumerate(ids):
+            check_id(value, key_of(f"{where}.special_tokens", name) + f".ids[{j}]")
         return ids[0] if len(ids) == 1 else None
 
-    return (id_of(single[0]) if single else None), (id_of(single[-1]) if len(single) > 1 else None)
+    if not single:
+        return None, None
+    first = id_of(single[0], f"{where}.single[0]")
+    last = id_of(single[-1], f"{where}.single[{len(single) - 1}]") if len(single) > 1 else None
+    return first, last
 
 
 def _token_text(value) -> str | None:
     if isinstance(value, dict):
-        return value.get("content")
+        value = value.get("content")
     return value if isinstance(value, str) else None
 
 
@@ -136,74 +161,101 @@ def _read_config(path: str) -> dict:
     config_path = os.path.join(os.path.dirname(os.path.abspath(path)), "tokenizer_config.json")
     if not os.path.isfile(config_path):
         return {}
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise VocabularyError(f"{config_path}: cannot read it as JSON ({e}); fix or remove it") from e
+    config = load_json(config_path, "a tokenizer_config.json")
     return config if isinstance(config, dict) else {}
 
 
+_ADDED_FLAGS = ("special", "lstrip", "rstrip", "single_word", "normalized")
+
+
 def read_tokenizer_json(path: str) -> Vocabulary | None:
-    """The vocabulary of a byte-level BPE tokenizer.json; None when the file is not a tokenizer.json."""
-    try:
-        with _open(path) as f:
-            data = json.load(f)
-    except (UnicodeDecodeError, ValueError, EOFError, OSError) as e:
-        raise VocabularyError(f"{path}: cannot read it as JSON ({e}); is it a tokenizer.json?") from e
+    """The vocabulary of a byte-level BPE tokenizer.json; None when the file is not a tokenizer.json.
+
+    Every value is checked before use: a wrong type, an id outside the ids the file has room for
+    (its vocab entries plus its added tokens), two tokens on one id, is a VocabularyError naming
+    the key."""
+    data = load_json(path)
     if not isinstance(data, dict) or "model" not in data:
         return None  # some other JSON: not ours
     model = data["model"]
+    if not isinstance(model, dict):
+        raise bad(path, "model", model, "an object (the BPE model)")
     _check_model(model, path)
-    _check_normalizer(data.get("normalizer"), path)
-    _check_decoder(data.get("decoder"), path)
-    passes = read_passes(data.get("pre_tokenizer"), path)
+    _check_normalizer(section(data, "normalizer", path, ""), path)
+    _check_decoder(section(data, "decoder", path, ""), path)
+    passes = read_passes(section(data, "pre_tokenizer", path, ""), path)
+    post_processor = section(data, "post_processor", path, "")
 
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):
-        raise VocabularyError(f"{path}: model.vocab is not an object of token -> id")
-    added = data.get("added_tokens") or []
-    n = max([*vocab.values(), *(a.get("id", -1) for a in added), -1]) + 1
+        raise bad(path, "model.vocab", vocab, "an object of token -> id")
+    merges_node = array(model, "merges", path, "model.", required=True)
+    added = array(data, "added_tokens", path, "")
+    # Ids must fit the file: as many as its vocab entries and added tokens (an added token may
+    # also be a vocab entry, so a few ids can be left unused: [PAD<id>]), never more.
+    n = len(vocab) + len(added)
+    size_note = f"{count(len(vocab), 'vocab entry')} and {count(len(added), 'added token')}"
+
+    def check_id(value, where):
+        return token_id(value, path, where, n, size_note)
+
     tokens: list[bytes | None] = [None] * n
+    owner: list[str | None] = [None] * n  # which key set each id, to name both of two on one id
     types = [TokenType.UNUSED] * n
-    for text, token_id in vocab.items():
-        tokens[token_id] = text.encode("utf-8", "surrogatepass")
-        types[token_id] = TokenType.NORMAL
+    for text, value in vocab.items():
+        where = key_of("model.vocab", text)
+        token_id_ = check_id(value, where)
+        if not text:
+            raise bad(path, where, text, "a non-empty token text")
+        if owner[token_id_] is not None:
+            raise VocabularyError(
+                f"{path}: {where} has id {token_id_}, as {owner[token_id_]} does; each id must have one token text"
+            )
+        tokens[token_id_] = text.encode("utf-8", "surrogatepass")
+        owner[token_id_] = where
+        types[token_id_] = TokenType.NORMAL
     added_info = {}
     for i, token in enumerate(added):
-        token_id, content = token.get("id"), token.get("content")
-        if not isinstance(token_id, int) or not isinstance(content, str) or not content:
-            raise VocabularyError(f"{path}: added_tokens[{i}] needs an integer 'id' and a non-empty 'content'")
-        if token.get("single_word"):
-            raise _refuse(path, f"added_tokens[{i}] ({content!r}).single_word", "true", " (not reproduced)")
-        special = bool(token.get("special")) or looks_special(content)
-        tokens[token_id] = content.encode("utf-8", "surrogatepass")  # raw text, as the converter keeps it
-        types[token_id] = TokenType.CONTROL if special else TokenType.USER_DEFINED
-        added_info[token_id] = (special, bool(token.get("lstrip")), bool(token.get("rstrip")))
-    for token_id, text in enumerate(tokens):
-        if text is None:
-            tokens[token_id] = f"[PAD{token_id}]".encode()
+        at = f"added_tokens[{i}]"
+        if not isinstance(token, dict):
+            raise bad(path, at, token, "an object with 'id' and 'content'")
+        token_id_ = check_id(token.get("id"), f"{at}.id")
+        content = token.get("content")
+        if not isinstance(content, str) or not content:
+            raise bad(path, f"{at}.content", content, "a non-empty string")
+        special, lstrip, rstrip, single_word, _ = (flag(token, key, path, f"{at}.") for key in _ADDED_FLAGS)
+        if single_word:
+            raise _refuse(path, f"{at} ({content!r:.40}).single_word", "true", " (not reproduced)")
+        if token_id_ in added_info:
+            raise VocabularyError(f"{path}: {at}.id is {token_id_}, as an earlier added token's is; each id must have one token")
+        special = special or looks_special(content)
+        tokens[token_id_] = content.encode("utf-8", "surrogatepass")  # raw text, as the converter keeps it
+        types[token_id_] = TokenType.CONTROL if special else TokenType.USER_DEFINED
+        added_info[token_id_] = (special, lstrip, rstrip)
+    texts = [f"[PAD{i}]".encode() if text is None else text for i, text in enumerate(tokens)]
     index: dict[bytes, int] = {}
-    for token_id, text in enumerate(tokens):
+    for token_id_, text in enumerate(texts):
         if text in index:
             raise VocabularyError(
-                f"{path}: token {token_id} {text.decode('utf-8', 'replace')!r} has the same text as token "
+                f"{path}: token {token_id_} {text.decode('utf-8', 'replace')!r:.60} has the same text as token "
                 f"{index[text]}; llama.cpp and bpetok need each token text once"
             )
-        index[text] = token_id
-    merges = [_merge(item, path, i) for i, item in enumerate(model["merges"])]
+        index[text] = token_id_
+    merges = [_merge(item, path, i) for i, item in enumerate(merges_node)]
+    ignore_merges = flag(model, "ignore_merges", path, "model.")
+    unk_token = text_of(model, "unk_token", path, "model.")
 
     config = _read_config(path)
     special_id_keys = []
     for name, role, key in _CONFIG_ROLES:
         text = _token_text(config.get(name))
-        if text is not None and text.encode() in index:
-            special_id_keys.append((role, key, index[text.encode()]))
-    if model.get("unk_token") and not any(role == "unk" for role, _, _ in special_id_keys):
-        unk = index.get(model["unk_token"].encode())
+        if text is not None and text.encode("utf-8", "surrogatepass") in index:
+            special_id_keys.append((role, key, index[text.encode("utf-8", "surrogatepass")]))
+    if unk_token and not any(role == "unk" for role, _, _ in special_id_keys):
+        unk = index.get(unk_token.encode("utf-8", "surrogatepass"))
         if unk is not None:
             special_id_keys.append(("unk", "tokenizer.ggml.unknown_token_id", unk))
-    bos, eos = _template_specials(data.get("post_processor"))
+    bos, eos = _template_specials(post_processor, path, check_id)
     roles = {role for role, _, _ in special_id_keys}
     if bos is not None and "bos" not in roles:
         special_id_keys.insert(0, ("bos", "tokenizer.ggml.bos_token_id", bos))
@@ -219,7 +271,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         path=path,
         model="gpt2",
         pre="",  # named by the plugin: a llama.cpp family or the file's own passes
-        tokens=tokens,
+        tokens=texts,
         token_types=[int(t) for t in types],
         merges=merges,
         special_id_keys=special_id_keys,
@@ -227,5 +279,5 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         metadata=metadata,
     )
     vocabulary.adopt_token_index(index)
-    vocabulary.metadata["hf.ignore_merges"] = bool(model.get("ignore_merges", False))
+    vocabulary.metadata["hf.ignore_merges"] = ignore_merges
     return vocabulary
