@@ -93,7 +93,7 @@ ENV_LIMITS: dict[str, tuple[str, type]] = {
 # DEFAULT_MAX_BUFFERED_BYTES across connections (more gets 503); the protocol closes a connection
 # whose client reads nothing for DEFAULT_WRITE_TIMEOUT seconds, and one whose request head takes
 # over DEFAULT_HEADER_TIMEOUT seconds.
-DEFAULT_THREADS = 4
+DEFAULT_THREADS = 2
 DEFAULT_COMPUTE_TIMEOUT = 30.0
 DEFAULT_MAX_BUFFERED_BYTES = 512 * 1024 * 1024
 DEFAULT_WRITE_TIMEOUT = 10.0
