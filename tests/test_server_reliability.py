@@ -189,9 +189,12 @@ def test_a_client_that_does_not_read_is_disconnected_after_the_write_timeout(sta
     assert full > 8_000_000  # more than loopback's socket buffers hold
     clients = [send_without_reading(srv.port, {"content": text, "with_pieces": True}) for _ in range(3)]
     try:
-        time.sleep(1.0)
         assert health_seconds(srv.port) < 10
-        time.sleep(6.0)  # encoding (well under 3 s each) + the write timeout + margin
+        for s in clients:  # wait (without reading) for each answer to start
+            s.settimeout(120)
+            assert s.recv(1, socket.MSG_PEEK)
+        assert health_seconds(srv.port) < 10
+        time.sleep(4.0)  # the write timeout, and a margin
         for s in clients:
             got, ended = read_to_end(s, 20)
             assert ended and got < full, (got, full)  # cut off, not waited for
