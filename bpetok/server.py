@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import bpetok
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
+from bpetok.server_io import piece_json
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -76,10 +77,30 @@ LINGER_IDLE = 2.0
 ENV_MODEL = "BPETOK_SERVE_MODEL"
 ENV_MAX_BODY_BYTES = "BPETOK_SERVE_MAX_BODY_BYTES"
 ENV_REQUEST_TIMEOUT = "BPETOK_SERVE_REQUEST_TIMEOUT"
+# create_app's keyword -> (environment variable, type)
+ENV_LIMITS: dict[str, tuple[str, type]] = {
+    "max_body_bytes": (ENV_MAX_BODY_BYTES, int),
+    "body_timeout": (ENV_REQUEST_TIMEOUT, float),
+    "threads": ("BPETOK_SERVE_THREADS", int),
+    "compute_timeout": ("BPETOK_SERVE_COMPUTE_TIMEOUT", float),
+    "max_buffered_bytes": ("BPETOK_SERVE_MAX_BUFFERED_BYTES", int),
+}
 
-# Requests at least this large (characters to encode, ids to decode) run in a worker thread, so a
-# multi-megabyte request does not stall /health and the small requests queued behind it.
-_THREAD_THRESHOLD = 8192
+# Every request's work (parse, tokenize, render, detokenize) runs in one of DEFAULT_THREADS worker
+# threads, so the event loop only moves bytes and /health always answers; past
+# DEFAULT_COMPUTE_TIMEOUT seconds (queueing included) a request is answered 503 (its thread cannot
+# be stopped and finishes on its own). Request bodies being held and answers not yet written share
+# DEFAULT_MAX_BUFFERED_BYTES across connections (more gets 503); the protocol closes a connection
+# whose client reads nothing for DEFAULT_WRITE_TIMEOUT seconds, and one whose request head takes
+# over DEFAULT_HEADER_TIMEOUT seconds.
+DEFAULT_THREADS = 2
+DEFAULT_COMPUTE_TIMEOUT = 30.0
+DEFAULT_MAX_BUFFERED_BYTES = 512 * 1024 * 1024
+DEFAULT_WRITE_TIMEOUT = 10.0
+DEFAULT_HEADER_TIMEOUT = 5.0
+# /tokenize answers of at most this many ids are serialized whole (one write, a Content-Length);
+# larger ones are produced chunk by chunk as the client reads.
+SMALL_ANSWER_IDS = 8192
 
 _INSTALL_HINT = "pip install 'bpetok[server]'"
 
@@ -187,23 +208,25 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _piece_json(data: bytes):
-    """A piece as a string when it is valid UTF-8, else its byte values (llama-server's convention)."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return list(data)
-
-
 def tokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     """``POST /tokenize``: ``{"tokens": [...]}`` for a parsed request body.
 
     ``content`` is a string, or (as llama-server's ``tokenize_mixed`` allows) an array of strings
     and token ids; with ``add_special`` only the first element, if it is a string, gets BOS/EOS.
+    (The server writes the same answer compactly, from :func:`tokenize_ids`, with
+    :class:`bpetok.server_io.TokensBody`.)
 
     >>> tokenize_request(tok, {"content": "Hello world"})
     {'tokens': [9707, 1879]}
     """
+    ids, with_pieces = tokenize_ids(tok, data)
+    if with_pieces:
+        return {"tokens": [{"id": i, "piece": piece_json(tok.piece(i))} for i in ids]}
+    return {"tokens": ids}
+
+
+def tokenize_ids(tok: bpetok.Tokenizer, data: dict) -> tuple[list[int], bool]:
+    """The ids a ``/tokenize`` request asks for, and whether it wants their pieces."""
     if "content" not in data:
         raise RequestError('"content" is required: the text to tokenize, e.g. {"content": "Hello"}')
     content = data["content"]
@@ -228,9 +251,7 @@ def tokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
         raise RequestError(
             f'"content" must be a string (or an array of strings and token ids), got {_json_type(content)}'
         )
-    if with_pieces:
-        return {"tokens": [{"id": i, "piece": _piece_json(tok.piece(i))} for i in ids]}
-    return {"tokens": ids}
+    return ids, with_pieces
 
 
 def detokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
@@ -320,19 +341,29 @@ def _continuation(value) -> bool | str:
 
 
 def props(tok: bpetok.Tokenizer, model_path: str) -> dict:
-    """``GET /props``: llama-server's ``model_path``/``bos_token``/``eos_token`` plus the vocabulary's facts."""
+    """``GET /props``: the fields of llama-server's that need no model weights (``model_path``,
+    ``chat_template``, ``chat_template_tool_use``, ``bos_token``, ``eos_token``, ``modalities``,
+    ``build_info``, ``is_sleeping``) plus the vocabulary's facts."""
+    from bpetok.chat import chat_templates
+
     vocab = tok.vocabulary
+    templates = chat_templates(vocab)
     special = {k: v for k, v in vocab.special_ids.items() if v is not None}
 
     def text(role: str) -> str:
         token_id = special.get(role)
         return tok.piece(token_id).decode("utf-8", "replace") if token_id is not None else ""
 
-    return {
+    answer = {
         "model_path": model_path,
+        # llama-server: the file's template, "" when it has none (llama-server then uses its ChatML
+        # fallback; bpetok's /apply-template refuses instead)
+        "chat_template": templates.get("default", ""),
+        "modalities": {"vision": False, "video": False, "audio": False},  # text only, as without mmproj
         "bos_token": text("bos"),
         "eos_token": text("eos"),
         "build_info": f"bpetok {bpetok.__version__}",
+        "is_sleeping": False,
         "model": vocab.model,
         "pre": vocab.pre,
         "pretokenizer": tok.spec.name if tok.spec is not None else None,
@@ -342,6 +373,9 @@ def props(tok: bpetok.Tokenizer, model_path: str) -> dict:
         "add_bos": tok.add_bos,
         "add_eos": tok.add_eos,
     }
+    if "tool_use" in templates:  # llama-server adds it only when the file has one
+        answer["chat_template_tool_use"] = templates["tool_use"]
+    return answer
 
 
 # -- the HTTP layer ---------------------------------------------------------------------------------------
@@ -357,58 +391,23 @@ def _require_server_extra():
     return uvicorn
 
 
-def _dumps(payload) -> bytes:
-    try:
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (e.g. in a file name): escape everything
-        return json.dumps(payload, separators=(",", ":")).encode("ascii")
-
-
-async def _in_daemon_thread(function, *args):
-    """``function(*args)`` in a thread of its own, awaited.
-
-    A daemon thread, unlike the thread pools of asyncio and anyio: when SIGTERM's grace period
-    (``--shutdown-timeout``) is over, uvicorn cancels the request and the process exits without
-    waiting for a long encode to finish; its result would go nowhere.
-    """
-    import asyncio
-    import threading
-
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def settle(result, error) -> None:
-        if done.cancelled():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)
-
-    def work() -> None:
-        result = error = None
-        try:
-            result = function(*args)
-        except BaseException as e:  # handed to the awaiting request, which answers 500 for a bug
-            error = e
-        try:
-            loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is closed: the server stopped, nobody is waiting
-            pass
-
-    threading.Thread(target=work, name="bpetok-request", daemon=True).start()
-    return await done
-
-
 def create_app(
     tok: bpetok.Tokenizer,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     model_path: str | None = None,
     body_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    threads: int = DEFAULT_THREADS,
+    compute_timeout: float = DEFAULT_COMPUTE_TIMEOUT,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
 ) -> Starlette:
     """The ASGI app serving ``tok``; bodies over ``max_body_bytes`` get 413 before they are read in
-    full, bodies that take longer than ``body_timeout`` seconds to arrive get 408."""
+    full, bodies that take longer than ``body_timeout`` seconds to arrive get 408.
+
+    Every request's work runs in one of ``threads`` worker threads, never on the event loop, and is
+    answered 503 past ``compute_timeout`` seconds; request bodies and unsent answers together hold
+    at most ``max_buffered_bytes`` (more gets 503); answers are written as the client reads them.
+    """
     _require_server_extra()
     import asyncio
 
@@ -416,34 +415,79 @@ def create_app(
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import Response
+    from starlette.responses import Response, StreamingResponse
     from starlette.routing import Route
+
+    from bpetok.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout, dumps
 
     if max_body_bytes < 1:
         raise BpetokError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
+    if threads < 1:
+        raise BpetokError(f"threads must be at least 1, got {threads}")
     info = props(tok, model_path if model_path is not None else tok.vocabulary.path)
+    pool = WorkPool(threads, compute_timeout)
+    budget = OutputBudget(max_buffered_bytes)
+    fragments = PieceFragments(tok)
 
     def respond(payload, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-        return Response(_dumps(payload), status_code=status, headers=headers, media_type="application/json")
+        return Response(dumps(payload), status_code=status, headers=headers, media_type="application/json")
+
+    class AnswerResponse(StreamingResponse):
+        """An answer written chunk by chunk as the client reads it (uvicorn waits for the
+        transport to drain between writes), its bytes given back to the budget when done."""
+
+        def __init__(self, answer):
+            self.answer = answer
+            headers = {"content-length": str(answer.length)} if answer.length is not None else None
+            super().__init__(self._chunks(), headers=headers, media_type="application/json")
+
+        async def _chunks(self):
+            for chunk in self.answer.chunks():
+                yield chunk
+                await asyncio.sleep(0)  # producing chunks is work too: let /health in between
+
+        async def __call__(self, scope, receive, send) -> None:
+            try:
+                await super().__call__(scope, receive, send)
+            except OSError:  # the client went away mid-answer: nobody to tell
+                pass
+            finally:
+                budget.give_back(self.answer.size)
+                self.answer = None
+
+    def over_budget() -> RequestError:
+        return RequestError(
+            f"the server is holding {budget.used:,} bytes of requests and unsent answers, its limit "
+            f"(--max-buffered-bytes {budget.limit:,}); send the request again shortly",
+            503,
+            "unavailable_error",
+        )
 
     async def read_body(request: Request) -> bytes:
+        """The body, its bytes taken from the budget (the caller gives them back)."""
         declared = request.headers.get("content-length")
         if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_body_bytes:
             raise too_large(int(declared))
         # Count while reading: a chunked body (no Content-Length) is cut off at the limit too.
         chunks, size = [], 0
-        with anyio.move_on_after(body_timeout) as deadline:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > max_body_bytes:
-                    raise too_large(None)
-                chunks.append(chunk)
-        if deadline.cancelled_caught:
-            raise RequestError(
-                f"the request body did not arrive within {body_timeout:g} seconds ({size:,} bytes came); "
-                "send it at once (or start the server with a larger --request-timeout)",
-                status=408,
-            )
+        try:
+            with anyio.move_on_after(body_timeout) as deadline:
+                async for chunk in request.stream():
+                    if size + len(chunk) > max_body_bytes:
+                        raise too_large(None)
+                    if not budget.take(len(chunk)):
+                        raise over_budget()
+                    size += len(chunk)
+                    chunks.append(chunk)
+            if deadline.cancelled_caught:
+                raise RequestError(
+                    f"the request body did not arrive within {body_timeout:g} seconds ({size:,} bytes came); "
+                    "send it at once (or start the server with a larger --request-timeout)",
+                    status=408,
+                )
+        except BaseException:
+            budget.give_back(size)
+            raise
         return b"".join(chunks)
 
     def too_large(declared: int | None) -> RequestError:
@@ -454,15 +498,33 @@ def create_app(
             status=413,
         )
 
-    def endpoint(handler, size_of):
+    # The work of each endpoint, run in a worker thread: request body -> answer.
+    def tokenize_work(body: bytes):
+        ids, with_pieces = tokenize_ids(tok, parse_body(body))
+        answer = TokensBody(ids, fragments if with_pieces else None)
+        return answer.to_bytes() if len(answer.ids) <= SMALL_ANSWER_IDS else answer
+
+    def detokenize_work(body: bytes):
+        return BytesBody(dumps(detokenize_request(tok, parse_body(body))))
+
+    def apply_template_work(body: bytes):
+        return BytesBody(dumps(apply_template_request(tok, parse_body(body))))
+
+    def endpoint(work):
         async def run(request: Request) -> Response:
             try:
-                data = parse_body(await read_body(request))
-                if size_of(data) >= _THREAD_THRESHOLD:
-                    result = await _in_daemon_thread(handler, tok, data)
-                else:
-                    result = handler(tok, data)
-                return respond(result)
+                body = await read_body(request)
+                try:
+                    answer = await pool.run(work, body)
+                finally:
+                    budget.give_back(len(body))
+                    del body
+                if isinstance(answer, BytesBody) and answer.size <= CHUNK_BYTES:
+                    # one write: the transport holds it (its buffer is bounded by the write timeout)
+                    return Response(answer.data, media_type="application/json")
+                if not budget.take(answer.size):
+                    raise over_budget()
+                return AnswerResponse(answer)
             except RequestError as e:
                 # subtle: after a 413 or 408 the rest of the body is never read by the app. On a
                 # keep-alive connection uvicorn discards it as it arrives; when the connection is
@@ -471,6 +533,14 @@ def create_app(
                 # the client is too slow to be waited for again.
                 headers = {"connection": "close"} if e.status == 408 else None
                 return respond(e.payload(), e.status, headers)
+            except WorkTimeout:
+                error = RequestError(
+                    f"the request did not finish within {compute_timeout:g} seconds (the server's "
+                    "--compute-timeout); send a smaller request, or ask the operator for a larger limit",
+                    503,
+                    "unavailable_error",
+                )
+                return respond(error.payload(), 503)
             except ClientDisconnect:
                 return Response(status_code=400)  # nobody is listening any more
             except asyncio.CancelledError:
@@ -478,28 +548,16 @@ def create_app(
                 # still runs: the request ends here, so answer it (once) instead of a bare 500.
                 error = RequestError("the server is shutting down; send the request again", 503, "unavailable_error")
                 return respond(error.payload(), 503, {"connection": "close"})
-            except BpetokError as e:  # the vocabulary cannot do what was asked (e.g. no BOS token)
+            except BpetokError as e:
+                # the input cannot be done (no BOS token, a template that refuses the conversation
+                # or passes its render limits, a pattern past its time limit): the client's to fix
                 return respond(RequestError(str(e)).payload(), 400)
+            except RecursionError:  # a deeply nested body that parses but is too deep to process
+                return respond(RequestError("the request is nested too deeply to process").payload(), 400)
             except Exception as e:  # a bug: answer, log it once, keep serving
                 return server_error(request, e)
 
         return run
-
-    def content_size(data: dict) -> int:
-        content = data.get("content")
-        if isinstance(content, str):
-            return len(content)
-        return len(content) + sum(len(c) for c in content if isinstance(c, str)) if isinstance(content, list) else 0
-
-    def tokens_size(data: dict) -> int:
-        tokens = data.get("tokens")
-        return len(tokens) if isinstance(tokens, list) else 0
-
-    def messages_size(data: dict) -> int:
-        messages = data.get("messages")
-        if not isinstance(messages, list):
-            return 0
-        return sum(len(m["content"]) for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str))
 
     async def health(request: Request) -> Response:
         return respond({"status": "ok"})
@@ -525,9 +583,9 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/v1/health", health, methods=["GET"]),
         Route("/props", get_props, methods=["GET"]),
-        Route("/tokenize", endpoint(tokenize_request, content_size), methods=["POST"]),
-        Route("/detokenize", endpoint(detokenize_request, tokens_size), methods=["POST"]),
-        Route("/apply-template", endpoint(apply_template_request, messages_size), methods=["POST"]),
+        Route("/tokenize", endpoint(tokenize_work), methods=["POST"]),
+        Route("/detokenize", endpoint(detokenize_work), methods=["POST"]),
+        Route("/apply-template", endpoint(apply_template_work), methods=["POST"]),
     ]
     async def unhandled(request: Request, exc: Exception) -> Response:  # Starlette's backstop
         return server_error(request, exc)
@@ -539,25 +597,23 @@ def create_app(
 def app_from_env() -> Starlette:
     """App factory for uvicorn workers: the model path and limits come from the environment.
 
-    ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL``, ``BPETOK_SERVE_MAX_BODY_BYTES`` and
-    ``BPETOK_SERVE_REQUEST_TIMEOUT`` and
-    starts uvicorn with ``bpetok.server:app_from_env`` (``factory=True``); it can be used directly:
-    ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.server:app_from_env``.
+    ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL`` and the ``BPETOK_SERVE_*`` limits of
+    :data:`ENV_LIMITS` and starts uvicorn with ``bpetok.server:app_from_env`` (``factory=True``); it
+    can be used directly: ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.server:app_from_env``.
     """
     path = os.environ.get(ENV_MODEL)
     if not path:
         raise BpetokError(f"set {ENV_MODEL} to the path of a GGUF file to serve")
-    limit = os.environ.get(ENV_MAX_BODY_BYTES, str(DEFAULT_MAX_BODY_BYTES))
-    try:
-        max_body_bytes = int(limit)
-    except ValueError:
-        raise BpetokError(f"{ENV_MAX_BODY_BYTES}={limit!r} is not a number of bytes") from None
-    timeout = os.environ.get(ENV_REQUEST_TIMEOUT, str(DEFAULT_REQUEST_TIMEOUT))
-    try:
-        body_timeout = float(timeout)
-    except ValueError:
-        raise BpetokError(f"{ENV_REQUEST_TIMEOUT}={timeout!r} is not a number of seconds") from None
-    return create_app(bpetok.from_gguf(path), max_body_bytes=max_body_bytes, model_path=path, body_timeout=body_timeout)
+    limits = {}
+    for name, (variable, kind) in ENV_LIMITS.items():
+        text = os.environ.get(variable)
+        if text is None:
+            continue
+        try:
+            limits[name] = kind(text)
+        except ValueError:
+            raise BpetokError(f"{variable}={text!r} is not {'a number' if kind is int else 'a number of seconds'}") from None
+    return create_app(bpetok.from_gguf(path), model_path=path, **limits)
 
 
 # -- the command ------------------------------------------------------------------------------------------
@@ -586,6 +642,7 @@ def _seconds(text: str) -> float:
 def _cmd_serve(args) -> int:
     uvicorn = _require_server_extra()
     _check_fd_limit(args.limit_concurrency)
+    _fix_malloc_threshold()
     path = os.path.abspath(args.model)
     tok = bpetok.from_gguf(path)  # fail here, with bpetok's message, before any worker starts
     url = f"http://{args.host}:{args.port}"
@@ -600,20 +657,28 @@ def _cmd_serve(args) -> int:
         port=args.port,
         log_level=args.log_level,
         access_log=args.access_log,
-        http=_protocol(args.request_timeout),
+        http=_protocol(args.request_timeout, args.header_timeout, args.write_timeout),
         timeout_keep_alive=args.keep_alive_timeout,
         limit_concurrency=args.limit_concurrency,
         timeout_graceful_shutdown=args.shutdown_timeout,
     )
+    limits = dict(
+        max_body_bytes=args.max_body_bytes,
+        body_timeout=args.request_timeout,
+        threads=args.threads,
+        compute_timeout=args.compute_timeout,
+        max_buffered_bytes=args.max_buffered_bytes,
+    )
     try:
         if args.workers == 1:
-            app = create_app(tok, max_body_bytes=args.max_body_bytes, model_path=path, body_timeout=args.request_timeout)
-            uvicorn.run(app, **options)
+            from bpetok.server_http import run_server
+
+            run_server(uvicorn.Config(create_app(tok, model_path=path, **limits), **options))
         else:
             # Workers are separate processes started from an import string; each loads the model itself.
             os.environ[ENV_MODEL] = path
-            os.environ[ENV_MAX_BODY_BYTES] = str(args.max_body_bytes)
-            os.environ[ENV_REQUEST_TIMEOUT] = str(args.request_timeout)
+            for name, (variable, _) in ENV_LIMITS.items():
+                os.environ[variable] = str(limits[name])
             _run_workers(uvicorn, args.workers, options)
     except SystemExit as e:  # uvicorn logs why it could not start (e.g. the port is taken), then exits
         if e.code not in (0, None):
@@ -625,19 +690,45 @@ def _cmd_serve(args) -> int:
     return 0
 
 
-def _protocol(request_timeout: float):
-    """uvicorn's h11 protocol with a request-head timeout and a lingering close (bpetok.server_http)."""
+def _protocol(request_timeout: float, header_timeout: float, write_timeout: float):
+    """uvicorn's h11 protocol with head and write timeouts and a lingering close (bpetok.server_http)."""
     import functools
 
     from bpetok.server_http import BoundedH11Protocol
 
     return functools.partial(
         BoundedH11Protocol,
-        request_timeout=request_timeout,
+        header_timeout=min(header_timeout, request_timeout),
+        write_timeout=write_timeout,
         linger_seconds=LINGER_SECONDS,
         linger_idle=LINGER_IDLE,
         linger_bytes=LINGER_BYTES,
     )
+
+
+# glibc's malloc raises its mmap threshold (up to 32 MB) each time a large block is freed, after
+# which multi-megabyte bodies and answers come from its heaps and freeing them returns nothing to
+# the system: 64 unread 4 MB answers took the server to 1.27 GB of RSS, against 0.72 GB with the
+# threshold fixed (benchmarks/server_slow_readers.py). Fixed here for the server's processes.
+_MMAP_THRESHOLD = 256 * 1024
+_MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"  # read by glibc when a worker process starts
+
+
+def _fix_malloc_threshold() -> None:
+    """Serve blocks of 256 KiB and more from mmap, so that freeing them returns them (glibc only)."""
+    import ctypes
+    import ctypes.util
+
+    os.environ.setdefault(_MMAP_THRESHOLD_ENV, str(_MMAP_THRESHOLD))
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return
+    m_mmap_threshold = -3  # glibc's M_MMAP_THRESHOLD
+    mallopt(m_mmap_threshold, _MMAP_THRESHOLD)
 
 
 def _check_fd_limit(limit_concurrency: int) -> None:
@@ -722,8 +813,43 @@ def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
         "--request-timeout",
         type=_seconds,
         default=DEFAULT_REQUEST_TIMEOUT,
-        help="seconds for a request's head to arrive, and then for its body; slower clients are disconnected "
-        f"(a late body gets 408) (default {DEFAULT_REQUEST_TIMEOUT:g})",
+        help="seconds for a request's body to arrive after its head; a late body gets 408 and the connection "
+        f"is closed (default {DEFAULT_REQUEST_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=DEFAULT_HEADER_TIMEOUT,
+        help="seconds for a request's head (request line and headers) to arrive, from the connection's opening "
+        "or the end of the keep-alive wait; slower connections are closed "
+        f"(default {DEFAULT_HEADER_TIMEOUT:g}, at most --request-timeout)",
+    )
+    p.add_argument(
+        "--write-timeout",
+        type=_seconds,
+        default=DEFAULT_WRITE_TIMEOUT,
+        help="seconds a client may leave an answer unread (the server's send buffer full) before its "
+        f"connection is closed (default {DEFAULT_WRITE_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--compute-timeout",
+        type=_seconds,
+        default=DEFAULT_COMPUTE_TIMEOUT,
+        help="seconds a request may take to be computed, waiting for a thread included; longer ones get 503 "
+        f"(default {DEFAULT_COMPUTE_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=DEFAULT_THREADS,
+        help=f"worker threads computing requests (per worker process) (default {DEFAULT_THREADS})",
+    )
+    p.add_argument(
+        "--max-buffered-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_BUFFERED_BYTES,
+        help="bytes that request bodies and unsent answers may hold across connections (per worker); "
+        f"past it requests get 503 (default {DEFAULT_MAX_BUFFERED_BYTES:,})",
     )
     p.add_argument(
         "--keep-alive-timeout",

@@ -559,8 +559,12 @@ def test_a_bug_is_a_500_in_the_error_shape_and_the_app_goes_on(qwen3):
 
     async def call(path: str, body: bytes):
         sent = []
+        received = []
 
-        async def receive():
+        async def receive():  # the body once, then (as a server does) nothing until the client leaves
+            if received:
+                await asyncio.Event().wait()
+            received.append(body)
             return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message):
