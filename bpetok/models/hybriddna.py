@@ -72,13 +72,13 @@ class HybridDnaModel:
                 break
             if start > pos:
                 out += encode(text[pos:start])
-            out.append(self.open_id)  # type: ignore[arg-type]  # set: self.dna
+            out.append(self.open_id)
             content = start + len(_OPEN)
             end = text.find(_CLOSE, content)
             out += self._kmers(text[content : end if end >= 0 else n])
             if end < 0:
                 break
-            out.append(self.close_id)  # type: ignore[arg-type]
+            out.append(self.close_id)
             pos = end + len(_CLOSE)
         return out
 
@@ -90,7 +90,7 @@ class HybridDnaModel:
         for i in range(0, len(data), _K):
             kmer = data[i : i + _K].ljust(_K, b"A")
             out.append(ids.get(kmer + KMER_MARKER, oov))
-        return out  # type: ignore[return-value]  # oov is set: self.dna
+        return out
 
     def normal_piece(self, text: bytes) -> bytes:
         """A NORMAL token's bytes: a k-mer's without its marker, any other as the gpt2 model renders it."""
