@@ -21,6 +21,8 @@ Special tokens llama.cpp finds in the text (``parse_special``) are dropped, not 
 from __future__ import annotations
 
 import math
+import re
+from functools import cached_property
 
 from bpetok.cache import IdCache, as_ids
 from bpetok.errors import VocabularyError
@@ -32,6 +34,7 @@ __all__ = ["Plamo2Model"]
 
 _INVALID_SCORE = -20_000_000
 _UNKNOWN_SCORE = -10_000_000
+_UNREACHED = 1 << 60  # llama.cpp's initial cost of every position
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 # A fragment longer than this many characters is never cached.
 _CACHE_LONGEST = 1024
@@ -97,19 +100,40 @@ class Plamo2Model:
         self._cache = cache
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
-        """Ids of one fragment of text between special tokens."""
-        found = self._cache.get(text)
-        if found is not None:
-            return list(found)
-        ids = self.encode_fragment_reference(text, at_start)
-        if len(text) <= _CACHE_LONGEST and not self._cache.full:
-            self._cache.put(text, as_ids(ids))
-        return ids
+        """Ids of one fragment of text between special tokens.
 
-    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
-        """llama.cpp's ``llm_tokenizer_plamo2::encode``: the dynamic program from the end."""
+        The text is cut before each space that no token holds after the character before it: no
+        token spans such a cut, so every path passes through it and the best path is the best
+        paths of the chunks joined (ties too: each position's choice sees only its right side).
+        Each chunk's ids are cached."""
         if text[:1] == "\ufeff":
             text = text[1:]
+        cache, best_path = self._cache, self._best_path
+        out: list[int] = []
+        for chunk in self._space_cut.split(text):
+            found = cache.get(chunk)
+            if found is None:
+                found = best_path(chunk)
+                if len(chunk) <= _CACHE_LONGEST and not cache.full:
+                    cache.put(chunk, as_ids(found))
+            out += found
+        return out
+
+    @cached_property
+    def _space_cut(self) -> re.Pattern:
+        """Matches where chunks are cut: before each space after a character no token has a space after."""
+        before = re.compile(r"(.)(?= )", re.S)
+        before_space = {c for text in self.candidates if " " in text for c in before.findall(text)}
+        others = "".join(re.escape(c) for c in sorted(before_space))
+        return re.compile(r"(?<=[^" + others + r"])(?= )" if others else r"(?<=.)(?= )", re.S)
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """llama.cpp's ``llm_tokenizer_plamo2::encode``: the dynamic program from the end, over
+        the whole fragment."""
+        return self._best_path(text[1:] if text[:1] == "\ufeff" else text)
+
+    def _best_path(self, text: str) -> list[int]:
+        """The ids of the cheapest path through ``text`` (module docstring)."""
         n = len(text)
         if not n:
             return []
@@ -127,19 +151,18 @@ class Plamo2Model:
                 if piece not in prefixes:
                     break
                 end += 1
-            best, best_step = None, None
+            best, best_step = _UNREACHED, (1, -1)
             for length, (token_id, score) in reversed(matches):  # longest first
                 total = cost[i + length] - score
-                if best is None or total < best:
+                if total < best:
                     best, best_step = total, (length, token_id)
                 if score == _UNKNOWN_SCORE:
                     break
-            else:
+            else:  # one code point as its bytes
                 total = cost[i + 1] - _UNKNOWN_SCORE
-                if best is None or total < best:
+                if total < best:
                     best, best_step = total, (1, -1)
-            cost[i] = best  # type: ignore[assignment]  # set: the byte fallback always is
-            step[i] = best_step  # type: ignore[assignment]
+            cost[i], step[i] = best, best_step
         out: list[int] = []
         pos = 0
         byte_ids = self.byte_ids

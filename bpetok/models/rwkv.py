@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
+from bpetok.cache import IdCache, as_ids
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -34,6 +35,8 @@ _ESCAPE = re.compile(rb"\\(x[0-9a-f]{2}|.)", re.S)
 _NAMED = {b"t": b"\t", b"n": b"\n", b"r": b"\r"}
 # Beyond this trie depth the regex nests too deep for Python's regex parser: the walk runs.
 _REGEX_DEPTH = 256
+# A chunk longer than this many bytes is never cached (the Tokenizer's rule for its pieces).
+_CACHE_LONGEST = 1024
 
 
 def _unescape_one(match: re.Match) -> bytes:
@@ -81,6 +84,8 @@ class RwkvModel:
         self.ids: dict[bytes, int] = {text: i for i, text in enumerate(texts) if text}
         self.unk = vocabulary.special_ids.get("unk")
         self._trie = self._build_trie()
+        self._cache = IdCache(0)
+        self._pattern = self._build_pattern()  # at load: its ~0.6 s is not the first text's
 
     def _build_trie(self) -> dict:
         root: dict = {}
@@ -91,10 +96,8 @@ class RwkvModel:
             node[-1] = token_id  # key -1: the token ending here
         return root
 
-    @cached_property
-    def _pattern(self) -> re.Pattern | None:
-        """The trie as one regex (built on first use: ~0.6 s for 65k tokens), or None where it
-        would not be exact or would nest too deep."""
+    def _build_pattern(self) -> re.Pattern | None:
+        """The trie as one regex, or None where it would not be exact or would nest too deep."""
         if not all(b in self._trie and -1 in self._trie[b] for b in range(256)):
             return None
         if max(map(len, self.ids), default=0) > _REGEX_DEPTH:
@@ -108,12 +111,39 @@ class RwkvModel:
         """Ids of one fragment of text between special tokens."""
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
 
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache space chunks' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
+        self._cache = cache
+
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
-        """:meth:`encode_fragment` of raw bytes: llama.cpp matches bytes, valid UTF-8 or not."""
+        """:meth:`encode_fragment` of raw bytes: llama.cpp matches bytes, valid UTF-8 or not.
+
+        The bytes are cut before each space that no token holds after the byte before it: no
+        token crosses such a cut, so the longest match restarts there, and each chunk's ids are
+        cached by its bytes."""
         pattern = self._pattern
         if pattern is None:
             return self.encode_reference(data)
-        return list(map(self.ids.__getitem__, pattern.findall(data)))
+        findall, ids, cache = pattern.findall, self.ids.__getitem__, self._cache
+        out: list[int] = []
+        for chunk in self._space_cut.split(data):
+            found = cache.get(chunk)
+            if found is None:
+                found = list(map(ids, findall(chunk)))
+                if len(chunk) <= _CACHE_LONGEST and not cache.full:
+                    cache.put(chunk, as_ids(found))
+            out += found
+        return out
+
+    @cached_property
+    def _space_cut(self) -> re.Pattern:
+        """Matches where chunks are cut: before each space after a byte no token has a space after."""
+        before = re.compile(rb"(.)(?= )", re.S)
+        before_space = {b[0] for text in self.ids if b" " in text for b in before.findall(text)}
+        if len(before_space) == 256:
+            return re.compile(rb"(?!)")  # never: every byte is followed by a space in some token
+        others = b"".join(re.escape(bytes((b,))) for b in sorted(before_space))
+        return re.compile(rb"(?<=[^" + others + rb"])(?= )" if others else rb"(?<=.)(?= )", re.S)
 
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` by :meth:`encode_reference`."""
@@ -167,22 +197,32 @@ class RwkvModel:
 
 def _trie_regex(node: dict, top: bool = False) -> bytes:
     """The regex that matches the longest token along ``node``'s paths: each child is an
-    alternative (they differ in their first byte); a node that ends a token makes what follows
-    optional, and greedy, so the longer token is tried first."""
+    alternative (they differ in their first byte); a node that ends a token adds an empty
+    alternative after them, so the longer token is tried first."""
     alternatives = []
-    for b in sorted(k for k in node if k != -1):
+    # The alternatives begin with different bytes, so their order changes no match, only how
+    # many the engine tries first: the busiest subtrees (most tokens) go first.
+    for b in sorted((k for k in node if k >= 0), key=lambda k: -_count(node[k])):
         child = node[b]
         literal = re.escape(bytes((b,)))
         # A chain of single children that end no token is one literal run (less nesting).
-        while len(child) == 1 and -1 not in child:
-            (b2,) = child
+        while len([k for k in child if k >= 0]) == 1 and -1 not in child:
+            (b2,) = [k for k in child if k >= 0]
             literal += re.escape(bytes((b2,)))
             child = child[b2]
         alternatives.append(literal + _trie_regex(child))
     if not alternatives:
         return b""
-    body = alternatives[0] if len(alternatives) == 1 else b"(?:" + b"|".join(alternatives) + b")"
-    return body if top or -1 not in node else b"(?:" + body + b")?"
+    if -1 in node and not top:
+        alternatives.append(b"")  # the token ending here, tried last (an empty branch: faster than "?")
+    return alternatives[0] if len(alternatives) == 1 else b"(?:" + b"|".join(alternatives) + b")"
+
+
+def _count(node: dict) -> int:
+    """How many tokens the trie below ``node`` holds (memoised in the node under key -2)."""
+    if -2 not in node:
+        node[-2] = (-1 in node) + sum(_count(child) for key, child in node.items() if key >= 0)
+    return node[-2]
 
 
 @hookimpl

@@ -99,8 +99,11 @@ class WhitespaceModel:
     def __init__(self, vocabulary, pretokenizer=None):
         self.runs = Gpt2Runs(vocabulary)
         self.pretokenizer = self.runs.spec  # its flags are the file's defaults (add_bos, clean_spaces)
+        self._cache = IdCache(0)
 
     def use_cache(self, cache: IdCache) -> None:
+        """Cache runs' ids in ``cache`` (str keys), shared with the gpt2 model (bytes keys)."""
+        self._cache = cache
         self.runs.use_cache(cache)
 
     @property
@@ -108,9 +111,19 @@ class WhitespaceModel:
         return self.runs.compiled
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
-        """Ids of one fragment of text between special tokens."""
-        encode = self.runs.encode
-        return [i for run in _WHITESPACE_RUNS.split(text) if run for i in encode(run)]
+        """Ids of one fragment of text between special tokens, each run's cached."""
+        encode, cache = self.runs.encode, self._cache
+        out: list[int] = []
+        for run in _WHITESPACE_RUNS.split(text):
+            if not run:
+                continue
+            found = cache.get(run)
+            if found is None:
+                found = encode(run)
+                if len(run) <= _CACHE_LONGEST and not cache.full:
+                    cache.put(run, as_ids(found))
+            out += found
+        return out
 
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` by the gpt2 model's reference merge."""
