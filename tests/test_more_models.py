@@ -223,3 +223,23 @@ def test_cli_lists_and_describes_the_models(paths):
         assert f"\n{model} " in listed
     info = run("info", str(paths["rwkv-world"])).stdout
     assert "model:           rwkv" in info and "eog_ids:         0, 261" in info
+
+
+def test_the_c_walk_refuses_arrays_out_of_bounds():
+    trie = pytest.importorskip("bpetok.models._trie")
+    from array import array
+
+    ok = (array("i", [-1, 7]), array("I", [0, 1]), array("I", [1, 0]), b"a", array("I", [1]))
+    assert trie.Trie(*ok).encode(b"aa", -1) == [7, 7]
+    assert trie.Trie(*ok).encode(b"ab", -1) is None  # no unknown token: the Python twin answers
+    bad = [
+        (ok[0], ok[1], array("I", [2, 0]), ok[3], ok[4]),  # edges past the edge arrays
+        (ok[0], ok[1], ok[2], ok[3], array("I", [5])),  # a child out of range
+        (ok[0], ok[1], ok[2], ok[3], array("I", [0])),  # back to the root
+        (array("i", []), array("I", []), array("I", []), b"", array("I", [])),  # no root
+        (ok[0], array("I", [0]), ok[2], ok[3], ok[4]),  # lengths differ
+        (array("i", [-1, 1, 2]), array("I", [0, 2, 2]), array("I", [2, 0, 0]), b"ba", array("I", [1, 2])),  # unsorted
+    ]
+    for arrays in bad:
+        with pytest.raises(ValueError):
+            trie.Trie(*arrays)

@@ -10,18 +10,22 @@ between special tokens by greedy longest match over a byte trie of those bytes:
 A token's piece is its unescaped bytes, whatever its type ([PADn] included); llama.cpp adds no
 BOS or EOS and cleans no spaces for this model.
 
-Two twins: :meth:`RwkvModel.encode_reference` is llama.cpp's walk, a byte at a time; the fast
-path compiles the trie into one regular expression whose greedy optional groups try the longer
-token first, so ``re.findall`` does the walk in C. The regex is exact only when every byte is a
-token (then a match exists at every position); otherwise the walk runs.
+:meth:`RwkvModel.encode_reference` is llama.cpp's walk, a byte at a time, and the readable twin
+of two fast paths: ``bpetok/models/_trie.c`` walks a flattened copy of the trie in C; without it
+(pure-Python engine) the trie is compiled into one regular expression whose alternatives try the
+longer token first, so ``re.findall`` does the walk in C, with a cache of space chunks. The regex
+is exact only when every byte is a token (then a match exists at every position); otherwise the
+readable walk runs.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
 from functools import cached_property
 
 from bpetok.cache import IdCache, as_ids
+from bpetok.compiled import compiled_module
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -85,7 +89,10 @@ class RwkvModel:
         self.unk = vocabulary.special_ids.get("unk")
         self._trie = self._build_trie()
         self._cache = IdCache(0)
-        self._pattern = self._build_pattern()  # at load: its ~0.6 s is not the first text's
+        module = compiled_module("bpetok.models._trie")
+        self._walker = module.Trie(*_flatten(self._trie)) if module is not None else None
+        # The pure-Python engine's fast path, built at load (~0.6 s: not the first text's).
+        self._pattern = self._build_pattern() if self._walker is None else None
 
     def _build_trie(self) -> dict:
         root: dict = {}
@@ -111,6 +118,11 @@ class RwkvModel:
         """Ids of one fragment of text between special tokens."""
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the C walk runs (``bpetok/models/_trie.c``)."""
+        return self._walker is not None
+
     def use_cache(self, cache: IdCache) -> None:
         """Cache space chunks' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
         self._cache = cache
@@ -121,6 +133,10 @@ class RwkvModel:
         The bytes are cut before each space that no token holds after the byte before it: no
         token crosses such a cut, so the longest match restarts there, and each chunk's ids are
         cached by its bytes."""
+        walker = self._walker
+        if walker is not None:  # the C walk: faster than any cache
+            found = walker.encode(data, -1 if self.unk is None else self.unk)
+            return found if found is not None else self.encode_reference(data)  # the twin says why
         pattern = self._pattern
         if pattern is None:
             return self.encode_reference(data)
@@ -216,6 +232,23 @@ def _trie_regex(node: dict, top: bool = False) -> bytes:
     if -1 in node and not top:
         alternatives.append(b"")  # the token ending here, tried last (an empty branch: faster than "?")
     return alternatives[0] if len(alternatives) == 1 else b"(?:" + b"|".join(alternatives) + b")"
+
+
+def _flatten(root: dict) -> tuple[array, array, array, bytes, array]:
+    """The trie as the arrays of ``bpetok/models/_trie.c``: per node (breadth first, the root 0)
+    its token id or -1, first edge and edge count; per edge its byte (sorted) and child."""
+    values, first, count, edge_bytes, edge_child = array("i"), array("I"), array("I"), bytearray(), array("I")
+    nodes = [root]
+    for node in nodes:  # grows as children are queued
+        children = sorted(k for k in node if k >= 0)
+        values.append(node.get(-1, -1))
+        first.append(len(edge_child))
+        count.append(len(children))
+        for b in children:
+            edge_bytes.append(b)
+            edge_child.append(len(nodes))
+            nodes.append(node[b])
+    return values, first, count, bytes(edge_bytes), edge_child
 
 
 def _count(node: dict) -> int:

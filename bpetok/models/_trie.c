@@ -1,0 +1,258 @@
+/* The compiled longest-match walk of bpetok's ``rwkv`` model (bpetok/models/rwkv.py's
+ * ``RwkvModel.encode_reference`` is the readable twin; tests/test_more_models.py holds them equal).
+ *
+ * The Python model flattens its byte trie into arrays: per node its token id (-1: none), the
+ * index of its first edge and its number of edges; per edge its byte (sorted within a node) and
+ * child node. ``Trie.encode(data, unk)`` walks llama.cpp's way: at each position the longest token
+ * the bytes start with; a byte that starts no token gives ``unk``. Where llama.cpp would emit an
+ * invalid id or loop forever (no unknown token; a path that ends no token) it returns None and the
+ * Python twin says why.
+ *
+ * Memory safety: every index in the arrays is checked when the trie is built; the walk reads the
+ * input within its length and writes to a buffer of one id per input byte at most. The GIL is
+ * released during the walk: the trie is read-only once built, the input an immutable bytes object.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+#define RELEASE_GIL_BYTES 4096
+
+typedef struct {
+    PyObject_HEAD
+    uint32_t n_nodes;
+    int32_t *values;      /* per node: token id, or -1 */
+    uint32_t *first;      /* per node: first edge */
+    uint32_t *count;      /* per node: edges */
+    uint8_t *edge_bytes;  /* per edge */
+    uint32_t *edge_child; /* per edge */
+    uint32_t root[256];   /* the root's child per byte, or NONE */
+} Trie;
+
+static void Trie_dealloc(Trie *self)
+{
+    free(self->values);
+    free(self->first);
+    free(self->count);
+    free(self->edge_bytes);
+    free(self->edge_child);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A copy of a buffer of ``n`` items of ``itemsize`` bytes, or NULL with an exception set. */
+static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, const char *name)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len % itemsize) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view.len, itemsize);
+        return NULL;
+    }
+    void *out = malloc(view.len ? (size_t)view.len : 1);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(out, view.buf, (size_t)view.len);
+    *n = view.len / itemsize;
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *values, *first, *count, *edge_bytes, *edge_child;
+    static char *kwlist[] = {"values", "first", "count", "edge_bytes", "edge_child", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &values, &first, &count, &edge_bytes, &edge_child))
+        return -1;
+    if (self->values != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Trie is already initialised");
+        return -1;
+    }
+    Py_ssize_t n_values, n_first, n_count, n_bytes, n_child;
+    self->values = copy_buffer(values, 4, &n_values, "values");
+    self->first = self->values ? copy_buffer(first, 4, &n_first, "first") : NULL;
+    self->count = self->first ? copy_buffer(count, 4, &n_count, "count") : NULL;
+    self->edge_bytes = self->count ? copy_buffer(edge_bytes, 1, &n_bytes, "edge_bytes") : NULL;
+    self->edge_child = self->edge_bytes ? copy_buffer(edge_child, 4, &n_child, "edge_child") : NULL;
+    if (self->edge_child == NULL)
+        return -1;
+    if (n_values < 1 || n_values != n_first || n_values != n_count || n_bytes != n_child || n_values >= (Py_ssize_t)NONE
+        || n_child >= (Py_ssize_t)NONE) {
+        PyErr_SetString(PyExc_ValueError, "trie arrays: need one root, equal node and edge array lengths");
+        return -1;
+    }
+    self->n_nodes = (uint32_t)n_values;
+    for (uint32_t node = 0; node < self->n_nodes; node++) {
+        uint64_t end = (uint64_t)self->first[node] + self->count[node];
+        if (end > (uint64_t)n_child) {
+            PyErr_Format(PyExc_ValueError, "trie node %u: edges past the edge arrays", node);
+            return -1;
+        }
+        for (uint64_t e = self->first[node]; e < end; e++) {
+            if (self->edge_child[e] >= self->n_nodes || self->edge_child[e] == 0) {
+                PyErr_Format(PyExc_ValueError, "trie node %u: edge to node %u, out of range", node, self->edge_child[e]);
+                return -1;
+            }
+            if (e > self->first[node] && self->edge_bytes[e] <= self->edge_bytes[e - 1]) {
+                PyErr_Format(PyExc_ValueError, "trie node %u: edges not sorted by byte", node);
+                return -1;
+            }
+        }
+    }
+    for (int b = 0; b < 256; b++)
+        self->root[b] = NONE;
+    for (uint32_t e = self->first[0]; e < self->first[0] + self->count[0]; e++)
+        self->root[self->edge_bytes[e]] = self->edge_child[e];
+    return 0;
+}
+
+/* The child of ``node`` along byte ``b``, or NONE (edges sorted: binary search). */
+static inline uint32_t child_of(const Trie *t, uint32_t node, uint8_t b)
+{
+    uint32_t lo = t->first[node], hi = lo + t->count[node];
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint8_t at = t->edge_bytes[mid];
+        if (at == b)
+            return t->edge_child[mid];
+        if (at < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NONE;
+}
+
+/* The walk; returns the number of ids written, or -1 where the Python twin must answer. */
+static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t unk, uint32_t *out)
+{
+    Py_ssize_t pos = 0, written = 0;
+    while (pos < n) {
+        uint32_t node = t->root[data[pos]];
+        if (node == NONE) {
+            if (unk < 0)
+                return -1;
+            out[written++] = (uint32_t)unk;
+            pos++;
+            continue;
+        }
+        int32_t token = -1;
+        Py_ssize_t end = 0, at = pos;
+        while (node != NONE) {
+            if (t->values[node] >= 0) {
+                token = t->values[node];
+                end = at + 1;
+            }
+            if (at + 1 >= n)
+                break;
+            at++;
+            node = child_of(t, node, data[at]);
+        }
+        if (token < 0)
+            return -1;
+        out[written++] = (uint32_t)token;
+        pos = end;
+    }
+    return written;
+}
+
+static PyObject *Trie_encode(Trie *self, PyObject *args)
+{
+    Py_buffer data;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "y*L", &data, &unk))
+        return NULL;
+    if (self->values == NULL) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "Trie is not initialised");
+        return NULL;
+    }
+    if (data.len == 0) {
+        PyBuffer_Release(&data);
+        return PyList_New(0);
+    }
+    if ((size_t)data.len > SIZE_MAX / sizeof(uint32_t)) {
+        PyBuffer_Release(&data);
+        return PyErr_NoMemory();
+    }
+    uint32_t *out = malloc((size_t)data.len * sizeof(uint32_t)); /* at most one id per byte */
+    if (out == NULL) {
+        PyBuffer_Release(&data);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t written;
+    if (data.len >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        written = walk(self, data.buf, data.len, unk, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        written = walk(self, data.buf, data.len, unk, out);
+    }
+    PyBuffer_Release(&data);
+    if (written < 0) {
+        free(out);
+        Py_RETURN_NONE;
+    }
+    PyObject *list = PyList_New(written);
+    if (list == NULL) {
+        free(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < written; i++) {
+        PyObject *id = PyLong_FromUnsignedLong(out[i]);
+        if (id == NULL) {
+            free(out);
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, id);
+    }
+    free(out);
+    return list;
+}
+
+static PyMethodDef Trie_methods[] = {
+    {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
+     "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TrieType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpetok.models._trie.Trie",
+    .tp_basicsize = sizeof(Trie),
+    .tp_dealloc = (destructor)Trie_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A byte trie for llama.cpp's rwkv longest-match walk (bpetok/models/rwkv.py).",
+    .tp_methods = Trie_methods,
+    .tp_init = (initproc)Trie_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef trie_module = {
+    PyModuleDef_HEAD_INIT, "bpetok.models._trie", "The rwkv model's compiled longest-match walk.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__trie(void)
+{
+    if (PyType_Ready(&TrieType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&trie_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&TrieType);
+    if (PyModule_AddObject(m, "Trie", (PyObject *)&TrieType) < 0) {
+        Py_DECREF(&TrieType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
