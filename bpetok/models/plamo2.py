@@ -34,6 +34,7 @@ __all__ = ["Plamo2Model"]
 
 _INVALID_SCORE = -20_000_000
 _UNKNOWN_SCORE = -10_000_000
+_NOWHERE = (None, False)  # a text no token starts with
 _UNREACHED = 1 << 60  # llama.cpp's initial cost of every position
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 # A fragment longer than this many characters is never cached.
@@ -92,7 +93,10 @@ class Plamo2Model:
         prefixes: set[str] = set()
         for text in self.candidates:
             prefixes.update(text[:k] for k in range(1, len(text)))
-        self.prefixes = prefixes
+        # One lookup per step of the walk: text -> (its token or None, whether a longer one starts so).
+        self.steps: dict[str, tuple[tuple[int, int] | None, bool]] = dict.fromkeys(prefixes, (None, True))
+        for text, found in self.candidates.items():
+            self.steps[text] = (found, text in prefixes)
         self._cache = IdCache(0)
 
     def use_cache(self, cache: IdCache) -> None:
@@ -137,18 +141,17 @@ class Plamo2Model:
         n = len(text)
         if not n:
             return []
-        candidates, prefixes = self.candidates, self.prefixes
+        steps = self.steps
         cost = [0] * (n + 1)
         step: list[tuple[int, int]] = [(1, -1)] * (n + 1)  # (code points, token id or -1 for bytes)
         for i in range(n - 1, -1, -1):
             matches = []
             end = i + 1
             while end <= n:
-                piece = text[i:end]
-                found = candidates.get(piece)
+                found, more = steps.get(text[i:end], _NOWHERE)
                 if found is not None:
                     matches.append((end - i, found))
-                if piece not in prefixes:
+                if not more:
                     break
                 end += 1
             best, best_step = _UNREACHED, (1, -1)
