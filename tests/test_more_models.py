@@ -243,3 +243,22 @@ def test_the_c_walk_refuses_arrays_out_of_bounds():
     for arrays in bad:
         with pytest.raises(ValueError):
             trie.Trie(*arrays)
+
+
+def test_the_c_dictionary_refuses_bad_arrays():
+    trie = pytest.importorskip("bpetok.models._trie")
+    from array import array
+
+    byte_ids = array("I", range(256))
+    ok = (b"aab", array("Q", [0, 1, 3]), array("i", [300, 301]), array("i", [-10, -5]), byte_ids)
+    assert trie.Dictionary(*ok).best_path(b"aabz") == [300, 301, ord("z")]  # "a" "ab", then z's byte
+    bad = [
+        (b"aab", array("Q", [0, 1, 4]), *ok[2:]),  # past the blob
+        (b"aba", array("Q", [0, 2, 3]), *ok[2:]),  # "ab" then "a": not sorted
+        (b"aa", array("Q", [0, 1, 2]), *ok[2:]),  # "a" twice
+        (*ok[:2], array("i", [1]), *ok[3:]),  # ids and offsets differ
+        (*ok[:4], array("I", range(255))),  # byte ids missing
+    ]
+    for arrays in bad:
+        with pytest.raises(ValueError):
+            trie.Dictionary(*arrays)

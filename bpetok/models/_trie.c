@@ -1,4 +1,4 @@
-/* The compiled longest-match walk of bpetok's ``rwkv`` model (bpetok/models/rwkv.py's
+/* The compiled walks of bpetok's ``rwkv`` and ``plamo2`` models. First, the longest-match walk of ``rwkv`` (bpetok/models/rwkv.py's
  * ``RwkvModel.encode_reference`` is the readable twin; tests/test_more_models.py holds them equal).
  *
  * The Python model flattens its byte trie into arrays: per node its token id (-1: none), the
@@ -219,6 +219,252 @@ static PyObject *Trie_encode(Trie *self, PyObject *args)
     return list;
 }
 
+/* -- plamo2: the best-score path over a sorted dictionary ------------------------------------------
+ *
+ * ``Dictionary(blob, offsets, ids, scores)``: the candidate tokens' UTF-8 texts, sorted and
+ * distinct, back to back in ``blob`` (token k is blob[offsets[k]:offsets[k + 1]]), with their ids
+ * and fixed scores (bpetok/models/plamo2.py's ``_best_path`` is the readable twin). The tokens
+ * the text at a position starts with are found by narrowing a range of the sorted texts a byte at
+ * a time: the texts that share the prefix read so far are one run, and the one equal to it, if
+ * any, sorts first.
+ */
+
+#define UNKNOWN_SCORE (-10000000)
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    uint8_t *blob;
+    uint64_t *offsets; /* n + 1 */
+    int32_t *ids;
+    int32_t *scores;
+    uint32_t byte_ids[256];
+} Dictionary;
+
+static void Dictionary_dealloc(Dictionary *self)
+{
+    free(self->blob);
+    free(self->offsets);
+    free(self->ids);
+    free(self->scores);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *blob, *offsets, *ids, *scores, *byte_ids;
+    static char *kwlist[] = {"blob", "offsets", "ids", "scores", "byte_ids", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob, &offsets, &ids, &scores, &byte_ids))
+        return -1;
+    if (self->blob != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Dictionary is already initialised");
+        return -1;
+    }
+    Py_ssize_t n_blob, n_offsets, n_ids, n_scores, n_bytes;
+    self->blob = copy_buffer(blob, 1, &n_blob, "blob");
+    self->offsets = self->blob ? copy_buffer(offsets, 8, &n_offsets, "offsets") : NULL;
+    self->ids = self->offsets ? copy_buffer(ids, 4, &n_ids, "ids") : NULL;
+    self->scores = self->ids ? copy_buffer(scores, 4, &n_scores, "scores") : NULL;
+    uint32_t *bytes = self->scores ? copy_buffer(byte_ids, 4, &n_bytes, "byte_ids") : NULL;
+    if (bytes == NULL)
+        return -1;
+    if (n_bytes != 256) {
+        free(bytes);
+        PyErr_SetString(PyExc_ValueError, "byte_ids: need 256 ids");
+        return -1;
+    }
+    memcpy(self->byte_ids, bytes, sizeof(self->byte_ids));
+    free(bytes);
+    if (n_offsets < 1 || n_ids != n_offsets - 1 || n_scores != n_ids) {
+        PyErr_SetString(PyExc_ValueError, "dictionary arrays: need n + 1 offsets, n ids and n scores");
+        return -1;
+    }
+    self->n = n_ids;
+    if (self->offsets[0] != 0 || self->offsets[self->n] != (uint64_t)n_blob) {
+        PyErr_SetString(PyExc_ValueError, "dictionary offsets: must start at 0 and end at the blob's length");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < self->n; k++) {
+        uint64_t a = self->offsets[k], b = self->offsets[k + 1];
+        if (b <= a) {
+            PyErr_Format(PyExc_ValueError, "dictionary token %zd: empty or offsets not increasing", k);
+            return -1;
+        }
+        if (k > 0) { /* strictly increasing texts: the range walk relies on the order */
+            uint64_t pa = self->offsets[k - 1], la = a - pa, lb = b - a;
+            int c = memcmp(self->blob + pa, self->blob + a, (size_t)(la < lb ? la : lb));
+            if (c > 0 || (c == 0 && la >= lb)) {
+                PyErr_Format(PyExc_ValueError, "dictionary token %zd: texts not sorted and distinct", k);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static inline Py_ssize_t utf8_length(uint8_t b)
+{
+    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; /* continuation bytes never lead here */
+}
+
+/* The best path's ids into ``out`` (room for one id per byte), or -1 when memory runs out. */
+static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t n, uint32_t *out)
+{
+    int64_t *cost = malloc((size_t)(n + 1) * sizeof(int64_t));
+    uint32_t *step_len = malloc((size_t)(n + 1) * sizeof(uint32_t));
+    int32_t *step_id = malloc((size_t)(n + 1) * sizeof(int32_t));
+    uint8_t *start = calloc((size_t)n + 1, 1);
+    Py_ssize_t *match_len = malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *match_k = malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t written = -1;
+    if (!cost || !step_len || !step_id || !start || !match_len || !match_k)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i += utf8_length(data[i]))
+        start[i] = 1;
+    start[n] = 1;
+    cost[n] = 0;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        if (!start[i])
+            continue;
+        Py_ssize_t char_len = utf8_length(data[i]);
+        if (i + char_len > n)
+            char_len = n - i;
+        /* The tokens the text at i starts with, shortest first. */
+        Py_ssize_t m = 0, lo = 0, hi = d->n;
+        for (Py_ssize_t depth = 0; i + depth < n && lo < hi; depth++) {
+            uint8_t c = data[i + depth];
+            /* [lo, hi) share data[i:i+depth]; one of exactly that length sorts first. */
+            if (d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)depth)
+                lo++;
+            Py_ssize_t a = lo, b = hi;
+            while (a < b) { /* the first text whose byte at depth is >= c */
+                Py_ssize_t mid = a + (b - a) / 2;
+                if (d->blob[d->offsets[mid] + depth] < c)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            lo = a;
+            b = hi;
+            while (a < b) { /* the first text whose byte at depth is > c */
+                Py_ssize_t mid = a + (b - a) / 2;
+                if (d->blob[d->offsets[mid] + depth] <= c)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            hi = a;
+            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)(depth + 1) && start[i + depth + 1]) {
+                match_len[m] = depth + 1;
+                match_k[m++] = lo;
+            }
+        }
+        int64_t best = (int64_t)1 << 60;
+        Py_ssize_t best_len = char_len;
+        int32_t best_id = -1;
+        int stopped = 0;
+        for (Py_ssize_t k = m - 1; k >= 0; k--) { /* the longest first */
+            int32_t score = d->scores[match_k[k]];
+            int64_t total = cost[i + match_len[k]] - score;
+            if (total < best) {
+                best = total;
+                best_len = match_len[k];
+                best_id = d->ids[match_k[k]];
+            }
+            if (score == UNKNOWN_SCORE) {
+                stopped = 1;
+                break;
+            }
+        }
+        if (!stopped && cost[i + char_len] - UNKNOWN_SCORE < best) {
+            best = cost[i + char_len] - UNKNOWN_SCORE;
+            best_len = char_len;
+            best_id = -1;
+        }
+        cost[i] = best;
+        step_len[i] = (uint32_t)best_len;
+        step_id[i] = best_id;
+    }
+    written = 0;
+    for (Py_ssize_t pos = 0; pos < n; pos += step_len[pos]) {
+        if (step_id[pos] >= 0) {
+            out[written++] = (uint32_t)step_id[pos];
+        } else {
+            for (Py_ssize_t k = 0; k < (Py_ssize_t)step_len[pos]; k++)
+                out[written++] = d->byte_ids[data[pos + k]];
+        }
+    }
+done:
+    free(cost);
+    free(step_len);
+    free(step_id);
+    free(start);
+    free(match_len);
+    free(match_k);
+    return written;
+}
+
+static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
+{
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data))
+        return NULL;
+    if (self->blob == NULL) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "Dictionary is not initialised");
+        return NULL;
+    }
+    if (data.len == 0) {
+        PyBuffer_Release(&data);
+        return PyList_New(0);
+    }
+    if (data.len >= (Py_ssize_t)INT32_MAX) { /* costs then stay within int64 */
+        PyBuffer_Release(&data);
+        return PyErr_NoMemory();
+    }
+    uint32_t *out = malloc((size_t)data.len * sizeof(uint32_t));
+    Py_ssize_t written = -1;
+    if (out != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        written = best_path(self, data.buf, data.len, out);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&data);
+    if (written < 0) {
+        free(out);
+        return PyErr_NoMemory();
+    }
+    PyObject *list = PyList_New(written);
+    for (Py_ssize_t i = 0; list != NULL && i < written; i++) {
+        PyObject *id = PyLong_FromUnsignedLong(out[i]);
+        if (id == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, id);
+    }
+    free(out);
+    return list;
+}
+
+static PyMethodDef Dictionary_methods[] = {
+    {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS,
+     "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject DictionaryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpetok.models._trie.Dictionary",
+    .tp_basicsize = sizeof(Dictionary),
+    .tp_dealloc = (destructor)Dictionary_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Sorted token texts and scores for plamo2's best path (bpetok/models/plamo2.py).",
+    .tp_methods = Dictionary_methods,
+    .tp_init = (initproc)Dictionary_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef Trie_methods[] = {
     {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
      "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
@@ -243,7 +489,7 @@ static struct PyModuleDef trie_module = {
 
 PyMODINIT_FUNC PyInit__trie(void)
 {
-    if (PyType_Ready(&TrieType) < 0)
+    if (PyType_Ready(&TrieType) < 0 || PyType_Ready(&DictionaryType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&trie_module);
     if (m == NULL)
@@ -251,6 +497,12 @@ PyMODINIT_FUNC PyInit__trie(void)
     Py_INCREF(&TrieType);
     if (PyModule_AddObject(m, "Trie", (PyObject *)&TrieType) < 0) {
         Py_DECREF(&TrieType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&DictionaryType);
+    if (PyModule_AddObject(m, "Dictionary", (PyObject *)&DictionaryType) < 0) {
+        Py_DECREF(&DictionaryType);
         Py_DECREF(m);
         return NULL;
     }

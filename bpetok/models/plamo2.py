@@ -13,6 +13,10 @@ a dynamic program from the end of the text. What it computes, said plainly:
   search at its position as the byte fallback does;
 - the path is read from the start.
 
+``bpetok/models/_trie.c`` (``Dictionary.best_path``) runs the same program in C over the sorted
+candidates' UTF-8 texts; without it the Python twin runs, on chunks cut where no token can span
+(before a space no token holds after its preceding character), each chunk's ids cached.
+
 Special tokens llama.cpp finds in the text (``parse_special``) are dropped, not emitted: its
 ``plamo2`` branch of ``tokenize`` does not copy them to the output. A piece is a BYTE token's byte
 (its text must be exactly ``<0xXX>``), else the token's text as stored, whatever its type.
@@ -22,9 +26,12 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from functools import cached_property
+from itertools import accumulate
 
 from bpetok.cache import IdCache, as_ids
+from bpetok.compiled import compiled_module
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -67,11 +74,13 @@ class Plamo2Model:
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
         attrs = vocabulary.attrs
+        byte_attrs = {a for a in set(attrs) if a & TokenAttr.BYTE}  # set tests: enum.Flag's & is slow
+        scores = vocabulary.scores or [0.0] * vocabulary.n_tokens
         self.byte_ids: list[int] = [0] * 256
         # Candidate tokens: text -> (id, fixed score); llama.cpp keys its table by text, the last id wins.
         candidates: dict[str, tuple[int, int]] = {}
         for token_id, text in enumerate(vocabulary.tokens):
-            if attrs[token_id] & TokenAttr.BYTE:
+            if attrs[token_id] in byte_attrs:
                 b = _byte_of(text)
                 if b is not None:
                     self.byte_ids[b] = token_id
@@ -81,7 +90,7 @@ class Plamo2Model:
             except UnicodeDecodeError:
                 continue  # llama.cpp's text is decoded code points: such a token never matches
             if key:
-                candidates[key] = (token_id, _fixed_score(vocabulary.scores[token_id] if vocabulary.scores else 0.0))
+                candidates[key] = (token_id, _fixed_score(scores[token_id]))
         missing = [b for b in range(256) if self.byte_ids[b] == 0]
         if missing:
             raise VocabularyError(
@@ -89,15 +98,38 @@ class Plamo2Model:
                 f"and {len(missing)} are missing (llama.cpp refuses to load it too)"
             )
         self.candidates = {k: v for k, v in candidates.items() if v[1] > _INVALID_SCORE}
-        # Every prefix of a candidate: how far a match can still grow.
+        self._cache = IdCache(0)
+        module = compiled_module("bpetok.models._trie")
+        self._dictionary = self._build_dictionary(module) if module is not None else None
+
+    def _build_dictionary(self, module):
+        """The candidates for ``bpetok/models/_trie.c``: UTF-8 texts sorted, back to back."""
+        rows = sorted((text.encode("utf-8", "surrogatepass"), found) for text, found in self.candidates.items())
+        texts = [text for text, _ in rows]
+        return module.Dictionary(
+            b"".join(texts),
+            array("Q", [0, *accumulate(map(len, texts))]),
+            array("i", [found[0] for _, found in rows]),
+            array("i", [found[1] for _, found in rows]),
+            array("I", self.byte_ids),
+        )
+
+    @cached_property
+    def steps(self) -> dict[str, tuple[tuple[int, int] | None, bool]]:
+        """One lookup per step of the Python walk: every candidate and every prefix of one ->
+        (its token or None, whether a longer candidate starts so); built on first use."""
         prefixes: set[str] = set()
         for text in self.candidates:
             prefixes.update(text[:k] for k in range(1, len(text)))
-        # One lookup per step of the walk: text -> (its token or None, whether a longer one starts so).
-        self.steps: dict[str, tuple[tuple[int, int] | None, bool]] = dict.fromkeys(prefixes, (None, True))
+        steps: dict[str, tuple[tuple[int, int] | None, bool]] = dict.fromkeys(prefixes, (None, True))
         for text, found in self.candidates.items():
-            self.steps[text] = (found, text in prefixes)
-        self._cache = IdCache(0)
+            steps[text] = (found, text in prefixes)
+        return steps
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the C path runs (``bpetok/models/_trie.c``)."""
+        return self._dictionary is not None
 
     def use_cache(self, cache: IdCache) -> None:
         """Cache fragments' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
@@ -112,6 +144,8 @@ class Plamo2Model:
         Each chunk's ids are cached."""
         if text[:1] == "\ufeff":
             text = text[1:]
+        if self._dictionary is not None:  # the C path: faster than any cache
+            return self._dictionary.best_path(text.encode("utf-8", "surrogatepass"))
         cache, best_path = self._cache, self._best_path
         out: list[int] = []
         for chunk in self._space_cut.split(text):
@@ -137,7 +171,8 @@ class Plamo2Model:
         return self._best_path(text[1:] if text[:1] == "\ufeff" else text)
 
     def _best_path(self, text: str) -> list[int]:
-        """The ids of the cheapest path through ``text`` (module docstring)."""
+        """The ids of the cheapest path through ``text`` (module docstring); the readable twin
+        of ``Dictionary.best_path`` in ``bpetok/models/_trie.c``."""
         n = len(text)
         if not n:
             return []
