@@ -262,3 +262,11 @@ def test_the_c_dictionary_refuses_bad_arrays():
     for arrays in bad:
         with pytest.raises(ValueError):
             trie.Dictionary(*arrays)
+
+
+@pytest.mark.parametrize("name", ["rwkv-world"])
+def test_rwkv_matches_raw_bytes(name, tok):
+    # llama.cpp's rwkv session matches the fragment's bytes themselves, valid UTF-8 or not:
+    # World has a token for every byte (id = byte + 1), so a stray byte is its own token.
+    assert tok.encode_bytes(b"\xff\xfe") == [256, 255]
+    assert tok.encode_bytes(b"ab\xc3") == tok.encode("ab") + [0xC3 + 1]

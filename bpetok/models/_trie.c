@@ -239,6 +239,8 @@ typedef struct {
     int32_t *ids;
     int32_t *scores;
     uint32_t byte_ids[256];
+    uint32_t (*by_two)[2]; /* per first two bytes: the run [lo, hi) of the texts of 2+ bytes that start so */
+    uint32_t by_one[256][2]; /* per first byte: the run of the texts that start with it */
 } Dictionary;
 
 static void Dictionary_dealloc(Dictionary *self)
@@ -247,6 +249,7 @@ static void Dictionary_dealloc(Dictionary *self)
     free(self->offsets);
     free(self->ids);
     free(self->scores);
+    free(self->by_two);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -280,6 +283,10 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     self->n = n_ids;
+    if (self->n >= (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "dictionary: too many tokens");
+        return -1;
+    }
     if (self->offsets[0] != 0 || self->offsets[self->n] != (uint64_t)n_blob) {
         PyErr_SetString(PyExc_ValueError, "dictionary offsets: must start at 0 and end at the blob's length");
         return -1;
@@ -297,6 +304,25 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
                 PyErr_Format(PyExc_ValueError, "dictionary token %zd: texts not sorted and distinct", k);
                 return -1;
             }
+        }
+    }
+    self->by_two = calloc(65536, sizeof(*self->by_two));
+    if (self->by_two == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(self->by_one, 0, sizeof(self->by_one));
+    for (uint32_t k = 0; k < (uint32_t)self->n; k++) { /* sorted: each run is contiguous */
+        const uint8_t *text = self->blob + self->offsets[k];
+        uint32_t *one = self->by_one[text[0]];
+        if (one[0] == one[1])
+            one[0] = k;
+        one[1] = k + 1;
+        if (self->offsets[k + 1] - self->offsets[k] >= 2) {
+            uint32_t *two = self->by_two[text[0] << 8 | text[1]];
+            if (two[0] == two[1])
+                two[0] = k;
+            two[1] = k + 1;
         }
     }
     return 0;
@@ -329,9 +355,24 @@ static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t
         Py_ssize_t char_len = utf8_length(data[i]);
         if (i + char_len > n)
             char_len = n - i;
-        /* The tokens the text at i starts with, shortest first. */
-        Py_ssize_t m = 0, lo = 0, hi = d->n;
-        for (Py_ssize_t depth = 0; i + depth < n && lo < hi; depth++) {
+        /* The tokens the text at i starts with, shortest first: one and two bytes from the
+         * tables, then the run narrowed a byte at a time. */
+        Py_ssize_t m = 0, lo = d->by_one[data[i]][0], hi = d->by_one[data[i]][1];
+        if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 1 && start[i + 1]) {
+            match_len[m] = 1;
+            match_k[m++] = lo;
+        }
+        if (i + 1 < n) {
+            lo = d->by_two[data[i] << 8 | data[i + 1]][0];
+            hi = d->by_two[data[i] << 8 | data[i + 1]][1];
+            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 2 && start[i + 2]) {
+                match_len[m] = 2;
+                match_k[m++] = lo;
+            }
+        } else {
+            lo = hi;
+        }
+        for (Py_ssize_t depth = 2; i + depth < n && lo < hi; depth++) {
             uint8_t c = data[i + depth];
             /* [lo, hi) share data[i:i+depth]; one of exactly that length sorts first. */
             if (d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)depth)

@@ -14,8 +14,9 @@ a dynamic program from the end of the text. What it computes, said plainly:
 - the path is read from the start.
 
 ``bpetok/models/_trie.c`` (``Dictionary.best_path``) runs the same program in C over the sorted
-candidates' UTF-8 texts; without it the Python twin runs, on chunks cut where no token can span
-(before a space no token holds after its preceding character), each chunk's ids cached.
+candidates' UTF-8 texts, on whole fragments; without it the Python twin runs, on chunks cut where
+no token can span (before a space no token holds after its preceding character), each chunk's ids
+cached.
 
 Special tokens llama.cpp finds in the text (``parse_special``) are dropped, not emitted: its
 ``plamo2`` branch of ``tokenize`` does not copy them to the output. A piece is a BYTE token's byte
@@ -144,7 +145,7 @@ class Plamo2Model:
         Each chunk's ids are cached."""
         if text[:1] == "\ufeff":
             text = text[1:]
-        if self._dictionary is not None:  # the C path: faster than any cache
+        if self._dictionary is not None:  # the C path, whole: faster than cutting and caching
             return self._dictionary.best_path(text.encode("utf-8", "surrogatepass"))
         cache, best_path = self._cache, self._best_path
         out: list[int] = []
