@@ -270,3 +270,9 @@ def test_rwkv_matches_raw_bytes(name, tok):
     # World has a token for every byte (id = byte + 1), so a stray byte is its own token.
     assert tok.encode_bytes(b"\xff\xfe") == [256, 255]
     assert tok.encode_bytes(b"ab\xc3") == tok.encode("ab") + [0xC3 + 1]
+
+
+def test_whitespace_model_with_a_pre_gpt2_lacks_is_refused(tmp_path):
+    path = bpe_variant(tmp_path / "w.gguf", "whitespace", "no-such-pre", False)
+    with pytest.raises(UnsupportedVocabularyError, match="no-such-pre"):
+        bpetok.from_gguf(path)
