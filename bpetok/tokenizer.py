@@ -223,12 +223,16 @@ class Tokenizer:
             # (a new dict, so a vocabulary shared with another tokenizer keeps its own).
             vocabulary.special_ids = {**vocabulary.special_ids, "bos": None}
 
+        # A whole-fragment model that runs a pre-tokenizer itself (whitespace, hybriddna) names it.
+        flags_spec = spec if spec is not None else getattr(self.model, "pretokenizer", None)
+
         def default(flag: str) -> bool:  # the model's default, else the pre-tokenizer's
             value = getattr(model_spec, flag)
-            return bool(value if value is not None else getattr(spec, flag, False))
+            return bool(value if value is not None else getattr(flags_spec, flag, False))
 
-        self.add_bos = vocabulary.flags.get("add_bos", default("add_bos"))
-        self.add_eos = vocabulary.flags.get("add_eos", False)
+        # A model may never add BOS or EOS whatever the file says (llama.cpp's rwkv adds neither).
+        self.add_bos = vocabulary.flags.get("add_bos", default("add_bos")) and getattr(self.model, "may_add_bos", True)
+        self.add_eos = vocabulary.flags.get("add_eos", False) and getattr(self.model, "may_add_eos", True)
         self.clean_spaces = default("clean_spaces")
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
@@ -676,10 +680,13 @@ class Tokenizer:
         ``encode_fragment``; :meth:`encode_bytes` passes raw bytes to ``encode_fragment_bytes``)."""
         ids: list[int] = []
         encode_fragment = encode_fragment or self.model.encode_fragment
+        # llama.cpp's plamo2 drops the special tokens it finds in the text.
+        keep_specials = getattr(self.model, "emits_special_tokens", True)
         at_start = True
         for fragment in fragments:
             if isinstance(fragment, int):
-                ids.append(fragment)
+                if keep_specials:
+                    ids.append(fragment)
                 at_start = True
             else:
                 ids += encode_fragment(fragment, at_start)
@@ -875,6 +882,9 @@ class Tokenizer:
     def _render(self, token_id: int) -> bytes:
         attr = self.vocabulary.attrs[token_id]
         text = self.vocabulary.tokens[token_id]
+        render_piece = getattr(self.model, "render_piece", None)
+        if render_piece is not None:  # a model whose pieces follow rules of their own (rwkv, plamo2)
+            return render_piece(token_id, text, attr)
         if attr & _SPECIAL:
             return text  # raw text, no byte decoding
         if attr & TokenAttr.NORMAL:

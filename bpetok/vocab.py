@@ -13,7 +13,7 @@ from enum import IntEnum, IntFlag
 from itertools import repeat
 from typing import Any
 
-from bpetok.errors import GGUFError, VocabularyError
+from bpetok.errors import GGUFError, UnsupportedVocabularyError, VocabularyError
 from bpetok.gguf import GGUFValueType, read_gguf
 from bpetok.hookspecs import hookimpl
 
@@ -203,10 +203,20 @@ def _read_scores(gguf, n: int) -> list[float]:
     return [float(v) for v in values[:n].tolist()]
 
 
+# tokenizer.ggml.model values that mean the file has no vocabulary at all.
+NO_VOCABULARY_MODELS = ("none", "no_vocab")
+
+
 def load_gguf_vocabulary(path: str) -> Vocabulary:
     """Read the tokenizer of a GGUF file as llama.cpp does."""
     gguf = read_gguf(path, want=_wanted, numpy=False)  # no numpy import: ~0.07 s of a cold load
     model = _text(_expect(gguf, "tokenizer.ggml.model", GGUFValueType.STRING, required=True), path, "tokenizer.ggml.model")
+    if model in NO_VOCABULARY_MODELS:
+        raise UnsupportedVocabularyError(
+            f"{path}: tokenizer.ggml.model={model!r} says this file has no vocabulary (llama.cpp's "
+            "LLAMA_VOCAB_TYPE_NONE: a model without a tokenizer), so there is nothing to tokenize with: "
+            "load the GGUF of a model that ships its vocabulary"
+        )
     pre_raw = _expect(gguf, "tokenizer.ggml.pre", GGUFValueType.STRING)
     pre = _text(pre_raw, path, "tokenizer.ggml.pre") if pre_raw is not None else ""
     tokens = _expect(gguf, "tokenizer.ggml.tokens", GGUFValueType.ARRAY, GGUFValueType.STRING, required=True)
