@@ -47,6 +47,8 @@ BUILTIN_PLUGINS = (
     "bpetok.models.gpt2",
     "bpetok.models.llama",
     "bpetok.models.gemma4",
+    "bpetok.models.wpm",
+    "bpetok.models.ugm",
     "bpetok.server",
     "bpetok.train",
     "bpetok.chat",

@@ -227,7 +227,10 @@ class Tokenizer:
             return bool(value if value is not None else getattr(spec, flag, False))
 
         self.add_bos = vocabulary.flags.get("add_bos", default("add_bos"))
-        self.add_eos = vocabulary.flags.get("add_eos", False)
+        self.add_eos = vocabulary.flags.get("add_eos", model_spec.add_eos)
+        self.add_sep = False
+        if model_spec.adds_bos_sep:
+            self.add_bos, self.add_eos, self.add_sep = True, False, True
         self.clean_spaces = default("clean_spaces")
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
@@ -415,7 +418,7 @@ class Tokenizer:
 
         ``parse_special``: CONTROL tokens written in the text (``<|im_end|>``) become their ids;
         USER_DEFINED ones (``<think>``) always do. ``add_special``: add BOS/EOS as the
-        vocabulary's ``add_bos_token``/``add_eos_token`` say.
+        vocabulary's ``add_bos_token``/``add_eos_token`` say (``[CLS]``/``[SEP]`` for WordPiece).
 
         A lone surrogate (U+D800..U+DFFF) is encoded as its three UTF-8-style bytes, which is what
         llama.cpp does with those bytes.
@@ -450,6 +453,8 @@ class Tokenizer:
                     ids += found
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        if add_special and self.add_sep:
+            ids.append(self._required_special("sep"))
         return ids
 
     def encode_bytes(self, data: bytes, *, parse_special: bool = True, add_special: bool = False) -> list[int]:
@@ -511,6 +516,8 @@ class Tokenizer:
             ids += self._encode_ordinary(text)
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        if add_special and self.add_sep:
+            ids.append(self._required_special("sep"))
         return ids
 
     def count(self, text: str, *, parse_special: bool = True) -> int:
