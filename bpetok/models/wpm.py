@@ -232,6 +232,7 @@ def bpetok_register_models(register) -> None:
             pretokenized=False,
             special_ids={"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103},
             add_bos=True,
+            adds_bos_sep=True,  # [CLS] ... [SEP], whatever the file's add_* keys say
             clean_spaces=True,
             add_space_prefix=False,
             description="WordPiece (BERT): lowercase/accent-stripping word split, longest match first, [UNK]",
