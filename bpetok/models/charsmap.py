@@ -168,6 +168,8 @@ class CharsMap:
         stack = [(_base(self._node(0)), b"")]
         while stack:
             state, key = stack.pop()
+            if state | 0xFF >= len(self.nodes):
+                self._node(state | 0xFF)  # some byte leads out of the array: llama.cpp throws on it
             for index in children.get(state, ()):
                 packed = self.nodes[index]
                 path = key + bytes((packed & 0xFF,))
