@@ -198,3 +198,18 @@ def test_a_t5_vocabulary_needs_an_unknown_token(tmp_path):
     write_gguf(tmp_path / "u.gguf", items)
     with pytest.raises(VocabularyError, match="unknown token"):
         bpetok.from_gguf(tmp_path / "u.gguf")
+
+
+def test_the_c_viterbi_is_the_python_one(t5, cases):
+    """bpetok/models/_ugm.c against UnigramModel.viterbi, on the normalized oracle texts (built
+    directly, so this also runs under BPETOK_PURE_PYTHON=1)."""
+    module = pytest.importorskip("bpetok.models._ugm")
+    model = t5.model
+    values = list(model.pieces.values())
+    lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
+    for c in cases[::5]:
+        normalized = model.normalize(c["text"].encode("utf-8", "surrogatepass"))
+        assert lattice.viterbi(normalized) == model.viterbi(normalized), c["text"]
+    assert lattice.viterbi(b"") == [] and lattice.viterbi(b"\xff\xfe") == model.viterbi(b"\xff\xfe")
+    with pytest.raises(TypeError):
+        lattice.viterbi("text")

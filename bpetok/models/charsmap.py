@@ -36,22 +36,6 @@ def _base(packed: int) -> int:
     return (packed >> 10) << ((packed & (1 << 9)) >> 6)
 
 
-def _chars_starting_with(b: int) -> str:
-    """A character-class item for the characters whose UTF-8 starts with byte ``b`` (none for a continuation byte)."""
-    if b < 0x80:
-        return re.escape(chr(b))
-    if 0xC2 <= b < 0xE0:
-        first, bits = (b & 0x1F) << 6, 6
-    elif 0xE0 <= b < 0xF0:
-        first, bits = (b & 0x0F) << 12, 12
-    elif 0xF0 <= b < 0xF5:
-        first, bits = (b & 0x07) << 18, 18
-    else:
-        return ""
-    last = min(first + (1 << bits) - 1, 0x10FFFF)
-    return f"{re.escape(chr(first))}-{re.escape(chr(last))}"
-
-
 class CharsMap:
     """The normalizer's map: :meth:`prefix` is llama.cpp's step; :meth:`normalize` the fast whole-text pass."""
 
@@ -147,12 +131,14 @@ class CharsMap:
 
     def _build_fast(self):
         """What every single character does, walked once: a ``str.translate`` table for the
-        characters that are a key on their own (with valid UTF-8 replacements) and start no
-        longer one, and a pattern of the characters where the walk must run (a key longer
-        than the character starts with it); None if some key ends inside a character."""
+        characters that are a key on their own; the characters that start a longer key; and a
+        pattern of the characters that can come second in such a key (the walk runs where one
+        follows a starter: anywhere else it ends after one character, at the table's key).
+        None when only the byte walk is right: a key ends inside a character, or a
+        replacement is not UTF-8."""
         table: dict[int, str] = {}
         if not self.nodes:
-            return table, None
+            return table, frozenset(), None
         # The children of each BASE: node j hangs from BASE j ^ LCHECK(j) (a node whose LCHECK
         # is 0 or has bit 31 set is no byte's child). Found in one pass, not 255 probes a node.
         children: dict[int, list[int]] = {}
@@ -160,12 +146,30 @@ class CharsMap:
             c = packed & 0x800000FF
             if 0 < c < 256:
                 children.setdefault(j ^ c, []).append(j)
-        starters: list[str] = []
-        # The first bytes that can follow a starter inside a key: the next character must begin
-        # with one of them for the walk to go past the starter.
-        follow: set[int] = set()
-        always: list[str] = []  # replaced by bytes that are not UTF-8: the walk runs at each one
-        stack = [(_base(self._node(0)), b"")]
+        first = self._characters(children, _base(self._node(0)))
+        if first is None:
+            return None
+        starters, follow = set(), set()
+        for char, packed, child in first:
+            if packed >> 8 & 1:
+                try:
+                    table[ord(char)] = self._string(self._node(child) & 0x7FFFFFFF).decode()
+                except UnicodeDecodeError:
+                    return None
+            if child in children:
+                starters.add(char)
+                second = self._characters(children, child)
+                if second is None:
+                    return None
+                follow.update(c for c, _, _ in second)
+        pattern = re.compile("[" + "".join(map(re.escape, sorted(follow))) + "]") if follow else None
+        return table, frozenset(starters), pattern
+
+    def _characters(self, children: dict[int, list[int]], state: int):
+        """(character, its last node, BASE after it) for each whole UTF-8 character the trie
+        spells from BASE ``state``; None if a key ends inside one."""
+        out = []
+        stack = [(state, b"")]
         while stack:
             state, key = stack.pop()
             if state | 0xFF >= len(self.nodes):
@@ -179,28 +183,14 @@ class CharsMap:
                 child = index ^ _base(packed)
                 if len(path) < length:
                     if packed >> 8 & 1:
-                        return None  # a key ending inside a character: only the byte walk is right
+                        return None
                     stack.append((child, path))
                     continue
-                char = path.decode("utf-8", "surrogatepass")
-                if child in children:
-                    starters.append(char)
-                    follow.update(self.nodes[j] & 0xFF for j in children[child])
-                if packed >> 8 & 1:
-                    replacement = self._string(self._node(child) & 0x7FFFFFFF)
-                    try:
-                        table[ord(char)] = replacement.decode()
-                    except UnicodeDecodeError:
-                        always.append(char)
-        # Where the walk must run: a character that may start a longer key, followed by a
-        # character that may go on with it (elsewhere the table has its one-character key).
-        parts = []
-        if always:
-            parts.append("[" + "".join(map(re.escape, sorted(always))) + "]")
-        if starters:
-            follows = "".join(map(_chars_starting_with, sorted(follow)))
-            parts.append("[" + "".join(map(re.escape, sorted(starters))) + "](?=[" + follows + "])")
-        return table, re.compile("|".join(parts)) if parts else None
+                try:
+                    out.append((path.decode(), packed, child))
+                except UnicodeDecodeError:
+                    continue  # an overlong or surrogate form: str.encode never writes it
+        return out
 
     def normalize(self, data: bytes) -> bytes:
         """:meth:`normalize_reference`, at C speed where it can (held equal to it by tests)."""
@@ -210,17 +200,14 @@ class CharsMap:
             text = data.decode()
         except UnicodeDecodeError:
             return self.normalize_reference(data)
-        table, pattern = self._fast
-        if pattern is None:
+        table, starters, follows = self._fast
+        if follows is None:
             return text.translate(table).encode()
         out, pos, n = [], 0, len(text)
-        search = pattern.search
-        while True:
-            found = search(text, pos)
-            if found is None:
-                out.append(text[pos:].translate(table).encode())
-                break
-            at = found.start()
+        for found in follows.finditer(text, 1):
+            at = found.start() - 1
+            if at < pos or text[at] not in starters:
+                continue
             out.append(text[pos:at].translate(table).encode())
             window = _WINDOW
             while True:
@@ -236,4 +223,68 @@ class CharsMap:
                 return self.normalize_reference(data)  # a key ending inside a character
             out.append(replacement)
             pos = at + consumed
+        out.append(text[pos:].translate(table).encode())
         return b"".join(out)
+
+    def _build_fast(self):
+        """What every single character does, walked once: a ``str.translate`` table for the
+        characters that are a key on their own; the characters that start a longer key; and a
+        pattern of the characters that can come second in such a key (the walk runs where one
+        follows a starter: anywhere else it ends after one character, at the table's key).
+        None when only the byte walk is right: a key ends inside a character, or a
+        replacement is not UTF-8."""
+        table: dict[int, str] = {}
+        if not self.nodes:
+            return table, frozenset(), None
+        # The children of each BASE: node j hangs from BASE j ^ LCHECK(j) (a node whose LCHECK
+        # is 0 or has bit 31 set is no byte's child). Found in one pass, not 255 probes a node.
+        children: dict[int, list[int]] = {}
+        for j, packed in enumerate(self.nodes):
+            c = packed & 0x800000FF
+            if 0 < c < 256:
+                children.setdefault(j ^ c, []).append(j)
+        first = self._characters(children, _base(self._node(0)))
+        if first is None:
+            return None
+        starters, follow = set(), set()
+        for char, packed, child in first:
+            if packed >> 8 & 1:
+                try:
+                    table[ord(char)] = self._string(self._node(child) & 0x7FFFFFFF).decode()
+                except UnicodeDecodeError:
+                    return None
+            if child in children:
+                starters.add(char)
+                second = self._characters(children, child)
+                if second is None:
+                    return None
+                follow.update(c for c, _, _ in second)
+        pattern = re.compile("[" + "".join(map(re.escape, sorted(follow))) + "]") if follow else None
+        return table, frozenset(starters), pattern
+
+    def _characters(self, children: dict[int, list[int]], state: int):
+        """(character, its last node, BASE after it) for each whole UTF-8 character the trie
+        spells from BASE ``state``; None if a key ends inside one."""
+        out = []
+        stack = [(state, b"")]
+        while stack:
+            state, key = stack.pop()
+            if state | 0xFF >= len(self.nodes):
+                self._node(state | 0xFF)  # some byte leads out of the array: llama.cpp throws on it
+            for index in children.get(state, ()):
+                packed = self.nodes[index]
+                path = key + bytes((packed & 0xFF,))
+                length = _SEQUENCE_LENGTH[path[0]]
+                if not length or (len(path) > 1 and not 0x80 <= path[-1] < 0xC0):
+                    continue  # a byte text never has here: never reached from valid UTF-8
+                child = index ^ _base(packed)
+                if len(path) < length:
+                    if packed >> 8 & 1:
+                        return None
+                    stack.append((child, path))
+                    continue
+                try:
+                    out.append((path.decode(), packed, child))
+                except UnicodeDecodeError:
+                    continue  # an overlong or surrogate form: str.encode never writes it
+        return out
