@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import re
 from bisect import bisect_right
+from itertools import chain
 
 from bpetok.cache import IdCache, as_ids
 from bpetok.errors import VocabularyError
@@ -151,6 +152,11 @@ class WordPieceModel:
         unk = vocabulary.special_ids.get("unk")
         self.unk = unk
         self.max_token_len = max(map(len, vocabulary.tokens), default=0)
+        try:  # the same index by text, when every token is UTF-8 (see encode_word)
+            self.text_ids: dict[str, int] | None = {t.decode(): i for t, i in self.ids.items()}
+        except UnicodeDecodeError:
+            self.text_ids = None
+        self.longest_text = max(map(len, self.text_ids), default=0) if self.text_ids else 0
         self.lowercase = bool(vocabulary.flags.get("normalizer_lowercase", True))
         self.strip_accents = bool(vocabulary.flags.get("normalizer_strip_accents", self.lowercase))
         self._table, self._dropped = _fast_tables(self.lowercase, self.strip_accents)
@@ -173,19 +179,21 @@ class WordPieceModel:
         return mapped.split()
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
-        """Ids of one fragment of text between special tokens."""
-        ids: list[int] = []
-        cache, encode_word = self._cache, self.encode_word
-        for word in self.words(text):
-            if not word:
-                continue
-            found = cache.get(word)
-            if found is None:
-                found = encode_word(word)
-                if len(word) <= _CACHE_LONGEST and not cache.full:
-                    cache.put(word, as_ids(found))
-            ids += found
-        return ids
+        """Ids of one fragment of text between special tokens: each word's from the cache, the
+        missing ones cut and cached first."""
+        words = self.words(text)
+        cache = self._cache
+        found = list(map(cache.get, words))
+        if None in found:
+            encode_word = self.encode_word
+            for k in [k for k, ids in enumerate(found) if ids is None]:
+                word = words[k]
+                ids = found[k] = cache.get(word)  # an earlier miss may have cached it
+                if ids is None:
+                    ids = found[k] = as_ids(encode_word(word))
+                    if len(word) <= _CACHE_LONGEST and not cache.full:
+                        cache.put(word, ids)
+        return list(chain.from_iterable(found))  # type: ignore[arg-type]  # no None left
 
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` the plain way: :func:`preprocess`, no cache."""
@@ -195,13 +203,20 @@ class WordPieceModel:
         return ids
 
     def encode_word(self, word: str) -> list[int]:
-        """The longest tokens that make up ``▁word``, left to right, or ``[UNK]``."""
-        data = _SPACE_BYTES + word.encode("utf-8", "surrogatepass")
-        ids, get, n, longest = [], self.ids.get, len(data), self.max_token_len
-        i = 0
+        """The longest tokens that make up ``▁word``, left to right, or ``[UNK]``.
+
+        llama.cpp compares byte strings; when every token is valid UTF-8 only cuts at character
+        boundaries can match, so the text is cut by characters (fewer tries), else by bytes."""
+        if self.text_ids is not None:
+            data: str | bytes = SPACE + word
+            get, longest = self.text_ids.get, self.longest_text
+        else:
+            data = _SPACE_BYTES + word.encode("utf-8", "surrogatepass")
+            get, longest = self.ids.get, self.max_token_len
+        ids, n, i = [], len(data), 0
         while i < n:
             for j in range(min(n, i + longest), i, -1):
-                token_id = get(data[i:j])
+                token_id = get(data[i:j])  # type: ignore[arg-type]  # str keys for str data
                 if token_id is not None:
                     ids.append(token_id)
                     i = j
