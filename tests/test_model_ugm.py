@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import GGUFError, VocabularyError
@@ -213,3 +215,18 @@ def test_the_c_viterbi_is_the_python_one(t5, cases):
     assert lattice.viterbi(b"") == [] and lattice.viterbi(b"\xff\xfe") == model.viterbi(b"\xff\xfe")
     with pytest.raises(TypeError):
         lattice.viterbi("text")
+
+
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
+combining = st.text(alphabet=st.sampled_from(list("AaEeKkｶﾊﾞﾟ\u0300\u0301\u0308\u3099\u1100\u1161\u11a8 \u3000①ﬁ\ufffd")), max_size=30)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(any_text, combining), raw=st.binary(max_size=24))
+def test_fast_and_reference_agree_on_any_input(t5, text, raw):
+    charsmap = t5.model.charsmap
+    data = text.encode("utf-8", "surrogatepass")
+    assert charsmap.normalize(data) == charsmap.normalize_reference(data)
+    assert charsmap.normalize(raw) == charsmap.normalize_reference(raw)
+    for parse_special in (False, True):
+        assert t5.encode(text, parse_special=parse_special) == t5.encode_reference(text, parse_special=parse_special)

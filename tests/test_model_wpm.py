@@ -14,6 +14,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import VocabularyError
@@ -49,7 +51,7 @@ def test_the_reference_path_is_exact(bert, cases):
 
 def test_the_fast_word_split_is_the_reference_one(bert, cases):
     model = bert.model
-    texts = [c["text"] for c in cases[::2]] + ["\ue000x\U000f0000y\U00020000z\u0301\x00\ufffd", "A\u00c9\u01d6 \u2000b"]
+    texts = [c["text"] for c in cases[::2]] + ["\ue000x\U000f0000y\U00020000z\u0301\x00\ufffd", "A\u00c9\u01d6 \u2000b", "\ud800a\udfff"]
     for text in texts:
         assert model.words(text) == preprocess(text), text
 
@@ -150,3 +152,14 @@ def test_cli_shows_the_model():
     data = json.loads(info.stdout)
     assert data["model"] == "bert" and data["model_plugin"] == "bpetok.models.wpm" and data["add_sep"] is True
     assert data["n_tokens"] == 30522 and data["special_ids"]["sep"] == 102
+
+
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=any_text)
+def test_fast_and_reference_agree_on_any_text(bert, text):
+    assert bert.model.words(text) == preprocess(text)
+    for parse_special in (False, True):
+        assert bert.encode(text, parse_special=parse_special) == bert.encode_reference(text, parse_special=parse_special)

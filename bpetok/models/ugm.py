@@ -14,10 +14,13 @@ t5``. Each fragment of text between special tokens is
    summed in double precision; a character no token starts with costs the unknown score (the
    lowest NORMAL score minus 10, in float32) and gives ``<unk>``; consecutive ``<unk>`` merge.
 
-When no token holds a ``▁`` past its first character, every cut falls before each ``▁``, so
-the Viterbi runs per word (``▁`` and what follows up to the next one) and ids are cached per
-word; :meth:`UnigramModel.encode_fragment_reference` runs it over the whole fragment, the
-readable twin tests hold the fast path equal to.
+The Viterbi runs in C (``bpetok/models/_ugm.c``) over the whole normalized fragment when the
+module is built. In pure Python, when no token holds a ``▁`` past its first character, every
+cut falls before each ``▁``, so the Viterbi runs per word (``▁`` and what follows up to the
+next one) with ids cached per word. (Per word, a word's score sums start from 0 rather than
+from the text so far; both are exact in doubles for float32 scores short of ~10^8 tokens.)
+:meth:`UnigramModel.encode_fragment_reference` runs the Python Viterbi over the whole fragment
+after the byte-by-byte charsmap walk: the readable twin tests hold both fast paths equal to.
 """
 
 from __future__ import annotations
