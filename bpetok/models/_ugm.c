@@ -25,8 +25,11 @@
 #define NO_TOKEN (-1)
 #define RELEASE_GIL_BYTES 256
 
+/* Node numbers fit 24 bits, so an edge's key (parent + 1) << 8 | byte fits 32: 8 bytes a slot. */
+#define MAX_NODES ((1u << 24) - 1)
+
 typedef struct {
-    uint64_t key; /* (parent node + 1) << 8 | byte; 0 marks a free slot */
+    uint32_t key; /* (parent node + 1) << 8 | byte; 0 marks a free slot */
     uint32_t child;
 } Edge;
 
@@ -54,7 +57,7 @@ static inline uint64_t mix64(uint64_t x)
 
 static inline int64_t find_child(const Lattice *t, uint32_t node, unsigned char c)
 {
-    uint64_t key = ((uint64_t)node + 1) << 8 | c;
+    uint32_t key = (node + 1) << 8 | c;
     uint64_t i = mix64(key) & t->mask;
     for (;;) {
         const Edge *e = &t->edges[i];
@@ -91,9 +94,11 @@ static int grow_edges(Lattice *t)
 
 static int64_t new_node(Lattice *t)
 {
+    if (t->n_nodes >= MAX_NODES)
+        return -2;
     if (t->n_nodes == t->cap_nodes) {
         size_t cap = t->cap_nodes * 2;
-        if (cap > SIZE_MAX / sizeof(double) || cap > UINT32_MAX)
+        if (cap > SIZE_MAX / sizeof(double))
             return -1;
         int32_t *tokens = realloc(t->token_of, cap * sizeof(int32_t));
         if (!tokens)
@@ -110,7 +115,7 @@ static int64_t new_node(Lattice *t)
     return (int64_t)t->n_nodes++;
 }
 
-/* The node for ``text`` (created along the way). -1 when out of memory. */
+/* The node for ``text`` (created along the way). -1 when out of memory, -2 past MAX_NODES. */
 static int64_t insert(Lattice *t, const unsigned char *text, Py_ssize_t size)
 {
     uint32_t node = 0;
@@ -121,8 +126,8 @@ static int64_t insert(Lattice *t, const unsigned char *text, Py_ssize_t size)
                 return -1;
             child = new_node(t);
             if (child < 0)
-                return -1;
-            uint64_t key = ((uint64_t)node + 1) << 8 | text[k];
+                return child;
+            uint32_t key = (node + 1) << 8 | text[k];
             uint64_t i = mix64(key) & t->mask;
             while (t->edges[i].key)
                 i = (i + 1) & t->mask;
@@ -191,6 +196,10 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
             return -1;
         }
         int64_t node = insert(self, (const unsigned char *)PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text));
+        if (node == -2) {
+            PyErr_SetString(PyExc_OverflowError, "the tokens' trie needs more than 2**24 nodes");
+            return -1;
+        }
         if (node < 0) {
             PyErr_NoMemory();
             return -1;

@@ -106,9 +106,12 @@ class UnigramModel:
             if module is not None:
                 texts = list(self.pieces)
                 values = list(self.pieces.values())
-                self._lattice = module.Lattice(
-                    texts, [v[0] for v in values], [v[1] for v in values], self.unk, self.unknown_score
-                )
+                try:
+                    self._lattice = module.Lattice(
+                        texts, [v[0] for v in values], [v[1] for v in values], self.unk, self.unknown_score
+                    )
+                except OverflowError:  # a trie past 2**24 nodes: the Python Viterbi takes it
+                    self._lattice = None
             self._lattice_built = True
         return self._lattice
 
