@@ -163,3 +163,9 @@ def test_fast_and_reference_agree_on_any_text(bert, text):
     assert bert.model.words(text) == preprocess(text)
     for parse_special in (False, True):
         assert bert.encode(text, parse_special=parse_special) == bert.encode_reference(text, parse_special=parse_special)
+
+
+def test_invalid_utf8_becomes_u_fffd_which_the_normalizer_drops(bert):
+    """llama.cpp decodes a byte that starts no sequence as U+FFFD, and preprocess drops U+FFFD."""
+    assert bert.encode_bytes(b"hello \xffworld") == bert.encode("hello world")
+    assert bert.encode_bytes(b"a\xe4\xb8b") == bert.encode("ab")
