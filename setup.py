@@ -29,6 +29,12 @@ setup(
             optional=True,
         ),
         Extension(
+            "bpetok.models._ugm",
+            sources=["bpetok/models/_ugm.c"],
+            extra_compile_args=["-O3", "-std=c99"],
+            optional=True,
+        ),
+        Extension(
             "bpetok._gguf",
             sources=["bpetok/_gguf.c"],
             extra_compile_args=["-O3", "-std=c99"],

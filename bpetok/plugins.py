@@ -51,6 +51,8 @@ BUILTIN_PLUGINS = (
     "bpetok.models.plamo2",
     "bpetok.models.whitespace_bpe",
     "bpetok.models.hybriddna",
+    "bpetok.models.wpm",
+    "bpetok.models.ugm",
     "bpetok.server",
     "bpetok.train",
     "bpetok.chat",

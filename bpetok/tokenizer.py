@@ -232,7 +232,10 @@ class Tokenizer:
 
         # A model may never add BOS or EOS whatever the file says (llama.cpp's rwkv adds neither).
         self.add_bos = vocabulary.flags.get("add_bos", default("add_bos")) and getattr(self.model, "may_add_bos", True)
-        self.add_eos = vocabulary.flags.get("add_eos", False) and getattr(self.model, "may_add_eos", True)
+        self.add_eos = vocabulary.flags.get("add_eos", model_spec.add_eos) and getattr(self.model, "may_add_eos", True)
+        self.add_sep = False
+        if model_spec.adds_bos_sep:
+            self.add_bos, self.add_eos, self.add_sep = True, False, True
         self.clean_spaces = default("clean_spaces")
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
@@ -423,7 +426,7 @@ class Tokenizer:
 
         ``parse_special``: CONTROL tokens written in the text (``<|im_end|>``) become their ids;
         USER_DEFINED ones (``<think>``) always do. ``add_special``: add BOS/EOS as the
-        vocabulary's ``add_bos_token``/``add_eos_token`` say.
+        vocabulary's ``add_bos_token``/``add_eos_token`` say (``[CLS]``/``[SEP]`` for WordPiece).
 
         A lone surrogate (U+D800..U+DFFF) is encoded as its three UTF-8-style bytes, which is what
         llama.cpp does with those bytes.
@@ -439,6 +442,8 @@ class Tokenizer:
             ids += self._encode_partitioned(self._partition(text, parse_special))
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        if add_special and self.add_sep:
+            ids.append(self._required_special("sep"))
         return ids
 
     def _encode_partitioned(self, fragments: list[str | int]) -> list[int]:
@@ -523,6 +528,8 @@ class Tokenizer:
             ids += self._encode_ordinary(text)
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        if add_special and self.add_sep:
+            ids.append(self._required_special("sep"))
         return ids
 
     def count(self, text: str, *, parse_special: bool = True) -> int:

@@ -85,7 +85,12 @@ BOOL_KEYS = {
     "add_eos": "tokenizer.ggml.add_eos_token",
     "add_sep": "tokenizer.ggml.add_sep_token",
     "add_space_prefix": "tokenizer.ggml.add_space_prefix",
+    "remove_extra_whitespaces": "tokenizer.ggml.remove_extra_whitespaces",
+    "normalizer_lowercase": "tokenizer.ggml.normalizer.lowercase",
+    "normalizer_strip_accents": "tokenizer.ggml.normalizer.strip_accents",
 }
+# The unigram (t5) normalizer's table, kept as bytes in Vocabulary.metadata under this key.
+CHARSMAP_KEY = "tokenizer.ggml.precompiled_charsmap"
 
 
 @dataclass
@@ -207,6 +212,19 @@ def _read_scores(gguf, n: int) -> list[float]:
 NO_VOCABULARY_MODELS = ("none", "no_vocab")
 
 
+def _read_charsmap(gguf) -> bytes | None:
+    """``tokenizer.ggml.precompiled_charsmap`` as llama.cpp reads it: an array of int8 or uint8."""
+    if CHARSMAP_KEY not in gguf.types:
+        return None
+    actual, elem = gguf.types[CHARSMAP_KEY]
+    if actual != GGUFValueType.ARRAY or elem not in (GGUFValueType.INT8, GGUFValueType.UINT8):
+        raise GGUFError(
+            f"{gguf.path}: key {CHARSMAP_KEY!r} must be an array of uint8 or int8 (llama.cpp refuses it too)"
+        )
+    value = gguf.metadata[CHARSMAP_KEY]
+    return value.tobytes() if hasattr(value, "tobytes") else bytes(x & 0xFF for x in value)
+
+
 def load_gguf_vocabulary(path: str) -> Vocabulary:
     """Read the tokenizer of a GGUF file as llama.cpp does."""
     gguf = read_gguf(path, want=_wanted, numpy=False)  # no numpy import: ~0.07 s of a cold load
@@ -274,6 +292,9 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         value = _expect(gguf, key, GGUFValueType.STRING)
         if value is not None:
             metadata[key] = value.decode("utf-8", "replace")
+    charsmap = _read_charsmap(gguf)
+    if charsmap is not None:
+        metadata[CHARSMAP_KEY] = charsmap
     for key, (vtype, _) in gguf.types.items():
         # Kept as text for bpetok.chat; a template of another type is left out (the tokenizer
         # does not need it, so it is no reason to refuse the file).
