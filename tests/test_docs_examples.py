@@ -4,6 +4,8 @@ The convention, for whoever writes a doc:
 
 - A block fenced ```` ```sh ```` (or ``bash``/``shell``) is a command to run: it runs with
   ``bash -e -o pipefail``. A block fenced ```` ```python ```` runs in a new Python process.
+- A block fenced ```` ```text output ```` right after a block that runs (blank lines between at
+  most) is that block's expected standard output, compared exactly (surrounding whitespace aside).
 - Every other fence is not run: ```` ```text ```` for a synopsis (``[--pin-file F]``), printed
   output or a file layout, ```` ```console ```` for a session whose output is shown after ``$``
   prompts, ```` ```toml ````, ```` ```json ````, and a bare ```` ``` ````.
@@ -79,6 +81,7 @@ class Example:
     line: int  # of the opening fence
     language: str
     code: str
+    output: str | None = None  # the text of a ```text output block right after it
 
     @property
     def first_line(self) -> str:
@@ -109,9 +112,20 @@ def examples_in(path: pathlib.Path) -> list[Example]:
             body.append(lines[j][indent:] if lines[j][:indent].strip() == "" else lines[j])
             j += 1
         if language in RUN_AS:
-            found.append(Example(str(path.relative_to(ROOT)), i + 1, language, "\n".join(body) + "\n"))
+            found.append(Example(str(path.relative_to(ROOT)), i + 1, language, "\n".join(body) + "\n",
+                                 output_after(lines, j + 1)))
         i = j + 1
     return found
+
+
+def output_after(lines: list[str], start: int) -> str | None:
+    """The body of a ```text output block starting at ``start`` after blank lines, if there is one."""
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    if start == len(lines) or lines[start].strip() != "```text output":
+        return None
+    end = lines.index("```", start + 1)
+    return "\n".join(lines[start + 1:end])
 
 
 EXAMPLES = [example for doc in DOCS for example in examples_in(doc)]
@@ -141,6 +155,8 @@ def test_example_runs(example: Example, tmp_path: pathlib.Path) -> None:
     assert result.returncode == 0, (
         f"{example.path}:{example.line} exited {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
         f"\n--- stderr\n{result.stderr[-3000:]}")
+    if example.output is not None:
+        assert result.stdout.strip() == example.output.strip()
 
 
 def test_every_skip_names_an_example() -> None:
@@ -154,3 +170,4 @@ def test_the_docs_have_examples_that_run() -> None:
     ran = [e for e in EXAMPLES if e.skip_reason() is None]
     assert {e.path for e in ran} >= {"README.md", "docs/training.md", "docs/benchmarks.md", "docs/datasets.md"}
     assert {e.language for e in ran} == {"sh", "python"}
+    assert any(e.output is not None for e in ran)
