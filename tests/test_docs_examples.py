@@ -11,7 +11,7 @@ The convention, for whoever writes a doc:
   prompts, ```` ```toml ````, ```` ```json ````, and a bare ```` ``` ````.
 - A ``sh``/``python`` block that cannot run here (it needs a file the repository does not ship,
   a user's ``MODEL.gguf`` or a corpus; it installs packages; it serves or runs for minutes) is
-  named in ``SKIP`` below by its file and the start of its first line, with the reason, and is
+  named in ``SKIP`` below by its file and the start of its text, with the reason, and is
   reported as skipped with that reason. ``test_every_skip_names_an_example`` fails when an entry
   no longer names a block, so the list cannot go stale.
 
@@ -42,7 +42,7 @@ NEEDS_CORPUS = "needs a benchmark corpus (docs/benchmarks.md, 'Corpora'), not in
 INSTALLS = "installs packages into the environment"
 LONG = "runs for minutes"
 
-# (file relative to the repository, start of the block's first line) -> why it is not run here.
+# (file relative to the repository, start of the block's text) -> why it is not run here.
 SKIP: dict[tuple[str, str], str] = {
     ("README.md", "python3 -m pip install ."): INSTALLS,
     ("README.md", "python -m pip install -e"): INSTALLS + " and runs the whole test suite",
@@ -52,6 +52,9 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/benchmarks.md", "gunzip -c tests/data/llama.cpp-tests/ggml-vocab-llama-spm"): NEEDS_CORPUS + " and llama-cpp-python",
     ("docs/benchmarks.md", "python3 benchmarks/specials_bench.py"): NEEDS_CORPUS,
     ("docs/datasets.md", "pip install 'bpetok[jsonl"): INSTALLS,
+    ("docs/datasets.md", "# JSONL (the \"text\" field"): "needs the user's MODEL.gguf, inputs (JSONL, text, Parquet) "
+                                                           "and a Dask scheduler",
+    ("docs/datasets.md", "import bpetok\nfrom dask"): "needs the user's MODEL.gguf, inputs and a Dask scheduler",
     ("docs/datasets.md", "import numpy as np, torch"): "needs PyTorch, which bpetok does not depend on",
     ("docs/datasets.md", "python3 benchmarks/dataset_memory.py"): NEEDS_CORPUS + "; " + LONG,
     ("docs/datasets.md", "pip install -e '.[bench,dask]'"): INSTALLS + "; " + NEEDS_CORPUS + "; " + LONG,
@@ -89,7 +92,7 @@ class Example:
 
     def skip_reason(self) -> str | None:
         return next((why for (path, start), why in SKIP.items()
-                     if path == self.path and self.first_line.startswith(start)), None)
+                     if path == self.path and self.code.lstrip().startswith(start)), None)
 
 
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,})(?P<info>[^`]*)$")
@@ -161,7 +164,7 @@ def test_example_runs(example: Example, tmp_path: pathlib.Path) -> None:
 
 def test_every_skip_names_an_example() -> None:
     named = {(e.path, start) for e in EXAMPLES for (path, start) in SKIP
-             if path == e.path and e.first_line.startswith(start)}
+             if path == e.path and e.code.lstrip().startswith(start)}
     assert set(SKIP) - named == set()
 
 
