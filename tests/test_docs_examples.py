@@ -51,6 +51,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/benchmarks.md", "python3 benchmarks/pretok_bench.py CORPUS"): NEEDS_CORPUS,
     ("docs/benchmarks.md", "gunzip -c tests/data/llama.cpp-tests/ggml-vocab-llama-spm"): NEEDS_CORPUS + " and llama-cpp-python",
     ("docs/benchmarks.md", "python3 benchmarks/specials_bench.py"): NEEDS_CORPUS,
+    ("docs/benchmarks.md", "python3 benchmarks/more_models_bench.py"): NEEDS_CORPUS + " and the rwkv sdist's files",
     ("docs/datasets.md", "pip install 'bpetok[jsonl"): INSTALLS,
     ("docs/datasets.md", "# JSONL (the \"text\" field"): "needs the user's MODEL.gguf, inputs (JSONL, text, Parquet) "
                                                            "and a Dask scheduler",
@@ -74,7 +75,7 @@ SKIP: dict[tuple[str, str], str] = {
         "which is tests/data/llama.cpp-tests/ggml-vocab-llama-bpe.gguf.gz)",
     ("docs/server.md", "pip install 'bpetok[server]'"): INSTALLS + " and serves until stopped",
     ("docs/server.md", "curl -s localhost:8080"): "needs a running bpetok serve",
-    ("docs/server.md", "python benchmarks/server_bench.py"): LONG + " (a server under load)",
+    ("docs/server.md", "python benchmarks/server_"): "benchmarks a running server, for seconds to minutes",
 }
 
 
