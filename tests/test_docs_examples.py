@@ -44,7 +44,7 @@ LONG = "runs for minutes"
 
 # (file relative to the repository, start of the block's text) -> why it is not run here.
 SKIP: dict[tuple[str, str], str] = {
-    ("README.md", "python3 -m pip install ."): INSTALLS,
+    ("README.md", "python3 -m pip install '.[chat]'"): INSTALLS,
     ("README.md", "python -m pip install -e"): INSTALLS + " and runs the whole test suite",
     ("docs/benchmarks.md", "python3 -m pip install -e '.[dev,bench]'"): INSTALLS,
     ("docs/benchmarks.md", "python3 benchmarks/bench.py VOCAB.gguf"): NEEDS_CORPUS + "; " + LONG,
