@@ -2,9 +2,10 @@
 
 Each fast structure here has one plain twin that the tests hold it equal to:
 :class:`_PairCounts` / :class:`_RecountedPairs` (the merge loop) and :func:`_add_chain` /
-:func:`_reference_chain` (a pin's merge chain). The fast ones cost time linear (times a log)
-in the corpus and the pins, however long one piece or pin is: a merge touches only the
-occurrences of its pair, never a whole piece.
+:func:`_reference_chain` (a pin's merge chain). The fast ones cost time linear (times a log) in the
+corpus and the pins, however long one piece or pin is: a merge touches only the occurrences of its
+pair, never a whole piece. :class:`_PairCounts` is in turn the readable twin of ``PairCounts`` in
+bpetok/_train.c, the same loop in C, which the trainer runs when it is built.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ class _PairCounts:
     the pair's current count (lazy deletion: stale entries are fixed when popped).
     """
 
-    def __init__(self, words: Iterable[list[int]], freqs: list[int]):
+    def __init__(self, words: Iterable[bytes | list[int]], freqs: list[int]):
         sym, nxt, prv, weight = array("i"), array("q"), array("q"), array("q")
         counts: dict[int, int] = defaultdict(int)
         where: dict[int, array] = defaultdict(lambda: array("q"))
         starts = []
         for word, f in zip(words, freqs):
             base, n = len(sym), len(word)
-            starts.append(base)
+            starts.append(base if n else END)
             sym.extend(word)
             weight.extend([f] * n)
             nxt.extend(range(base + 1, base + n + 1))
@@ -133,7 +134,7 @@ class _RecountedPairs:
     Same interface (``counts``, ``words``, ``best``, ``merge``); for tests only.
     """
 
-    def __init__(self, words: Iterable[list[int]], freqs: list[int]):
+    def __init__(self, words: Iterable[bytes | list[int]], freqs: list[int]):
         self.words, self.freqs = [list(w) for w in words], list(freqs)
         self._recount()
 

@@ -5,7 +5,8 @@
 pieces, start from the 256 byte symbols and repeatedly merge the most frequent adjacent pair.
 Only the pairs next to a merge change, so counts are updated incrementally (pair -> positions
 index, a max-heap with lazy deletion) and never recounted, in time linear in the corpus however
-long one piece is (bpetok/_train_merge.py, with the plain twins the tests compare it with).
+long one piece is (bpetok/_train_merge.py, with the plain twins the tests compare it with; the
+loop runs in C, bpetok/_train.c, when that is built).
 
 Tie rule: the pair with the highest count wins; among equal counts, the pair with the smallest
 left token id, then the smallest right token id (ids 0-255 are the bytes in byte order, later
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from bpetok._args import as_int, check_flag, check_not_text
 from bpetok._extend import ExtendResult, _clean_pins, extend, read_pin_file
 from bpetok._train_merge import STRIDE, ChainTooLarge, _add_chain, _PairCounts, _Vocab
+from bpetok.compiled import compiled_module
 from bpetok.errors import BpetokError
 from bpetok.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
@@ -449,7 +451,7 @@ def train(
     items = sorted(counter.items())
     counter.clear()  # free the pieces early; the words hold what is needed
     n_unique = len(items)
-    pairs = _PairCounts((list(piece.encode("utf-8", "surrogatepass")) for piece, _ in items), [f for _, f in items])
+    pairs = _pair_counts((piece.encode("utf-8", "surrogatepass") for piece, _ in items), [f for _, f in items])
     del items
     vocab = _Vocab()
 
@@ -491,6 +493,15 @@ def train(
     if output is not None:
         result.write(output)
     return result
+
+
+def _pair_counts(words: Iterable[bytes], freqs: list[int]) -> _PairCounts:
+    """The merge loop over ``words``: ``bpetok._train.PairCounts`` (bpetok/_train.c) when built and
+    ``BPETOK_PURE_PYTHON`` is unset, else its readable twin :class:`_PairCounts` (same merges)."""
+    compiled = compiled_module("bpetok._train")
+    if compiled is not None:
+        return compiled.PairCounts(words, freqs)
+    return _PairCounts(words, freqs)
 
 
 def _learn(vocab: _Vocab, pairs: _PairCounts, target: int, min_frequency: int, bar: _Progress) -> None:

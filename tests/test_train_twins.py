@@ -1,4 +1,6 @@
-"""The trainer's fast merge loop and pin chains against their plain twins, on long runs and pins."""
+"""The trainer's fast merge loop and pin chains against their plain twins, on long runs and pins.
+
+The C loop (bpetok/_train.c) against its Python twin: tests/test_train_c.py."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ pin_terms = st.lists(st.text(alphabet="abéxQ", min_size=1, max_size=40), max_si
 
 def plainly(monkeypatch) -> None:
     """Make :func:`train` use the plain twins."""
-    monkeypatch.setattr(train_mod, "_PairCounts", _RecountedPairs)
+    monkeypatch.setattr(train_mod, "_pair_counts", _RecountedPairs)
     monkeypatch.setattr(train_mod, "_add_chain", _reference_chain)
 
 

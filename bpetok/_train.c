@@ -1,0 +1,612 @@
+/* The trainer's merge loop in C: PairCounts, the twin of _PairCounts in bpetok/_train_merge.py.
+ *
+ * The same algorithm and the same results (tests/test_train_twins.py holds them equal): every
+ * unique word's symbols in one linked list over position arrays (int32: symbol, next, previous,
+ * word), the weighted count of every adjacent pair, the positions where each pair was adjacent
+ * when recorded (a superset: a stale one is skipped when met), and a max-heap of (count, pair)
+ * with lazy deletion. best() is the pair with the highest count, ties to the smallest packed
+ * pair (left id, then right id); merge() visits only the occurrences of its pair, in text order,
+ * so overlapping ones ("a a a") merge left to right without overlap.
+ *
+ * A pair (left, right) is the integer left * STRIDE + right, ids below STRIDE = 2**24. Every input
+ * is checked (ids, frequencies, sizes that fit int32 positions) and every allocation too: a failed
+ * one raises MemoryError. A merge that fails half-way leaves the counts inconsistent: the trainer
+ * then stops with the error and the object is not used again.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STRIDE ((int64_t)1 << 24)
+#define END (-1)
+
+typedef struct {
+    int64_t key, count;
+    int32_t *pos; /* positions where the pair was adjacent when recorded */
+    size_t len, cap;
+    uint64_t stamp; /* the merge that last grew this pair (to push it once per merge) */
+} Pair;
+
+typedef struct {
+    int64_t count, key;
+    int32_t pair; /* index into pairs */
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    int32_t *sym, *nxt, *prv, *word; /* per position */
+    size_t npos, cappos;
+    int64_t *freq;  /* per word */
+    int32_t *start; /* per word: its first position, END for an empty word */
+    size_t nwords;
+    Pair *pairs;
+    size_t npairs, cappairs;
+    int32_t *slots; /* open addressing: index into pairs, or -1 */
+    size_t nslots;  /* a power of two */
+    Entry *heap;
+    size_t nheap, capheap;
+    int32_t *grown;
+    size_t ngrown, capgrown;
+    uint64_t stamp;
+    int started; /* __init__ ran: it runs once */
+} PairCounts;
+
+/* Make room for `need` elements of `size` bytes in *buf (capacity *cap); 0, or -1 with MemoryError. */
+static int reserve(void **buf, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 8;
+    while (n < need) {
+        if (n > SIZE_MAX / 2)
+            goto fail;
+        n *= 2;
+    }
+    if (n > SIZE_MAX / size)
+        goto fail;
+    void *p = realloc(*buf, n * size);
+    if (p == NULL)
+        goto fail;
+    *buf = p;
+    *cap = n;
+    return 0;
+fail:
+    PyErr_NoMemory();
+    return -1;
+}
+
+#define RESERVE(buf, cap, need) reserve((void **)&(buf), &(cap), (need), sizeof *(buf))
+
+static size_t slot_of(int64_t key, size_t nslots)
+{
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h ^ (h >> 29)) & (nslots - 1);
+}
+
+/* The index of `key` in pairs, or -1. */
+static int32_t lookup(const PairCounts *self, int64_t key)
+{
+    if (self->nslots == 0)
+        return -1;
+    for (size_t s = slot_of(key, self->nslots);; s = (s + 1) & (self->nslots - 1)) {
+        int32_t i = self->slots[s];
+        if (i < 0 || self->pairs[i].key == key)
+            return i;
+    }
+}
+
+static int rehash(PairCounts *self, size_t nslots)
+{
+    if (nslots > SIZE_MAX / sizeof(int32_t))
+        return PyErr_NoMemory(), -1;
+    int32_t *slots = malloc(nslots * sizeof(int32_t));
+    if (slots == NULL)
+        return PyErr_NoMemory(), -1;
+    memset(slots, 0xff, nslots * sizeof(int32_t)); /* every slot -1 */
+    for (size_t i = 0; i < self->npairs; i++) {
+        size_t s = slot_of(self->pairs[i].key, nslots);
+        while (slots[s] >= 0)
+            s = (s + 1) & (nslots - 1);
+        slots[s] = (int32_t)i;
+    }
+    free(self->slots);
+    self->slots = slots;
+    self->nslots = nslots;
+    return 0;
+}
+
+/* The index of `key` in pairs, added with count 0 if absent; -1 with MemoryError. */
+static int32_t find_or_add(PairCounts *self, int64_t key)
+{
+    int32_t i = lookup(self, key);
+    if (i >= 0)
+        return i;
+    if (self->npairs >= INT32_MAX) {
+        PyErr_SetString(PyExc_MemoryError, "PairCounts: more than 2**31 distinct pairs");
+        return -1;
+    }
+    if (2 * (self->npairs + 1) > self->nslots) { /* keep the table at most half full */
+        if (self->nslots > SIZE_MAX / 4 || rehash(self, self->nslots ? 2 * self->nslots : 1024) < 0)
+            return -1;
+    }
+    if (RESERVE(self->pairs, self->cappairs, self->npairs + 1) < 0)
+        return -1;
+    i = (int32_t)self->npairs++;
+    self->pairs[i] = (Pair){.key = key};
+    size_t s = slot_of(key, self->nslots);
+    while (self->slots[s] >= 0)
+        s = (s + 1) & (self->nslots - 1);
+    self->slots[s] = i;
+    return i;
+}
+
+static int add_position(Pair *pair, int32_t p)
+{
+    if (RESERVE(pair->pos, pair->cap, pair->len + 1) < 0)
+        return -1;
+    pair->pos[pair->len++] = p;
+    return 0;
+}
+
+/* Heap order: a higher count first, then a smaller pair. */
+static int above(const Entry *x, const Entry *y)
+{
+    return x->count > y->count || (x->count == y->count && x->key < y->key);
+}
+
+static void sift_down(Entry *heap, size_t n, size_t i)
+{
+    Entry e = heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && above(&heap[c + 1], &heap[c]))
+            c++;
+        if (!above(&heap[c], &e))
+            break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    heap[i] = e;
+}
+
+static int push(PairCounts *self, int32_t pair)
+{
+    if (RESERVE(self->heap, self->capheap, self->nheap + 1) < 0)
+        return -1;
+    Entry e = {self->pairs[pair].count, self->pairs[pair].key, pair};
+    size_t i = self->nheap++;
+    while (i > 0 && above(&e, &self->heap[(i - 1) / 2])) {
+        self->heap[i] = self->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    self->heap[i] = e;
+    return 0;
+}
+
+static void pop(PairCounts *self)
+{
+    self->heap[0] = self->heap[--self->nheap];
+    if (self->nheap)
+        sift_down(self->heap, self->nheap, 0);
+}
+
+/* -- building ---------------------------------------------------------------------------------- */
+
+/* Append one word's symbols (a bytes object, or a sequence of ints below STRIDE). */
+static int add_word(PairCounts *self, PyObject *word, int32_t w)
+{
+    PyObject *seq = NULL;
+    Py_ssize_t n;
+    const unsigned char *bytes = NULL;
+    if (PyBytes_Check(word)) {
+        n = PyBytes_GET_SIZE(word);
+        bytes = (const unsigned char *)PyBytes_AS_STRING(word);
+    } else {
+        seq = PySequence_Fast(word, "PairCounts: each word is bytes or a sequence of symbol ids");
+        if (seq == NULL)
+            return -1;
+        n = PySequence_Fast_GET_SIZE(seq);
+    }
+    int rc = -1;
+    if ((size_t)n > (size_t)INT32_MAX - 1 - self->npos) {
+        PyErr_SetString(PyExc_MemoryError, "PairCounts: the words have more than 2**31 symbols in all");
+        goto done;
+    }
+    size_t need = self->npos + (size_t)n;
+    if (need > self->cappos) { /* the four arrays share one capacity */
+        size_t cap = self->cappos;
+        if (RESERVE(self->sym, cap, need) < 0)
+            goto done;
+        int32_t **arrays[] = {&self->nxt, &self->prv, &self->word};
+        for (int k = 0; k < 3; k++) {
+            void *p = realloc(*arrays[k], cap * sizeof(int32_t));
+            if (p == NULL)
+                goto nomem;
+            *arrays[k] = p;
+        }
+        self->cappos = cap; /* only once all four have it */
+    }
+    int32_t base = (int32_t)self->npos;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long id;
+        if (bytes != NULL) {
+            id = bytes[i];
+        } else {
+            id = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (id == -1 && PyErr_Occurred())
+                goto done;
+            if (id < 0 || id >= STRIDE) {
+                PyErr_Format(PyExc_ValueError, "PairCounts: symbol id %ld is outside 0..2**24-1", id);
+                goto done;
+            }
+        }
+        int32_t at = base + (int32_t)i;
+        self->sym[at] = (int32_t)id;
+        self->nxt[at] = i + 1 < n ? at + 1 : END;
+        self->prv[at] = i > 0 ? at - 1 : END;
+        self->word[at] = w;
+    }
+    self->start[w] = n ? base : END;
+    self->npos = need;
+    rc = 0;
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(seq);
+    return rc;
+}
+
+static int PairCounts_init(PairCounts *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"words", "freqs", NULL};
+    PyObject *words, *freqs;
+    if (self->started) {
+        PyErr_SetString(PyExc_TypeError, "PairCounts: already initialised");
+        return -1;
+    }
+    self->started = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", kwlist, &words, &freqs))
+        return -1;
+    PyObject *fseq = PySequence_Fast(freqs, "PairCounts: freqs is a sequence of ints");
+    if (fseq == NULL)
+        return -1;
+    int rc = -1;
+    PyObject *it = NULL, *word = NULL;
+    size_t nwords = (size_t)PySequence_Fast_GET_SIZE(fseq);
+    if (nwords >= INT32_MAX) {
+        PyErr_SetString(PyExc_MemoryError, "PairCounts: more than 2**31 words");
+        goto done;
+    }
+    self->freq = malloc((nwords ? nwords : 1) * sizeof(int64_t));
+    self->start = malloc((nwords ? nwords : 1) * sizeof(int32_t));
+    if (self->freq == NULL || self->start == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t w = 0; w < nwords; w++) {
+        long long f = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fseq, (Py_ssize_t)w));
+        if (f == -1 && PyErr_Occurred())
+            goto done;
+        if (f < 0) {
+            PyErr_Format(PyExc_ValueError, "PairCounts: frequency %lld is negative", f);
+            goto done;
+        }
+        self->freq[w] = f;
+    }
+    if ((it = PyObject_GetIter(words)) == NULL)
+        goto done;
+    size_t w = 0;
+    while ((word = PyIter_Next(it)) != NULL) {
+        if (w == nwords) {
+            PyErr_SetString(PyExc_ValueError, "PairCounts: more words than freqs");
+            goto done;
+        }
+        if (add_word(self, word, (int32_t)w) < 0)
+            goto done;
+        Py_CLEAR(word);
+        w++;
+    }
+    if (PyErr_Occurred())
+        goto done;
+    if (w != nwords) {
+        PyErr_SetString(PyExc_ValueError, "PairCounts: fewer words than freqs");
+        goto done;
+    }
+    self->nwords = nwords;
+    /* Every count is a sum of these weights: if they fit in int64, no count overflows. */
+    int64_t total = 0;
+    for (size_t p = 0; p < self->npos; p++)
+        if (self->nxt[p] != END && __builtin_add_overflow(total, self->freq[self->word[p]], &total)) {
+            PyErr_SetString(PyExc_OverflowError, "PairCounts: the pair counts would pass 2**63");
+            goto done;
+        }
+    for (size_t p = 0; p < self->npos; p++) {
+        int32_t q = self->nxt[p];
+        if (q == END)
+            continue;
+        int32_t i = find_or_add(self, self->sym[p] * STRIDE + self->sym[q]);
+        if (i < 0 || add_position(&self->pairs[i], (int32_t)p) < 0)
+            goto done;
+        self->pairs[i].count += self->freq[self->word[p]];
+    }
+    if (RESERVE(self->heap, self->capheap, self->npairs) < 0)
+        goto done;
+    for (size_t i = 0; i < self->npairs; i++)
+        self->heap[i] = (Entry){self->pairs[i].count, self->pairs[i].key, (int32_t)i};
+    self->nheap = self->npairs;
+    for (size_t i = self->nheap / 2; i-- > 0;)
+        sift_down(self->heap, self->nheap, i);
+    rc = 0;
+done:
+    Py_XDECREF(word);
+    Py_XDECREF(it);
+    Py_DECREF(fseq);
+    return rc;
+}
+
+static void PairCounts_dealloc(PairCounts *self)
+{
+    for (size_t i = 0; i < self->npairs; i++)
+        free(self->pairs[i].pos);
+    free(self->pairs);
+    free(self->slots);
+    free(self->heap);
+    free(self->grown);
+    free(self->sym);
+    free(self->nxt);
+    free(self->prv);
+    free(self->word);
+    free(self->freq);
+    free(self->start);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* -- the loop ---------------------------------------------------------------------------------- */
+
+static PyObject *PairCounts_best(PairCounts *self, PyObject *arg)
+{
+    long long min_frequency = PyLong_AsLongLong(arg);
+    if (min_frequency == -1 && PyErr_Occurred())
+        return NULL;
+    while (self->nheap) {
+        Entry top = self->heap[0];
+        int64_t current = self->pairs[top.pair].count;
+        if (current == top.count) {
+            if (current >= min_frequency)
+                return PyLong_FromLongLong(top.key);
+            Py_RETURN_NONE;
+        }
+        pop(self);
+        /* current > top.count means a newer, larger entry exists; only a shrunk count is re-pushed. */
+        if (current < top.count && current >= min_frequency && push(self, top.pair) < 0)
+            return NULL; /* cannot fail: pop made room */
+    }
+    Py_RETURN_NONE;
+}
+
+static int cmp_int32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Add `f` to the pair (left, right) and record it at position p; remember it as grown. */
+static int grow(PairCounts *self, int64_t key, int64_t f, int32_t p)
+{
+    int32_t i = find_or_add(self, key);
+    if (i < 0 || add_position(&self->pairs[i], p) < 0)
+        return -1;
+    Pair *pair = &self->pairs[i];
+    pair->count += f;
+    if (pair->stamp != self->stamp) {
+        pair->stamp = self->stamp;
+        if (RESERVE(self->grown, self->capgrown, self->ngrown + 1) < 0)
+            return -1;
+        self->grown[self->ngrown++] = i;
+    }
+    return 0;
+}
+
+static int shrink(PairCounts *self, int64_t key, int64_t f)
+{
+    int32_t i = find_or_add(self, key); /* always present: the pair is adjacent */
+    if (i < 0)
+        return -1;
+    self->pairs[i].count -= f;
+    return 0;
+}
+
+static PyObject *PairCounts_merge(PairCounts *self, PyObject *args)
+{
+    long long pair_key, new_id;
+    if (!PyArg_ParseTuple(args, "LL", &pair_key, &new_id))
+        return NULL;
+    if (pair_key < 0 || pair_key >= STRIDE * STRIDE || new_id < 0 || new_id >= STRIDE) {
+        PyErr_SetString(PyExc_ValueError, "PairCounts.merge: the pair or the new id is outside 0..2**24-1");
+        return NULL;
+    }
+    int32_t r = lookup(self, pair_key);
+    if (r < 0)
+        Py_RETURN_NONE;
+    const int32_t a = (int32_t)(pair_key / STRIDE), b = (int32_t)(pair_key % STRIDE), new = (int32_t)new_id;
+    /* Take the positions out first: recording others may move the pairs array. */
+    int32_t *pos = self->pairs[r].pos;
+    size_t n = self->pairs[r].len;
+    self->pairs[r].pos = NULL;
+    self->pairs[r].len = self->pairs[r].cap = 0;
+    self->stamp++;
+    self->ngrown = 0;
+    if (n > 1)
+        qsort(pos, n, sizeof *pos, cmp_int32);
+    int32_t *sym = self->sym, *nxt = self->nxt, *prv = self->prv;
+    for (size_t k = 0; k < n; k++) {
+        int32_t p = pos[k];
+        int32_t q = nxt[p];
+        if (sym[p] != a || q == END || sym[q] != b)
+            continue; /* stale: this occurrence was merged away since it was recorded */
+        int64_t f = self->freq[self->word[p]];
+        int32_t left = prv[p], right = nxt[q];
+        if (left != END) {
+            int64_t x = sym[left];
+            if (shrink(self, x * STRIDE + a, f) < 0 || grow(self, x * STRIDE + new, f, left) < 0)
+                goto fail;
+        }
+        if (right != END) {
+            int64_t y = sym[right];
+            if (shrink(self, b * STRIDE + y, f) < 0 || grow(self, new * STRIDE + y, f, p) < 0)
+                goto fail;
+            prv[right] = p;
+        }
+        sym[p] = new;
+        sym[q] = -1;
+        nxt[p] = right;
+    }
+    free(pos);
+    self->pairs[r].count = 0;
+    for (size_t k = 0; k < self->ngrown; k++)
+        if (self->grown[k] != r && push(self, self->grown[k]) < 0)
+            return NULL;
+    Py_RETURN_NONE;
+fail:
+    free(pos);
+    return NULL;
+}
+
+/* -- the counts, as a read-only mapping pair -> count (what _add_chain reads) ------------------- */
+
+static PyObject *PairCounts_get(PairCounts *self, PyObject *args)
+{
+    long long key;
+    PyObject *fallback = Py_None;
+    if (!PyArg_ParseTuple(args, "L|O", &key, &fallback))
+        return NULL;
+    int32_t i = lookup(self, key);
+    if (i < 0)
+        return Py_NewRef(fallback);
+    return PyLong_FromLongLong(self->pairs[i].count);
+}
+
+static PyObject *PairCounts_subscript(PairCounts *self, PyObject *arg)
+{
+    long long key = PyLong_AsLongLong(arg);
+    if (key == -1 && PyErr_Occurred())
+        return NULL;
+    int32_t i = lookup(self, key);
+    if (i < 0) {
+        PyErr_SetObject(PyExc_KeyError, arg);
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->pairs[i].count);
+}
+
+static Py_ssize_t PairCounts_length(PairCounts *self)
+{
+    return (Py_ssize_t)self->npairs;
+}
+
+static PyObject *PairCounts_items(PairCounts *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New((Py_ssize_t)self->npairs);
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < self->npairs; i++) {
+        PyObject *item = Py_BuildValue("(LL)", (long long)self->pairs[i].key, (long long)self->pairs[i].count);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, item);
+    }
+    return out;
+}
+
+static PyObject *PairCounts_counts(PairCounts *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef((PyObject *)self);
+}
+
+static PyObject *PairCounts_words(PairCounts *self, void *Py_UNUSED(closure))
+{
+    PyObject *out = PyList_New((Py_ssize_t)self->nwords);
+    if (out == NULL)
+        return NULL;
+    for (size_t w = 0; w < self->nwords; w++) {
+        PyObject *word = PyList_New(0);
+        if (word == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, (Py_ssize_t)w, word);
+        for (int32_t p = self->start[w]; p != END; p = self->nxt[p]) {
+            PyObject *s = PyLong_FromLong(self->sym[p]);
+            if (s == NULL || PyList_Append(word, s) < 0) {
+                Py_XDECREF(s);
+                goto fail;
+            }
+            Py_DECREF(s);
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef PairCounts_methods[] = {
+    {"best", (PyCFunction)PairCounts_best, METH_O,
+     "best(min_frequency) -> int | None: the most frequent pair (ties: smallest left id, then right id)."},
+    {"merge", (PyCFunction)PairCounts_merge, METH_VARARGS,
+     "merge(pair, new): replace every occurrence of pair by new, left to right."},
+    {"get", (PyCFunction)PairCounts_get, METH_VARARGS, "get(pair, default=None): the pair's current count."},
+    {"items", (PyCFunction)PairCounts_items, METH_NOARGS, "items() -> list of (pair, count) ever recorded."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef PairCounts_getset[] = {
+    {"counts", (getter)PairCounts_counts, NULL, "the counts as a read-only mapping pair -> count (this object)", NULL},
+    {"words", (getter)PairCounts_words, NULL, "the words' current symbols (for tests)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMappingMethods PairCounts_mapping = {
+    .mp_length = (lenfunc)PairCounts_length,
+    .mp_subscript = (binaryfunc)PairCounts_subscript,
+};
+
+static PyTypeObject PairCountsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok._train.PairCounts",
+    .tp_basicsize = sizeof(PairCounts),
+    .tp_dealloc = (destructor)PairCounts_dealloc,
+    .tp_as_mapping = &PairCounts_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "PairCounts(words, freqs): the C twin of bpetok._train_merge._PairCounts.",
+    .tp_methods = PairCounts_methods,
+    .tp_getset = PairCounts_getset,
+    .tp_init = (initproc)PairCounts_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef train_module = {
+    PyModuleDef_HEAD_INIT, "_train", "bpetok's compiled merge loop for the trainer (see bpetok/_train_merge.py).", -1,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__train(void)
+{
+    if (PyType_Ready(&PairCountsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&train_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&PairCountsType);
+    if (PyModule_AddObject(m, "PairCounts", (PyObject *)&PairCountsType) < 0) {
+        Py_DECREF(&PairCountsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
