@@ -1,10 +1,14 @@
 """Training speed and peak memory: bpetok's trainer against Hugging Face tokenizers' BpeTrainer.
 
-Both learn a byte-level BPE vocabulary of the same size from the same text with the same
-pre-tokenizer regex (Qwen2's) and min_frequency 2; HF runs single-threaded (RAYON_NUM_THREADS=1).
-Compressed corpora are decompressed to a temporary directory first (not timed), so both read
-plain text. Each run is a fresh subprocess; "cpu s" its CPU time in training (steadier than wall
-time on a busy machine), peak memory its maximum RSS, and "import RSS" the RSS after imports.
+Three runs: HF, bpetok with its Python merge loop (``bpetok-py``) and bpetok as installed (the C
+merge loop of bpetok/_train.c when built). All learn a byte-level BPE vocabulary of the same size
+from the same text with the same pre-tokenizer regex (Qwen2's) and min_frequency 2; HF runs
+single-threaded (RAYON_NUM_THREADS=1). Compressed corpora are decompressed to a temporary
+directory first (not timed), so all read plain text. Each run is a fresh subprocess; "cpu s" its
+CPU time in training (steadier than wall time on a busy machine), "merge s" bpetok's wall time in
+the merge loop, its arrays built from the unique pieces included (the rest is reading and
+counting pieces), peak memory its maximum RSS, and
+"import RSS" the RSS after imports.
 
     python3 benchmarks/train_bench.py ../shared/corpus/en.txt.xz ../shared/corpus/code.txt.xz --sizes 4000 16000
 
@@ -96,19 +100,44 @@ def run_pins(args) -> None:
                  f"; {len(result.added)} forms added, {len(result.already)} already single")
 
 
+# bpetok-py: bpetok with its Python merge loop (bpetok/_train_merge.py), the C loop's twin.
+TOOLS = ("hf", "bpetok-py", "bpetok")
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_one(tool: str, size: int, files: list[str]) -> dict:
-    if tool == "bpetok":
+    if tool.startswith("bpetok"):
+        import importlib
+
         import bpetok
 
+        module = importlib.import_module("bpetok.train")
+        if tool == "bpetok-py":  # the Python merge loop (the C one's twin) instead of bpetok/_train.c
+            from bpetok._train_merge import _PairCounts
+
+            module._pair_counts = _PairCounts
+        merge_seconds = [0.0]
+
+        def timed(function):
+            def run(*args):
+                start = time.perf_counter()
+                try:
+                    return function(*args)
+                finally:
+                    merge_seconds[0] += time.perf_counter() - start
+            return run
+
+        # The merge loop's time: building its arrays from the unique pieces, then merging.
+        module._pair_counts, module._learn = timed(module._pair_counts), timed(module._learn)
         base = rss_mb()
         start, cpu = time.perf_counter(), time.process_time()
         result = bpetok.train(files, vocab_size=size, pre="qwen2", min_frequency=2, progress=False)
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         n = len(result.tokens)
+        merge = merge_seconds[0]
     else:
         from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -125,7 +154,8 @@ def run_one(tool: str, size: int, files: list[str]) -> dict:
         tok.train(files, trainer)
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         n = tok.get_vocab_size()
-    return {"tool": tool, "size": size, "seconds": seconds, "cpu": cpu, "peak_mb": rss_mb(), "import_mb": base, "n_tokens": n}
+        merge = float("nan")
+    return {"tool": tool, "size": size, "seconds": seconds, "cpu": cpu, "merge": merge, "peak_mb": rss_mb(), "import_mb": base, "n_tokens": n}
 
 
 def main() -> None:
@@ -136,7 +166,7 @@ def main() -> None:
     parser.add_argument("--domain", help="measure pinning: count tokens of this file instead of timing")
     parser.add_argument("--pin-file", help="terms to pin, one per line (default: the built-in Python list)")
     parser.add_argument("--base", help="with --domain: also extend this GGUF vocabulary")
-    parser.add_argument("--one", choices=["bpetok", "hf"], help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=TOOLS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.domain:
         run_pins(args)
@@ -155,20 +185,21 @@ def main() -> None:
             files.append(path)
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         print(f"corpus: {', '.join(os.path.basename(f) for f in files)} ({mb:.1f} MB of text)")
-        print(f"{'size':>6}  {'tool':<8} {'seconds':>8} {'cpu s':>8} {'peak MB':>8} {'import MB':>9} {'tokens':>7}")
+        print(f"{'size':>6}  {'tool':<9} {'seconds':>8} {'cpu s':>8} {'merge s':>8} {'peak MB':>8} {'import MB':>9} {'tokens':>7}")
         env = dict(os.environ, RAYON_NUM_THREADS="1")
         for size in args.sizes:
             rows = {}
-            for tool in ("hf", "bpetok"):
+            for tool in TOOLS:
                 runs = []
                 for _ in range(args.repeat):
                     out = subprocess.run([sys.executable, __file__, *files, "--one", tool, "--sizes", str(size)],
                                          env=env, check=True, capture_output=True, text=True).stdout
                     runs.append(json.loads(out.strip().splitlines()[-1]))
                 row = rows[tool] = min(runs, key=lambda r: r["seconds"])
-                print(f"{size:>6}  {tool:<8} {row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['peak_mb']:>8.0f} {row['import_mb']:>9.0f} {row['n_tokens']:>7}")
+                print(f"{size:>6}  {tool:<9} {row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['merge']:>8.2f} {row['peak_mb']:>8.0f} {row['import_mb']:>9.0f} {row['n_tokens']:>7}")
             ratio = rows["bpetok"]["seconds"] / rows["hf"]["seconds"]
-            print(f"{size:>6}  bpetok / hf time: {ratio:.2f}x")
+            cpu_ratio = rows["bpetok"]["cpu"] / rows["hf"]["cpu"]
+            print(f"{size:>6}  bpetok / hf: time {ratio:.2f}x, cpu {cpu_ratio:.2f}x")
 
 
 if __name__ == "__main__":
