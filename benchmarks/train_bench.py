@@ -5,7 +5,7 @@ merge loop of bpetok/_train.c when built). All learn a byte-level BPE vocabulary
 from the same text with the same pre-tokenizer regex (Qwen2's) and min_frequency 2; HF runs
 single-threaded (RAYON_NUM_THREADS=1). Compressed corpora are decompressed to a temporary
 directory first (not timed), so all read plain text. Each run is a fresh subprocess; "cpu s" its
-CPU time in training (steadier than wall time on a busy machine), "merge s" bpetok's wall time in
+CPU time in training (steadier than wall time on a busy machine), "merge cpu" bpetok's CPU time in
 the merge loop, its arrays built from the unique pieces included (the rest is reading and
 counting pieces), peak memory its maximum RSS, and
 "import RSS" the RSS after imports.
@@ -123,11 +123,11 @@ def run_one(tool: str, size: int, files: list[str]) -> dict:
 
         def timed(function):
             def run(*args):
-                start = time.perf_counter()
+                start = time.process_time()
                 try:
                     return function(*args)
                 finally:
-                    merge_seconds[0] += time.perf_counter() - start
+                    merge_seconds[0] += time.process_time() - start
             return run
 
         # The merge loop's time: building its arrays from the unique pieces, then merging.
@@ -185,7 +185,7 @@ def main() -> None:
             files.append(path)
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         print(f"corpus: {', '.join(os.path.basename(f) for f in files)} ({mb:.1f} MB of text)")
-        print(f"{'size':>6}  {'tool':<9} {'seconds':>8} {'cpu s':>8} {'merge s':>8} {'peak MB':>8} {'import MB':>9} {'tokens':>7}")
+        print(f"{'size':>6}  {'tool':<9} {'seconds':>8} {'cpu s':>8} {'merge cpu':>9} {'peak MB':>8} {'import MB':>9} {'tokens':>7}")
         env = dict(os.environ, RAYON_NUM_THREADS="1")
         for size in args.sizes:
             rows = {}
@@ -196,7 +196,7 @@ def main() -> None:
                                          env=env, check=True, capture_output=True, text=True).stdout
                     runs.append(json.loads(out.strip().splitlines()[-1]))
                 row = rows[tool] = min(runs, key=lambda r: r["seconds"])
-                print(f"{size:>6}  {tool:<9} {row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['merge']:>8.2f} {row['peak_mb']:>8.0f} {row['import_mb']:>9.0f} {row['n_tokens']:>7}")
+                print(f"{size:>6}  {tool:<9} {row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['merge']:>9.2f} {row['peak_mb']:>8.0f} {row['import_mb']:>9.0f} {row['n_tokens']:>7}")
             ratio = rows["bpetok"]["seconds"] / rows["hf"]["seconds"]
             cpu_ratio = rows["bpetok"]["cpu"] / rows["hf"]["cpu"]
             print(f"{size:>6}  bpetok / hf: time {ratio:.2f}x, cpu {cpu_ratio:.2f}x")
