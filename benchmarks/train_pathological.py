@@ -77,6 +77,10 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             print(f"{name:<12} {'>' + format(args.timeout, '.0f'):>8}")
             continue
+        except subprocess.CalledProcessError as failed:  # refused (a pin past MAX_TEXT_BYTES): say why
+            lines = failed.stderr.strip().splitlines()
+            print(f"{name:<12} refused: {lines[-1] if lines else 'exit ' + str(failed.returncode)}")
+            continue
         row = json.loads(out.strip().splitlines()[-1])
         print(f"{name:<12} {row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['tokens']:>7} {row['merges']:>7} "
               f"{row['text_mb']:>8.1f}")

@@ -28,6 +28,7 @@ every text that does not contain a pinned form is tokenized exactly as with the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import io
 import lzma
@@ -418,13 +419,8 @@ def train(
     # The cheapest the pins can be: their chains built from bytes alone (no learned merges).
     probe = _Vocab()
     for form in forms:
-        try:
+        with _refusing_huge_chain(form):
             _add_chain(probe, form)
-        except ChainTooLarge as error:
-            raise BpetokError(
-                f"pinned term {form[:40]!r}{'...' if len(form) > 40 else ''} ({len(form)} characters) cannot be one "
-                f"token: {error} (a long pin with few repeats needs a token per prefix); shorten or split it"
-            ) from None
     pin_cost = len(probe.tokens) - 256
     minimum = 256 + len(special_tokens) + pin_cost
     if vocab_size < minimum:
@@ -462,7 +458,9 @@ def train(
     _learn(vocab, pairs, max(256, target - upper) if forms else target, min_frequency, bar)
     before_pins = len(vocab.tokens)
     for form in forms:
-        for left, right in _add_chain(vocab, form, pairs.counts):
+        with _refusing_huge_chain(form):
+            chain = _add_chain(vocab, form, pairs.counts)
+        for left, right in chain:
             pairs.merge(left * STRIDE + right, vocab.ids[vocab.tokens[left] + vocab.tokens[right]])
     n_pin_tokens = len(vocab.tokens) - before_pins
     bar.advance(n_pin_tokens)
@@ -517,6 +515,18 @@ def _learn(vocab: _Vocab, pairs: _PairCounts, target: int, min_frequency: int, b
 
 
 # -- command line ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _refusing_huge_chain(form: str):
+    """Turn :class:`ChainTooLarge` into an error that names the pinned term."""
+    try:
+        yield
+    except ChainTooLarge as error:
+        raise BpetokError(
+            f"pinned term {form[:40]!r}{'...' if len(form) > 40 else ''} ({len(form)} characters) cannot be one "
+            f"token: {error} (a long pin with few repeats needs a token per prefix); shorten or split it"
+        ) from None
 
 
 def _pins_from_args(args) -> list[str]:
