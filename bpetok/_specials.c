@@ -1,0 +1,601 @@
+/* llama.cpp's special-token partition in one pass, for any number of special tokens.
+ *
+ * The C twin of bpetok.specials.partition_reference (tests hold the two equal). The reference
+ * cuts each special (longest UTF-8 first, ties by id: its "rank") out of every remaining raw
+ * fragment in turn, leftmost first, so it costs (specials) x (text). Here:
+ *
+ * 1. An Aho-Corasick automaton over the specials' UTF-8, built once, walks the text's UTF-8 once.
+ *    At each end position the matches ending there are a chain of distinct lengths (the node's
+ *    output, then its dictionary-suffix links); a "candidate" keeps the end position and the
+ *    longest match of the chain not yet tried: 8 bytes per position at most, however many
+ *    specials nest there.
+ * 2. The cuts are replayed in the reference's order: length by length, longest first; within a
+ *    length by rank, then position. A match is taken iff none of its bytes is consumed (by a
+ *    token taken before, or the whitespace an LSTRIP/RSTRIP token ate) or protected. Consumed
+ *    bytes are what separates the reference's raw fragments, so "no byte consumed" is "inside one
+ *    raw fragment", and ascending position with that test is the reference's leftmost-first
+ *    non-overlapping cut within each fragment. Each round advances the candidates of that length
+ *    to their next shorter match and drops a candidate whose end byte is consumed (every match
+ *    ending there holds it) or whose chain is done, so the rounds touch fewer and fewer.
+ * 3. The fragments are the raw runs between the taken tokens (an eaten run of whitespace is
+ *    always next to its token), sliced out of the str by character offsets.
+ *
+ * Memory: the candidates (8 bytes per matching position), two bitmaps (consumed, protected) and
+ * the taken tokens (8 bytes each): O(text), whatever the specials. The GIL is released while 1
+ * and 2 run.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STRIP_LEFT 1
+#define STRIP_RIGHT 2
+
+typedef struct {
+    int32_t fail;    /* the longest proper suffix that is a node */
+    int32_t out;     /* rank of the special spelled by this node, or -1 */
+    int32_t dict;    /* the nearest proper suffix with an output, or -1 */
+    uint32_t depth;  /* bytes from the root */
+    uint32_t edges;  /* first of this node's edges (sorted by byte) */
+    uint32_t n_edges;
+} Node;
+
+typedef struct {
+    PyObject_HEAD
+    Node *nodes;
+    uint8_t *edge_byte;
+    int32_t *edge_to;
+    int32_t root_next[256]; /* the root's edges as a table: -1 for none */
+    Py_ssize_t n_nodes;
+    Py_ssize_t n_specials;
+    PyObject **ids;     /* rank -> the token id (a Python int) */
+    uint32_t *lengths;  /* rank -> UTF-8 length */
+    uint8_t *strips;    /* rank -> STRIP_LEFT | STRIP_RIGHT */
+} Automaton;
+
+/* -- building ------------------------------------------------------------------------------- */
+
+typedef struct {  /* the trie while it is built: children as linked lists */
+    int32_t *first_child, *next_sibling, *out;
+    uint8_t *byte;
+    uint32_t *depth;
+    Py_ssize_t n, cap;
+} Trie;
+
+static int trie_grow(Trie *t) {
+    Py_ssize_t cap = t->cap ? t->cap * 2 : 1024;
+    int32_t *fc = PyMem_Realloc(t->first_child, cap * sizeof(int32_t));
+    if (fc) t->first_child = fc;
+    int32_t *ns = PyMem_Realloc(t->next_sibling, cap * sizeof(int32_t));
+    if (ns) t->next_sibling = ns;
+    int32_t *out = PyMem_Realloc(t->out, cap * sizeof(int32_t));
+    if (out) t->out = out;
+    uint8_t *by = PyMem_Realloc(t->byte, cap);
+    if (by) t->byte = by;
+    uint32_t *de = PyMem_Realloc(t->depth, cap * sizeof(uint32_t));
+    if (de) t->depth = de;
+    if (!fc || !ns || !out || !by || !de) return -1;
+    t->cap = cap;
+    return 0;
+}
+
+static void trie_free(Trie *t) {
+    PyMem_Free(t->first_child);
+    PyMem_Free(t->next_sibling);
+    PyMem_Free(t->out);
+    PyMem_Free(t->byte);
+    PyMem_Free(t->depth);
+}
+
+static int32_t trie_node(Trie *t, int32_t parent, uint8_t b) {
+    int32_t c;
+    for (c = t->first_child[parent]; c >= 0; c = t->next_sibling[c])
+        if (t->byte[c] == b) return c;
+    if (t->n >= INT32_MAX - 1) return -2;
+    if (t->n == t->cap && trie_grow(t) < 0) return -1;
+    c = (int32_t)t->n++;
+    t->first_child[c] = -1;
+    t->out[c] = -1;
+    t->byte[c] = b;
+    t->depth[c] = t->depth[parent] + 1;
+    t->next_sibling[c] = t->first_child[parent];
+    t->first_child[parent] = c;
+    return c;
+}
+
+static inline int32_t child_of(const Automaton *a, int32_t node, uint8_t b) {
+    if (node == 0) return a->root_next[b];
+    const Node *n = &a->nodes[node];
+    uint32_t lo = n->edges, hi = n->edges + n->n_edges;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint8_t m = a->edge_byte[mid];
+        if (m == b) return a->edge_to[mid];
+        if (m < b) lo = mid + 1; else hi = mid;
+    }
+    return -1;
+}
+
+static inline int32_t step(const Automaton *a, int32_t state, uint8_t b) {
+    for (;;) {
+        int32_t next = child_of(a, state, b);
+        if (next >= 0) return next;
+        if (state == 0) return 0;
+        state = a->nodes[state].fail;
+    }
+}
+
+static int compare_edges(const void *x, const void *y) {
+    return (int)((const uint8_t *)x)[0] - (int)((const uint8_t *)y)[0];
+}
+
+/* The trie's nodes and sorted edges as arrays; fail and dictionary links in breadth-first order. */
+static int automaton_finish(Automaton *a, Trie *t) {
+    Py_ssize_t n = t->n;
+    a->nodes = PyMem_Calloc(n, sizeof(Node));
+    a->edge_byte = PyMem_Malloc(n > 1 ? n - 1 : 1);
+    a->edge_to = PyMem_Malloc((n > 1 ? n - 1 : 1) * sizeof(int32_t));
+    int32_t *queue = PyMem_Malloc(n * sizeof(int32_t));
+    uint8_t (*pairs)[5] = PyMem_Malloc(256 * 5);
+    if (!a->nodes || !a->edge_byte || !a->edge_to || !queue || !pairs) {
+        PyMem_Free(queue);
+        PyMem_Free(pairs);
+        return -1;
+    }
+    a->n_nodes = n;
+    uint32_t e = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Node *node = &a->nodes[i];
+        node->out = t->out[i];
+        node->depth = t->depth[i];
+        node->edges = e;
+        int k = 0;
+        for (int32_t c = t->first_child[i]; c >= 0; c = t->next_sibling[c]) {
+            pairs[k][0] = t->byte[c];
+            memcpy(&pairs[k][1], &c, 4);
+            k++;
+        }
+        qsort(pairs, k, 5, compare_edges);
+        for (int j = 0; j < k; j++) {
+            a->edge_byte[e] = pairs[j][0];
+            memcpy(&a->edge_to[e], &pairs[j][1], 4);
+            e++;
+        }
+        node->n_edges = (uint32_t)k;
+    }
+    PyMem_Free(pairs);
+    for (int b = 0; b < 256; b++) a->root_next[b] = -1;
+    for (uint32_t j = 0; j < a->nodes[0].n_edges; j++) a->root_next[a->edge_byte[j]] = a->edge_to[j];
+    a->nodes[0].fail = 0;
+    a->nodes[0].dict = -1;
+    Py_ssize_t head = 0, tail = 0;
+    queue[tail++] = 0;
+    while (head < tail) {
+        int32_t u = queue[head++];
+        const Node *un = &a->nodes[u];
+        for (uint32_t j = un->edges; j < un->edges + un->n_edges; j++) {
+            int32_t v = a->edge_to[j];
+            Node *vn = &a->nodes[v];
+            if (u == 0) {
+                vn->fail = 0;
+            } else {
+                vn->fail = step(a, un->fail, a->edge_byte[j]);
+            }
+            const Node *f = &a->nodes[vn->fail];
+            vn->dict = f->out >= 0 ? vn->fail : f->dict;
+            queue[tail++] = v;
+        }
+    }
+    PyMem_Free(queue);
+    return 0;
+}
+
+static void Automaton_dealloc(Automaton *self) {
+    if (self->ids) {
+        for (Py_ssize_t i = 0; i < self->n_specials; i++) Py_XDECREF(self->ids[i]);
+        PyMem_Free(self->ids);
+    }
+    PyMem_Free(self->lengths);
+    PyMem_Free(self->strips);
+    PyMem_Free(self->nodes);
+    PyMem_Free(self->edge_byte);
+    PyMem_Free(self->edge_to);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"specials", NULL};
+    PyObject *specials;
+    if (self->nodes) {
+        PyErr_SetString(PyExc_TypeError, "Automaton is already built");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Automaton", kwlist, &specials)) return -1;
+    PyObject *seq = PySequence_Fast(specials, "Automaton(specials): a sequence of (bytes, id, strip)");
+    if (!seq) return -1;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    Trie t = {0};
+    int ok = 0;
+    self->ids = PyMem_Calloc(count ? count : 1, sizeof(PyObject *));
+    self->lengths = PyMem_Calloc(count ? count : 1, sizeof(uint32_t));
+    self->strips = PyMem_Calloc(count ? count : 1, 1);
+    if (!self->ids || !self->lengths || !self->strips || trie_grow(&t) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->n_specials = count;
+    t.n = 1;
+    t.first_child[0] = -1;
+    t.out[0] = -1;
+    t.depth[0] = 0;
+    for (Py_ssize_t rank = 0; rank < count; rank++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, rank);
+        const char *text;
+        Py_ssize_t size;
+        PyObject *token_id;
+        int strip;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "y#O!i", &text, &size, &PyLong_Type, &token_id, &strip)) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "Automaton(specials): item %zd is not (bytes, int, int)", rank);
+            }
+            goto done;
+        }
+        if (size == 0 || size > UINT32_MAX / 2) {
+            PyErr_Format(PyExc_ValueError, "Automaton(specials): item %zd has an empty or oversized text", rank);
+            goto done;
+        }
+        Py_INCREF(token_id);
+        self->ids[rank] = token_id;
+        self->lengths[rank] = (uint32_t)size;
+        self->strips[rank] = (uint8_t)(strip & (STRIP_LEFT | STRIP_RIGHT));
+        int32_t node = 0;
+        for (Py_ssize_t i = 0; i < size; i++) {
+            node = trie_node(&t, node, (uint8_t)text[i]);
+            if (node < 0) {
+                if (node == -1) PyErr_NoMemory();
+                else PyErr_SetString(PyExc_ValueError, "Automaton(specials): too many bytes of special text");
+                goto done;
+            }
+        }
+        if (t.out[node] < 0) t.out[node] = (int32_t)rank;  /* a duplicate text: the first rank takes all */
+        if (rank > 0 && self->lengths[rank] > self->lengths[rank - 1]) {
+            PyErr_SetString(PyExc_ValueError, "Automaton(specials): not in cutting order (longest first)");
+            goto done;
+        }
+    }
+    if (automaton_finish(self, &t) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ok = 1;
+done:
+    trie_free(&t);
+    Py_DECREF(seq);
+    return ok ? 0 : -1;
+}
+
+/* -- partition ------------------------------------------------------------------------------ */
+
+static inline int bit(const uint64_t *bits, size_t i) { return (int)((bits[i >> 6] >> (i & 63)) & 1); }
+static inline void set_bit(uint64_t *bits, size_t i) { bits[i >> 6] |= (uint64_t)1 << (i & 63); }
+
+/* Whether any bit in [start, end) is set. */
+static int any_bit(const uint64_t *bits, size_t start, size_t end) {
+    if (start >= end) return 0;
+    size_t first = start >> 6, last = (end - 1) >> 6;
+    uint64_t head = ~(uint64_t)0 << (start & 63);
+    uint64_t tail = ~(uint64_t)0 >> (63 - ((end - 1) & 63));
+    if (first == last) return (bits[first] & head & tail) != 0;
+    if (bits[first] & head) return 1;
+    for (size_t w = first + 1; w < last; w++)
+        if (bits[w]) return 1;
+    return (bits[last] & tail) != 0;
+}
+
+static void set_bits(uint64_t *bits, size_t start, size_t end) {
+    while (start < end && (start & 63)) set_bit(bits, start++);
+    for (; start + 64 <= end; start += 64) bits[start >> 6] = ~(uint64_t)0;
+    while (start < end) set_bit(bits, start++);
+}
+
+static inline int c_isspace(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* Stable sort of keys by bits [shift, shift + nbits), 8 bits a pass. */
+static int radix_sort(uint64_t *keys, size_t n, int shift, int nbits) {
+    if (n < 2 || nbits <= 0) return 0;
+    uint64_t *tmp = PyMem_RawMalloc(n * sizeof(uint64_t));
+    if (!tmp) return -1;
+    uint64_t *src = keys, *dst = tmp;
+    for (int pass = 0; pass * 8 < nbits; pass++) {
+        size_t counts[257] = {0};
+        int s = shift + pass * 8;
+        for (size_t i = 0; i < n; i++) counts[((src[i] >> s) & 255) + 1]++;
+        for (int d = 0; d < 256; d++) counts[d + 1] += counts[d];
+        for (size_t i = 0; i < n; i++) dst[counts[(src[i] >> s) & 255]++] = src[i];
+        uint64_t *swap = src; src = dst; dst = swap;
+    }
+    if (src != keys) memcpy(keys, src, n * sizeof(uint64_t));
+    PyMem_RawFree(tmp);
+    return 0;
+}
+
+static int bits_for(uint64_t value) {
+    int b = 0;
+    while (value) b++, value >>= 1;
+    return b;
+}
+
+typedef struct { uint32_t end; int32_t node; } Candidate;
+
+typedef struct {
+    const Automaton *a;
+    const uint8_t *s;
+    size_t n;
+    uint64_t *consumed, *protected_;  /* protected_: NULL when nothing is */
+    uint64_t *taken;                  /* (start << 32) | rank */
+    size_t n_taken, cap_taken;
+} Cut;
+
+static int take(Cut *c, uint32_t start, uint32_t rank) {
+    uint32_t end = start + c->a->lengths[rank];
+    if (any_bit(c->consumed, start, end)) return 0;
+    if (c->protected_ && any_bit(c->protected_, start, end)) return 0;
+    if (c->n_taken == c->cap_taken) {
+        size_t cap = c->cap_taken ? c->cap_taken * 2 : 256;
+        uint64_t *grown = PyMem_RawRealloc(c->taken, cap * sizeof(uint64_t));
+        if (!grown) return -1;
+        c->taken = grown;
+        c->cap_taken = cap;
+    }
+    c->taken[c->n_taken++] = ((uint64_t)start << 32) | rank;
+    set_bits(c->consumed, start, end);
+    uint8_t strip = c->a->strips[rank];
+    if (strip & STRIP_LEFT)
+        for (size_t i = start; i > 0 && !bit(c->consumed, i - 1) && c_isspace(c->s[i - 1]); i--) set_bit(c->consumed, i - 1);
+    if (strip & STRIP_RIGHT)
+        for (size_t i = end; i < c->n && !bit(c->consumed, i) && c_isspace(c->s[i]); i++) set_bit(c->consumed, i);
+    return 0;
+}
+
+/* Steps 1 and 2 of the header: fills c->taken, sorted by start. 0, or -1 when out of memory. */
+static int cut(Cut *c) {
+    const Automaton *a = c->a;
+    const Node *nodes = a->nodes;
+    Candidate *cands = NULL;
+    uint64_t *round = NULL;
+    size_t n_cands = 0, cap_cands = 0;
+    uint32_t longest = 0;
+    int32_t state = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        state = step(a, state, c->s[i]);
+        int32_t m = nodes[state].out >= 0 ? state : nodes[state].dict;
+        if (m < 0 || (c->protected_ && bit(c->protected_, i))) continue;
+        if (n_cands == cap_cands) {
+            size_t cap = cap_cands ? cap_cands * 2 : 256;
+            Candidate *grown = PyMem_RawRealloc(cands, cap * sizeof(Candidate));
+            if (!grown) goto oom;
+            cands = grown;
+            cap_cands = cap;
+        }
+        cands[n_cands].end = (uint32_t)(i + 1);
+        cands[n_cands].node = m;
+        n_cands++;
+        if (nodes[m].depth > longest) longest = nodes[m].depth;
+    }
+    if (n_cands) {
+        round = PyMem_RawMalloc(n_cands * sizeof(uint64_t));
+        if (!round) goto oom;
+    }
+    int rank_bits = bits_for((uint64_t)a->n_specials);
+    uint32_t length = longest;
+    while (n_cands && length) {
+        size_t n_round = 0, kept = 0;
+        uint32_t next_length = 0;
+        int32_t low_rank = INT32_MAX, high_rank = -1;
+        for (size_t k = 0; k < n_cands; k++) {
+            Candidate cand = cands[k];
+            if (bit(c->consumed, cand.end - 1)) continue;  /* every match ending here holds that byte */
+            const Node *node = &nodes[cand.node];
+            if (node->depth == length) {
+                int32_t rank = node->out;
+                round[n_round++] = ((uint64_t)(uint32_t)rank << 32) | (cand.end - length);
+                if (rank < low_rank) low_rank = rank;
+                if (rank > high_rank) high_rank = rank;
+                cand.node = node->dict;
+                if (cand.node < 0) continue;
+            }
+            if (nodes[cand.node].depth > next_length) next_length = nodes[cand.node].depth;
+            cands[kept++] = cand;
+        }
+        n_cands = kept;
+        /* In position order already; by rank first when this length has several specials. */
+        if (low_rank != high_rank && radix_sort(round, n_round, 32, rank_bits) < 0) goto oom;
+        for (size_t k = 0; k < n_round; k++)
+            if (take(c, (uint32_t)round[k], (uint32_t)(round[k] >> 32)) < 0) goto oom;
+        length = next_length;
+    }
+    PyMem_RawFree(cands);
+    PyMem_RawFree(round);
+    return radix_sort(c->taken, c->n_taken, 32, bits_for(c->n));
+oom:
+    PyMem_RawFree(cands);
+    PyMem_RawFree(round);
+    return -1;
+}
+
+/* Character offset of byte offset ``target``, counting from (*byte, *chr): both advance. */
+static inline size_t char_at(const uint8_t *s, size_t *byte, size_t *chr, size_t target, int ascii) {
+    if (ascii) return target;
+    for (; *byte < target; (*byte)++)
+        if ((s[*byte] & 0xC0) != 0x80) (*chr)++;
+    return *chr;
+}
+
+static PyObject *slice(PyObject *text, size_t start, size_t end) {
+    if (PyUnicode_CheckExact(text)) return PyUnicode_Substring(text, (Py_ssize_t)start, (Py_ssize_t)end);
+    return PySequence_GetSlice(text, (Py_ssize_t)start, (Py_ssize_t)end);  /* a subclass's own slicing */
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
+    PyObject *text, *spans = NULL, *encoded = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "U|O:partition", &text, &spans)) return NULL;
+    if (!self->nodes) {
+        PyErr_SetString(PyExc_TypeError, "Automaton is not built");
+        return NULL;
+    }
+    Py_ssize_t n_chars = PyUnicode_GET_LENGTH(text);
+    int ascii = PyUnicode_IS_ASCII(text);
+    const uint8_t *s;
+    Py_ssize_t n;
+    if (ascii) {
+        s = PyUnicode_1BYTE_DATA(text);
+        n = n_chars;
+    } else {
+        /* surrogatepass: the specials were encoded the same way, so byte matches are str matches. */
+        encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+        if (!encoded) return NULL;
+        s = (const uint8_t *)PyBytes_AS_STRING(encoded);
+        n = PyBytes_GET_SIZE(encoded);
+    }
+    if ((uint64_t)n >= UINT32_MAX) {
+        Py_XDECREF(encoded);
+        PyErr_SetString(PyExc_OverflowError, "partition: text of 4 GiB or more");
+        return NULL;
+    }
+    Cut c = {self, s, (size_t)n, NULL, NULL, NULL, 0, 0};
+    size_t words = ((size_t)n + 63) / 64 + 1;
+    c.consumed = PyMem_RawCalloc(words, sizeof(uint64_t));
+    if (!c.consumed) goto oom;
+    Py_ssize_t n_spans = 0;
+    PyObject *span_seq = NULL;
+    if (spans && spans != Py_None) {
+        span_seq = PySequence_Fast(spans, "partition: protected spans must be a sequence of (start, end)");
+        if (!span_seq) goto fail;
+        n_spans = PySequence_Fast_GET_SIZE(span_seq);
+    }
+    if (n_spans) {
+        c.protected_ = PyMem_RawCalloc(words, sizeof(uint64_t));
+        if (!c.protected_) {
+            Py_DECREF(span_seq);
+            goto oom;
+        }
+        size_t byte = 0, chr = 0;
+        Py_ssize_t last_end = 0;
+        for (Py_ssize_t k = 0; k < n_spans; k++) {
+            Py_ssize_t start, end;
+            PyObject *item = PySequence_Fast_GET_ITEM(span_seq, k);
+            if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nn", &start, &end) || start < last_end || end <= start ||
+                end > n_chars) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "partition: protected spans must be sorted, disjoint, non-empty (start, end) within the text");
+                Py_DECREF(span_seq);
+                goto fail;
+            }
+            last_end = end;
+            size_t bstart = start, bend = end;
+            if (!ascii) {  /* char -> byte offsets, walking forward */
+                for (; chr < (size_t)start; byte++)
+                    if (byte + 1 >= (size_t)n || (s[byte + 1] & 0xC0) != 0x80) chr++;
+                bstart = byte;
+                for (; chr < (size_t)end; byte++)
+                    if (byte + 1 >= (size_t)n || (s[byte + 1] & 0xC0) != 0x80) chr++;
+                bend = byte;
+            }
+            set_bits(c.protected_, bstart, bend);
+        }
+        Py_DECREF(span_seq);
+    } else {
+        Py_XDECREF(span_seq);
+    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = cut(&c);
+    Py_END_ALLOW_THREADS
+    if (failed) goto oom;
+    result = PyList_New(0);
+    if (!result) goto fail;
+    if (c.n_taken == 0) {
+        if (PyList_Append(result, text) < 0) goto fail;
+        goto done;
+    }
+    size_t pos = 0, byte = 0, chr = 0;
+    for (size_t k = 0; k <= c.n_taken; k++) {
+        size_t start = k < c.n_taken ? (size_t)(c.taken[k] >> 32) : (size_t)n;
+        size_t a = pos, b = start;
+        while (a < b && bit(c.consumed, a)) a++;  /* the whitespace the token before ate */
+        while (b > a && bit(c.consumed, b - 1)) b--;  /* the whitespace this one ate */
+        if (a < b) {
+            size_t ca = char_at(s, &byte, &chr, a, ascii);
+            size_t cb = char_at(s, &byte, &chr, b, ascii);
+            if (append_new(result, slice(text, ca, cb)) < 0) goto fail;
+        }
+        if (k == c.n_taken) break;
+        uint32_t rank = (uint32_t)(c.taken[k] & 0xFFFFFFFFu);
+        if (PyList_Append(result, self->ids[rank]) < 0) goto fail;
+        pos = start + self->lengths[rank];
+    }
+    goto done;
+oom:
+    PyErr_NoMemory();
+fail:
+    Py_CLEAR(result);
+done:
+    PyMem_RawFree(c.consumed);
+    PyMem_RawFree(c.protected_);
+    PyMem_RawFree(c.taken);
+    Py_XDECREF(encoded);
+    return result;
+}
+
+static PyObject *Automaton_sizes(Automaton *self, PyObject *Py_UNUSED(ignored)) {
+    return Py_BuildValue("nn", self->n_specials, self->n_nodes);
+}
+
+static PyMethodDef Automaton_methods[] = {
+    {"partition", (PyCFunction)Automaton_partition, METH_VARARGS,
+     "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
+     "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap."},
+    {"sizes", (PyCFunction)Automaton_sizes, METH_NOARGS, "(specials, automaton nodes)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AutomatonType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpetok._specials.Automaton",
+    .tp_doc = "Automaton(specials): the specials, (UTF-8 bytes, id, strip flags) in cutting order "
+              "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP.",
+    .tp_basicsize = sizeof(Automaton),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Automaton_init,
+    .tp_dealloc = (destructor)Automaton_dealloc,
+    .tp_methods = Automaton_methods,
+};
+
+static struct PyModuleDef specials_module = {
+    PyModuleDef_HEAD_INIT, "bpetok._specials",
+    "llama.cpp's special-token partition in one Aho-Corasick pass (C twin of bpetok.specials).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__specials(void) {
+    if (PyType_Ready(&AutomatonType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&specials_module);
+    if (!m) return NULL;
+    Py_INCREF(&AutomatonType);
+    if (PyModule_AddObject(m, "Automaton", (PyObject *)&AutomatonType) < 0) {
+        Py_DECREF(&AutomatonType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
