@@ -48,10 +48,11 @@ typedef struct {
     uint8_t *edge_byte;
     int32_t *edge_to;
     int32_t root_next[256]; /* the root's edges as a table: -1 for none */
+    int only_first;         /* the one byte every special starts with, or -1 */
     Py_ssize_t n_nodes;
     Py_ssize_t n_specials;
     PyObject **ids;     /* rank -> the token id (a Python int) */
-    uint32_t *lengths;  /* rank -> UTF-8 length */
+    uint32_t *lengths;  /* rank -> length in characters (code points) */
     uint8_t *strips;    /* rank -> STRIP_LEFT | STRIP_RIGHT */
 } Automaton;
 
@@ -168,6 +169,7 @@ static int automaton_finish(Automaton *a, Trie *t) {
     PyMem_Free(pairs);
     for (int b = 0; b < 256; b++) a->root_next[b] = -1;
     for (uint32_t j = 0; j < a->nodes[0].n_edges; j++) a->root_next[a->edge_byte[j]] = a->edge_to[j];
+    a->only_first = a->nodes[0].n_edges == 1 ? a->edge_byte[0] : -1;
     a->nodes[0].fail = 0;
     a->nodes[0].dict = -1;
     Py_ssize_t head = 0, tail = 0;
@@ -230,6 +232,7 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
     t.first_child[0] = -1;
     t.out[0] = -1;
     t.depth[0] = 0;
+    Py_ssize_t previous_size = PY_SSIZE_T_MAX;
     for (Py_ssize_t rank = 0; rank < count; rank++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, rank);
         const char *text;
@@ -249,7 +252,9 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
         }
         Py_INCREF(token_id);
         self->ids[rank] = token_id;
-        self->lengths[rank] = (uint32_t)size;
+        uint32_t chars = 0;
+        for (Py_ssize_t i = 0; i < size; i++) chars += ((uint8_t)text[i] & 0xC0) != 0x80;
+        self->lengths[rank] = chars;
         self->strips[rank] = (uint8_t)(strip & (STRIP_LEFT | STRIP_RIGHT));
         int32_t node = 0;
         for (Py_ssize_t i = 0; i < size; i++) {
@@ -261,10 +266,11 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
             }
         }
         if (t.out[node] < 0) t.out[node] = (int32_t)rank;  /* a duplicate text: the first rank takes all */
-        if (rank > 0 && self->lengths[rank] > self->lengths[rank - 1]) {
+        if (size > previous_size) {
             PyErr_SetString(PyExc_ValueError, "Automaton(specials): not in cutting order (longest first)");
             goto done;
         }
+        previous_size = size;
     }
     if (automaton_finish(self, &t) < 0) {
         PyErr_NoMemory();
@@ -301,8 +307,6 @@ static void set_bits(uint64_t *bits, size_t start, size_t end) {
     while (start < end) set_bit(bits, start++);
 }
 
-static inline int c_isspace(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
 /* Stable sort of keys by bits [shift, shift + nbits), 8 bits a pass. */
 static int radix_sort(uint64_t *keys, size_t n, int shift, int nbits) {
     if (n < 2 || nbits <= 0) return 0;
@@ -332,12 +336,18 @@ typedef struct { uint32_t end; int32_t node; } Candidate;
 
 typedef struct {
     const Automaton *a;
-    const uint8_t *s;
-    size_t n;
-    uint64_t *consumed, *protected_;  /* protected_: NULL when nothing is */
+    int kind;          /* the str's storage: 1, 2 or 4 bytes a code point */
+    const void *data;
+    size_t n;          /* characters */
+    uint64_t *consumed, *protected_;  /* a bit per character; protected_: NULL when nothing is */
     uint64_t *taken;                  /* (start << 32) | rank */
     size_t n_taken, cap_taken;
 } Cut;
+
+static inline int space_at(const Cut *c, size_t i) {
+    Py_UCS4 cp = PyUnicode_READ(c->kind, c->data, i);
+    return cp == ' ' || (cp >= '\t' && cp <= '\r');  /* C isspace() */
+}
 
 static int take(Cut *c, uint32_t start, uint32_t rank) {
     uint32_t end = start + c->a->lengths[rank];
@@ -354,11 +364,51 @@ static int take(Cut *c, uint32_t start, uint32_t rank) {
     set_bits(c->consumed, start, end);
     uint8_t strip = c->a->strips[rank];
     if (strip & STRIP_LEFT)
-        for (size_t i = start; i > 0 && !bit(c->consumed, i - 1) && c_isspace(c->s[i - 1]); i--) set_bit(c->consumed, i - 1);
+        for (size_t i = start; i > 0 && !bit(c->consumed, i - 1) && space_at(c, i - 1); i--) set_bit(c->consumed, i - 1);
     if (strip & STRIP_RIGHT)
-        for (size_t i = end; i < c->n && !bit(c->consumed, i) && c_isspace(c->s[i]); i++) set_bit(c->consumed, i);
+        for (size_t i = end; i < c->n && !bit(c->consumed, i) && space_at(c, i); i++) set_bit(c->consumed, i);
     return 0;
 }
+
+/* The UTF-8 of ``cp``; surrogates too, as the specials were encoded (surrogatepass). */
+static inline int utf8_of(Py_UCS4 cp, uint8_t out[4]) {
+    if (cp < 0x80) {
+        out[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (uint8_t)(0xC0 | (cp >> 6));
+        out[1] = (uint8_t)(0x80 | (cp & 63));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (uint8_t)(0xE0 | (cp >> 12));
+        out[1] = (uint8_t)(0x80 | ((cp >> 6) & 63));
+        out[2] = (uint8_t)(0x80 | (cp & 63));
+        return 3;
+    }
+    out[0] = (uint8_t)(0xF0 | (cp >> 18));
+    out[1] = (uint8_t)(0x80 | ((cp >> 12) & 63));
+    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 63));
+    out[3] = (uint8_t)(0x80 | (cp & 63));
+    return 4;
+}
+
+static inline uint8_t first_byte_of(Py_UCS4 cp) {
+    if (cp < 0x80) return (uint8_t)cp;
+    if (cp < 0x800) return (uint8_t)(0xC0 | (cp >> 6));
+    if (cp < 0x10000) return (uint8_t)(0xE0 | (cp >> 12));
+    return (uint8_t)(0xF0 | (cp >> 18));
+}
+
+/* Advance i to the next character some special starts with (one loop per storage kind). */
+#define SKIP_TO_START(T)                                                     \
+    do {                                                                     \
+        const T *chars = (const T *)c->data;                                 \
+        while (a->root_next[first_byte_of(chars[i])] < 0)                    \
+            if (++i == c->n) goto scanned;                                   \
+        cp = chars[i];                                                       \
+    } while (0)
 
 /* Steps 1 and 2 of the header: fills c->taken, sorted by start. 0, or -1 when out of memory. */
 static int cut(Cut *c) {
@@ -369,8 +419,31 @@ static int cut(Cut *c) {
     size_t n_cands = 0, cap_cands = 0;
     uint32_t longest = 0;
     int32_t state = 0;
+    /* Latin-1 storage holds an ASCII character as its byte: the C library can look for it. */
+    int use_memchr = c->kind == PyUnicode_1BYTE_KIND && a->only_first >= 0 && a->only_first < 0x80;
     for (size_t i = 0; i < c->n; i++) {
-        state = step(a, state, c->s[i]);
+        Py_UCS4 cp;
+        if (state == 0) { /* skip the characters no special starts with */
+            if (use_memchr) {
+                const uint8_t *base = c->data;
+                const uint8_t *at = memchr(base + i, a->only_first, c->n - i);
+                if (!at) break;
+                i = (size_t)(at - base);
+                cp = (Py_UCS4)a->only_first;
+            } else if (c->kind == PyUnicode_1BYTE_KIND) {
+                SKIP_TO_START(Py_UCS1);
+            } else if (c->kind == PyUnicode_2BYTE_KIND) {
+                SKIP_TO_START(Py_UCS2);
+            } else {
+                SKIP_TO_START(Py_UCS4);
+            }
+        } else {
+            cp = PyUnicode_READ(c->kind, c->data, i);
+        }
+        uint8_t bytes[4];
+        int size = utf8_of(cp, bytes);
+        for (int k = 0; k < size; k++) state = step(a, state, bytes[k]);
+        /* Matches end on whole characters: a special's UTF-8 is whole, and UTF-8 self-synchronizing. */
         int32_t m = nodes[state].out >= 0 ? state : nodes[state].dict;
         if (m < 0 || (c->protected_ && bit(c->protected_, i))) continue;
         if (n_cands == cap_cands) {
@@ -385,11 +458,13 @@ static int cut(Cut *c) {
         n_cands++;
         if (nodes[m].depth > longest) longest = nodes[m].depth;
     }
+scanned:
     if (n_cands) {
         round = PyMem_RawMalloc(n_cands * sizeof(uint64_t));
         if (!round) goto oom;
     }
     int rank_bits = bits_for((uint64_t)a->n_specials);
+    /* Rounds go by UTF-8 length (the node's depth: the cutting order); positions are characters. */
     uint32_t length = longest;
     while (n_cands && length) {
         size_t n_round = 0, kept = 0;
@@ -397,11 +472,11 @@ static int cut(Cut *c) {
         int32_t low_rank = INT32_MAX, high_rank = -1;
         for (size_t k = 0; k < n_cands; k++) {
             Candidate cand = cands[k];
-            if (bit(c->consumed, cand.end - 1)) continue;  /* every match ending here holds that byte */
+            if (bit(c->consumed, cand.end - 1)) continue; /* every match ending here holds that character */
             const Node *node = &nodes[cand.node];
             if (node->depth == length) {
                 int32_t rank = node->out;
-                round[n_round++] = ((uint64_t)(uint32_t)rank << 32) | (cand.end - length);
+                round[n_round++] = ((uint64_t)(uint32_t)rank << 32) | (cand.end - a->lengths[rank]);
                 if (rank < low_rank) low_rank = rank;
                 if (rank > high_rank) high_rank = rank;
                 cand.node = node->dict;
@@ -426,14 +501,6 @@ oom:
     return -1;
 }
 
-/* Character offset of byte offset ``target``, counting from (*byte, *chr): both advance. */
-static inline size_t char_at(const uint8_t *s, size_t *byte, size_t *chr, size_t target, int ascii) {
-    if (ascii) return target;
-    for (; *byte < target; (*byte)++)
-        if ((s[*byte] & 0xC0) != 0x80) (*chr)++;
-    return *chr;
-}
-
 static PyObject *slice(PyObject *text, size_t start, size_t end) {
     if (PyUnicode_CheckExact(text)) return PyUnicode_Substring(text, (Py_ssize_t)start, (Py_ssize_t)end);
     return PySequence_GetSlice(text, (Py_ssize_t)start, (Py_ssize_t)end);  /* a subclass's own slicing */
@@ -447,37 +514,22 @@ static int append_new(PyObject *list, PyObject *item) {
 }
 
 static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
-    PyObject *text, *spans = NULL, *encoded = NULL, *result = NULL;
+    PyObject *text, *spans = NULL, *span_seq = NULL, *result = NULL;
     if (!PyArg_ParseTuple(args, "U|O:partition", &text, &spans)) return NULL;
     if (!self->nodes) {
         PyErr_SetString(PyExc_TypeError, "Automaton is not built");
         return NULL;
     }
-    Py_ssize_t n_chars = PyUnicode_GET_LENGTH(text);
-    int ascii = PyUnicode_IS_ASCII(text);
-    const uint8_t *s;
-    Py_ssize_t n;
-    if (ascii) {
-        s = PyUnicode_1BYTE_DATA(text);
-        n = n_chars;
-    } else {
-        /* surrogatepass: the specials were encoded the same way, so byte matches are str matches. */
-        encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
-        if (!encoded) return NULL;
-        s = (const uint8_t *)PyBytes_AS_STRING(encoded);
-        n = PyBytes_GET_SIZE(encoded);
-    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     if ((uint64_t)n >= UINT32_MAX) {
-        Py_XDECREF(encoded);
-        PyErr_SetString(PyExc_OverflowError, "partition: text of 4 GiB or more");
+        PyErr_SetString(PyExc_OverflowError, "partition: text of 2**32 characters or more");
         return NULL;
     }
-    Cut c = {self, s, (size_t)n, NULL, NULL, NULL, 0, 0};
+    Cut c = {self, PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)n, NULL, NULL, NULL, 0, 0};
     size_t words = ((size_t)n + 63) / 64 + 1;
     c.consumed = PyMem_RawCalloc(words, sizeof(uint64_t));
     if (!c.consumed) goto oom;
     Py_ssize_t n_spans = 0;
-    PyObject *span_seq = NULL;
     if (spans && spans != Py_None) {
         span_seq = PySequence_Fast(spans, "partition: protected spans must be a sequence of (start, end)");
         if (!span_seq) goto fail;
@@ -485,37 +537,21 @@ static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
     }
     if (n_spans) {
         c.protected_ = PyMem_RawCalloc(words, sizeof(uint64_t));
-        if (!c.protected_) {
-            Py_DECREF(span_seq);
-            goto oom;
-        }
-        size_t byte = 0, chr = 0;
+        if (!c.protected_) goto oom;
         Py_ssize_t last_end = 0;
         for (Py_ssize_t k = 0; k < n_spans; k++) {
             Py_ssize_t start, end;
             PyObject *item = PySequence_Fast_GET_ITEM(span_seq, k);
             if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nn", &start, &end) || start < last_end || end <= start ||
-                end > n_chars) {
+                end > n) {
                 PyErr_Clear();
-                PyErr_SetString(PyExc_ValueError, "partition: protected spans must be sorted, disjoint, non-empty (start, end) within the text");
-                Py_DECREF(span_seq);
+                PyErr_SetString(PyExc_ValueError,
+                                "partition: protected spans must be sorted, disjoint, non-empty (start, end) within the text");
                 goto fail;
             }
             last_end = end;
-            size_t bstart = start, bend = end;
-            if (!ascii) {  /* char -> byte offsets, walking forward */
-                for (; chr < (size_t)start; byte++)
-                    if (byte + 1 >= (size_t)n || (s[byte + 1] & 0xC0) != 0x80) chr++;
-                bstart = byte;
-                for (; chr < (size_t)end; byte++)
-                    if (byte + 1 >= (size_t)n || (s[byte + 1] & 0xC0) != 0x80) chr++;
-                bend = byte;
-            }
-            set_bits(c.protected_, bstart, bend);
+            set_bits(c.protected_, (size_t)start, (size_t)end);
         }
-        Py_DECREF(span_seq);
-    } else {
-        Py_XDECREF(span_seq);
     }
     int failed;
     Py_BEGIN_ALLOW_THREADS
@@ -528,17 +564,13 @@ static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
         if (PyList_Append(result, text) < 0) goto fail;
         goto done;
     }
-    size_t pos = 0, byte = 0, chr = 0;
+    size_t pos = 0;
     for (size_t k = 0; k <= c.n_taken; k++) {
         size_t start = k < c.n_taken ? (size_t)(c.taken[k] >> 32) : (size_t)n;
         size_t a = pos, b = start;
-        while (a < b && bit(c.consumed, a)) a++;  /* the whitespace the token before ate */
-        while (b > a && bit(c.consumed, b - 1)) b--;  /* the whitespace this one ate */
-        if (a < b) {
-            size_t ca = char_at(s, &byte, &chr, a, ascii);
-            size_t cb = char_at(s, &byte, &chr, b, ascii);
-            if (append_new(result, slice(text, ca, cb)) < 0) goto fail;
-        }
+        while (a < b && bit(c.consumed, a)) a++;     /* the whitespace the token before ate */
+        while (b > a && bit(c.consumed, b - 1)) b--; /* the whitespace this one ate */
+        if (a < b && append_new(result, slice(text, a, b)) < 0) goto fail;
         if (k == c.n_taken) break;
         uint32_t rank = (uint32_t)(c.taken[k] & 0xFFFFFFFFu);
         if (PyList_Append(result, self->ids[rank]) < 0) goto fail;
@@ -550,10 +582,10 @@ oom:
 fail:
     Py_CLEAR(result);
 done:
+    Py_XDECREF(span_seq);
     PyMem_RawFree(c.consumed);
     PyMem_RawFree(c.protected_);
     PyMem_RawFree(c.taken);
-    Py_XDECREF(encoded);
     return result;
 }
 

@@ -29,8 +29,8 @@ ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
 # Up to this many specials, one regex scan tells a text without any apart faster than one
 # ``special in text`` scan per special; past it the alternation itself is the slow part.
 _REGEX_PRECHECK_MOST = 64
-# The C twin holds positions as 32-bit offsets into the UTF-8: longer texts take the reference.
-_FAST_LONGEST_CHARS = (2**32 - 1) // 4
+# The C twin holds positions as 32-bit character offsets: longer texts take the reference.
+_FAST_LONGEST_CHARS = 2**32 - 2
 
 Fragments = list[str | int]
 Spans = Sequence[tuple[int, int]]
