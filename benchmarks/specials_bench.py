@@ -15,7 +15,8 @@ of 2..31 spaces, as Gemma 3 has) or taken as they are (command-r: 1,008 specials
 2,400, single letters among them). For each: the partition's CPU time on the prose cut to
 ``--mb`` MB, with and without one special token in the middle, and warm ``encode`` times; the time
 per special token of a text of 400,000 of them; adversarial texts (1 MB of spaces against the
-space runs, 1 MB of single-letter specials). ``--reference`` times the per-special reference
+space runs, 1 MB of single-letter specials), with the partition's peak memory (the pieces list
+included). ``--reference`` times the per-special reference
 partition too (what the pure-Python engine runs: minutes for the 50,000-special vocabulary).
 """
 
@@ -29,11 +30,12 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 
 import numpy as np
 
 import bpetok
-from bpetok.gguf import GGUFValueType, read_gguf
+from bpetok.gguf import read_gguf
 from bpetok.gguf_writer import items_of, write_gguf
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -169,8 +171,8 @@ def many(args: argparse.Namespace) -> None:
                   f"| {enc:.3f} | {enc / 4e5 * 1e6:.2f} |", flush=True)
 
         print()
-        print("| vocabulary | adversarial text | partition s | pieces |")
-        print("|---|---|---|---|")
+        print("| vocabulary | adversarial text | partition s | pieces | peak MB (tracemalloc) |")
+        print("|---|---|---|---|---|")
         spaces = tokenizers["Qwen3 + runs of 2..31 spaces"]
         letters = [t for _, t in tokenizers["deepseek-llm (2,400)"]._specials if len(t) == 1]
         cases = [
@@ -180,7 +182,11 @@ def many(args: argparse.Namespace) -> None:
         ]
         for tok, label, what, text in cases:
             seconds = best(tok._special_table.partition, text, True)
-            print(f"| {label} | {what} | {seconds:.3f} | {len(tok._special_table.partition(text, True)):,} |", flush=True)
+            tracemalloc.start()
+            pieces = len(tok._special_table.partition(text, True))
+            peak = tracemalloc.get_traced_memory()[1] / 1e6
+            tracemalloc.stop()
+            print(f"| {label} | {what} | {seconds:.3f} | {pieces:,} | {peak:.1f} |", flush=True)
 
 
 def main() -> None:

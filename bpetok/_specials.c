@@ -210,7 +210,7 @@ static void Automaton_dealloc(Automaton *self) {
 static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"specials", NULL};
     PyObject *specials;
-    if (self->nodes) {
+    if (self->ids) {
         PyErr_SetString(PyExc_TypeError, "Automaton is already built");
         return -1;
     }

@@ -26,9 +26,6 @@ from bpetok.vocab import TokenAttr, Vocabulary
 SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN  # cut only with parse_special
 ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
-# Up to this many specials, one regex scan tells a text without any apart faster than one
-# ``special in text`` scan per special; past it the alternation itself is the slow part.
-_REGEX_PRECHECK_MOST = 64
 # The C twin holds positions as 32-bit character offsets: longer texts take the reference.
 _FAST_LONGEST_CHARS = 2**32 - 2
 
@@ -90,7 +87,7 @@ class SpecialTable:
             return [text] if text else []
         spans = _normalized(protected, len(text)) if protected else []
         if self._compiled is None or len(text) > _FAST_LONGEST_CHARS:
-            return partition_reference(text, entries, spans, self._precheck(parse_special))
+            return partition_reference(text, entries, spans, self.finders[parse_special])
         automaton = self._automata.get(parse_special)
         if automaton is None:
             automaton = self._automata[parse_special] = self._compiled.Automaton(
@@ -104,10 +101,7 @@ class SpecialTable:
         if not entries or not text:
             return [text] if text else []
         spans = _normalized(protected, len(text)) if protected else []
-        return partition_reference(text, entries, spans, self._precheck(parse_special))
-
-    def _precheck(self, parse_special: bool) -> re.Pattern | None:
-        return self.finders[parse_special] if len(self._by_mode[parse_special]) <= _REGEX_PRECHECK_MOST else None
+        return partition_reference(text, entries, spans, self.finders[parse_special])
 
 
 def partition_reference(
@@ -117,7 +111,8 @@ def partition_reference(
 
     ``entries``: (id, text, strip) in cutting order, strip holding :data:`LSTRIP` / :data:`RSTRIP`;
     ``protected``: sorted, disjoint, non-empty spans no match may overlap; ``finder``: a regex of all
-    the texts, a quicker way to see that none occurs (when they are few).
+    the texts, one scan that tells a text without any apart (0.2 s on 4 MB for 50,000 specials,
+    where one ``special in text`` each is minutes).
 
     Raw fragments are held as (start, end) offsets into ``text`` and sliced once at the end:
     copying the rest of the fragment at every match made ``"<|im_end|>" * n`` quadratic.
