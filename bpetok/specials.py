@@ -56,7 +56,6 @@ class SpecialTable:
                 order.append((-len(tokens[token_id]), token_id, text))
         order.sort()
         self.specials: list[tuple[int, str]] = [(token_id, text) for _, token_id, text in order]
-        self._attrs = attrs
         self._by_mode: dict[bool, list[tuple[int, str, int]]] = {}
         self.texts: dict[bool, tuple[str, ...]] = {}
         for parse_special in (False, True):
@@ -84,7 +83,7 @@ class SpecialTable:
         """
         entries = self._by_mode[parse_special]
         if not entries or not text:
-            return [text] if text else []
+            return [text]
         spans = _normalized(protected, len(text)) if protected else []
         if self._compiled is None or len(text) > _FAST_LONGEST_CHARS:
             return partition_reference(text, entries, spans, self.finders[parse_special])
@@ -99,7 +98,7 @@ class SpecialTable:
         """:meth:`partition` by the per-special reference algorithm, whichever engine runs."""
         entries = self._by_mode[parse_special]
         if not entries or not text:
-            return [text] if text else []
+            return [text]
         spans = _normalized(protected, len(text)) if protected else []
         return partition_reference(text, entries, spans, self.finders[parse_special])
 

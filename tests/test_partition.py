@@ -7,6 +7,7 @@ subclass counts every slice and index); timings are in benchmarks/specials_bench
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -230,3 +231,37 @@ def test_one_pass_partition_of_tokenizers_equals_the_reference(qwen3):
         for special in (False, True):
             assert table.partition(text, special) == table.partition_reference(text, special)
             assert table.partition(text, special, spans) == table.partition_reference(text, special, spans)
+
+
+def test_one_pass_partition_of_nested_runs_equals_the_reference():
+    """Gemma-3-like user-defined runs of 2..31 spaces (some LSTRIP/RSTRIP) on long space runs: ~30
+    nested matches a position, replayed length by length."""
+    specials = _entries([(" " * n, n % 3) for n in range(2, 32)] + [("a", 0), ("a  ", 2)])
+    rng = random.Random(3)
+    text = "".join(rng.choice(["a", "b", "\n"]) + " " * rng.randrange(0, 70) for _ in range(3000))
+    for case in (" " * 20_000, text):
+        fast, reference = _both(specials, case)
+        assert fast == reference
+
+
+@pytest.mark.parametrize(
+    "specials, message",
+    [
+        ([(b"ab", 0, 0), (b"abc", 1, 0)], "cutting order"),
+        ([(b"", 0, 0)], "empty"),
+        ([("ab", 0, 0)], "not (bytes, int, int)"),
+        ([(b"ab", "0", 0)], "not (bytes, int, int)"),
+        ([b"ab"], "not (bytes, int, int)"),
+    ],
+)
+def test_automaton_refuses_a_malformed_table(specials, message):
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        _compiled().Automaton(specials)
+
+
+def test_automaton_refuses_malformed_spans():
+    automaton = _compiled().Automaton([(b"ab", 0, 0)])
+    assert automaton.partition("xaby", [(0, 1)]) == ["x", 0, "y"]
+    for spans in ([(2, 1)], [(0, 9)], [(2, 3), (0, 1)], [(0, 2), (1, 3)], ["ab"]):
+        with pytest.raises(ValueError, match="protected spans"):
+            automaton.partition("xaby", spans)
