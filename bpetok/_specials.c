@@ -4,25 +4,28 @@
  * cuts each special (longest UTF-8 first, ties by id: its "rank") out of every remaining raw
  * fragment in turn, leftmost first, so it costs (specials) x (text). Here:
  *
- * 1. An Aho-Corasick automaton over the specials' UTF-8, built once, walks the text's UTF-8 once.
- *    At each end position the matches ending there are a chain of distinct lengths (the node's
- *    output, then its dictionary-suffix links); a "candidate" keeps the end position and the
- *    longest match of the chain not yet tried: 8 bytes per position at most, however many
- *    specials nest there.
+ * 1. An Aho-Corasick automaton over the specials' UTF-8, built once, reads the str's characters
+ *    once, fed as their UTF-8 (surrogates as surrogatepass writes them, as the specials were), so
+ *    no copy of the text is made and positions are character offsets. At each end position the
+ *    matches ending there are a chain of distinct lengths (the node's output, then its
+ *    dictionary-suffix links); a "candidate" keeps the end position and the longest match of
+ *    the chain not yet tried: one per position at most, however many specials nest there.
  * 2. The cuts are replayed in the reference's order: length by length, longest first; within a
- *    length by rank, then position. A match is taken iff none of its bytes is consumed (by a
+ *    length by rank, then position. A match is taken iff none of its characters is consumed (by a
  *    token taken before, or the whitespace an LSTRIP/RSTRIP token ate) or protected. Consumed
- *    bytes are what separates the reference's raw fragments, so "no byte consumed" is "inside one
- *    raw fragment", and ascending position with that test is the reference's leftmost-first
- *    non-overlapping cut within each fragment. Each round advances the candidates of that length
- *    to their next shorter match and drops a candidate whose end byte is consumed (every match
- *    ending there holds it) or whose chain is done, so the rounds touch fewer and fewer.
+ *    characters are what separates the reference's raw fragments, so "none consumed" is "inside
+ *    one raw fragment", and ascending position with that test is the reference's leftmost-first
+ *    non-overlapping cut within each fragment. The candidates wait in buckets by the length of
+ *    their next match; a round empties its bucket, moving each candidate on to the bucket of its
+ *    next shorter match, or dropping it when its end character is consumed (every match ending
+ *    there holds it) or its chain is done. So each round touches only its own matches, and a
+ *    candidate is touched once per match tried: nested specials cost time, not memory.
  * 3. The fragments are the raw runs between the taken tokens (an eaten run of whitespace is
  *    always next to its token), sliced out of the str by character offsets.
  *
- * Memory: the candidates (8 bytes per matching position), two bitmaps (consumed, protected) and
- * the taken tokens (8 bytes each): O(text), whatever the specials. The GIL is released while 1
- * and 2 run.
+ * Memory: the candidates (12 bytes per position where a match ends), a round's matches (8 bytes
+ * each), two bitmaps (consumed, protected: a bit per character) and the taken tokens (8 bytes
+ * each): O(text), whatever the specials. The GIL is released while 1 and 2 run.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -332,7 +335,8 @@ static int bits_for(uint64_t value) {
     return b;
 }
 
-typedef struct { uint32_t end; int32_t node; } Candidate;
+/* A position where a match ends: its next match to try (a node), the next candidate in its bucket. */
+typedef struct { uint32_t end; int32_t node, next; } Candidate;
 
 typedef struct {
     const Automaton *a;
@@ -416,6 +420,7 @@ static int cut(Cut *c) {
     const Node *nodes = a->nodes;
     Candidate *cands = NULL;
     uint64_t *round = NULL;
+    int32_t *heads = NULL, *tails = NULL;
     size_t n_cands = 0, cap_cands = 0;
     uint32_t longest = 0;
     int32_t state = 0;
@@ -459,45 +464,66 @@ static int cut(Cut *c) {
         if (nodes[m].depth > longest) longest = nodes[m].depth;
     }
 scanned:
-    if (n_cands) {
-        round = PyMem_RawMalloc(n_cands * sizeof(uint64_t));
-        if (!round) goto oom;
+    if (!n_cands) goto finished;
+    /* Buckets by the UTF-8 length of a candidate's next match: singly linked lists through
+       ``next``, filled in position order; a candidate sits in one bucket at a time. */
+    heads = PyMem_RawMalloc(((size_t)longest + 1) * 2 * sizeof(int32_t));
+    round = PyMem_RawMalloc(n_cands * sizeof(uint64_t));
+    if (!heads || !round) goto oom;
+    tails = heads + (size_t)longest + 1;
+    for (size_t d = 0; d <= longest; d++) heads[d] = tails[d] = -1;
+    for (size_t k = 0; k < n_cands; k++) {
+        uint32_t d = nodes[cands[k].node].depth;
+        cands[k].next = -1;
+        if (tails[d] < 0) heads[d] = (int32_t)k; else cands[tails[d]].next = (int32_t)k;
+        tails[d] = (int32_t)k;
     }
-    int rank_bits = bits_for((uint64_t)a->n_specials);
+    int rank_bits = bits_for((uint64_t)a->n_specials), start_bits = bits_for(c->n);
     /* Rounds go by UTF-8 length (the node's depth: the cutting order); positions are characters. */
-    uint32_t length = longest;
-    while (n_cands && length) {
-        size_t n_round = 0, kept = 0;
-        uint32_t next_length = 0;
+    for (uint32_t length = longest; length > 0; length--) {
+        size_t n_round = 0;
         int32_t low_rank = INT32_MAX, high_rank = -1;
-        for (size_t k = 0; k < n_cands; k++) {
-            Candidate cand = cands[k];
-            if (bit(c->consumed, cand.end - 1)) continue; /* every match ending here holds that character */
-            const Node *node = &nodes[cand.node];
-            if (node->depth == length) {
+        int in_order = 1;
+        uint32_t last_start = 0;
+        int32_t k = heads[length];
+        while (k >= 0) {
+            Candidate *cand = &cands[k];
+            int32_t next = cand->next;
+            if (!bit(c->consumed, cand->end - 1)) { /* else every match ending here holds that character */
+                const Node *node = &nodes[cand->node];
                 int32_t rank = node->out;
-                round[n_round++] = ((uint64_t)(uint32_t)rank << 32) | (cand.end - a->lengths[rank]);
+                uint32_t start = cand->end - a->lengths[rank];
+                if (start < last_start) in_order = 0;
+                last_start = start;
+                round[n_round++] = ((uint64_t)(uint32_t)rank << 32) | start;
                 if (rank < low_rank) low_rank = rank;
                 if (rank > high_rank) high_rank = rank;
-                cand.node = node->dict;
-                if (cand.node < 0) continue;
+                cand->node = node->dict;
+                if (cand->node >= 0) { /* on to the bucket of its next shorter match */
+                    uint32_t d = nodes[cand->node].depth;
+                    cand->next = -1;
+                    if (tails[d] < 0) heads[d] = k; else cands[tails[d]].next = k;
+                    tails[d] = k;
+                }
             }
-            if (nodes[cand.node].depth > next_length) next_length = nodes[cand.node].depth;
-            cands[kept++] = cand;
+            k = next;
         }
-        n_cands = kept;
-        /* In position order already; by rank first when this length has several specials. */
+        /* The reference's order within a length: by rank, then position. A bucket filled over
+           several rounds is out of position order. */
+        if (!in_order && radix_sort(round, n_round, 0, start_bits) < 0) goto oom;
         if (low_rank != high_rank && radix_sort(round, n_round, 32, rank_bits) < 0) goto oom;
-        for (size_t k = 0; k < n_round; k++)
-            if (take(c, (uint32_t)round[k], (uint32_t)(round[k] >> 32)) < 0) goto oom;
-        length = next_length;
+        for (size_t r = 0; r < n_round; r++)
+            if (take(c, (uint32_t)round[r], (uint32_t)(round[r] >> 32)) < 0) goto oom;
     }
+finished:
     PyMem_RawFree(cands);
     PyMem_RawFree(round);
+    PyMem_RawFree(heads);
     return radix_sort(c->taken, c->n_taken, 32, bits_for(c->n));
 oom:
     PyMem_RawFree(cands);
     PyMem_RawFree(round);
+    PyMem_RawFree(heads);
     return -1;
 }
 
@@ -521,8 +547,8 @@ static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    if ((uint64_t)n >= UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "partition: text of 2**32 characters or more");
+    if ((uint64_t)n >= INT32_MAX) { /* candidates are numbered by int32 */
+        PyErr_SetString(PyExc_OverflowError, "partition: text of 2**31 characters or more");
         return NULL;
     }
     Cut c = {self, PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)n, NULL, NULL, NULL, 0, 0};

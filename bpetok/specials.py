@@ -26,8 +26,8 @@ from bpetok.vocab import TokenAttr, Vocabulary
 SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN  # cut only with parse_special
 ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
-# The C twin holds positions as 32-bit character offsets: longer texts take the reference.
-_FAST_LONGEST_CHARS = 2**32 - 2
+# The C twin numbers characters with 31 bits: longer texts take the reference.
+_FAST_LONGEST_CHARS = 2**31 - 2
 
 Fragments = list[str | int]
 Spans = Sequence[tuple[int, int]]
