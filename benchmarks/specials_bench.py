@@ -11,13 +11,14 @@ with size.
 
 ``many``: vocabularies with many special tokens, built in a temporary directory from the test
 vocabularies (Qwen3 with 50,000 USER_DEFINED ``<extra_N>`` added; Qwen3 with user-defined runs
-of 2..31 spaces, as Gemma 3 has) or taken as they are (command-r: 1,008 specials; deepseek-llm:
-2,400, single letters among them). For each: the partition's CPU time on the prose cut to
-``--mb`` MB, with and without one special token in the middle, and warm ``encode`` times; the time
-per special token of a text of 400,000 of them; adversarial texts (1 MB of spaces against the
-space runs, 1 MB of single-letter specials), with the partition's peak memory (the pieces list
-included). ``--reference`` times the per-special reference
-partition too (what the pure-Python engine runs: minutes for the 50,000-special vocabulary).
+of 2..31 spaces, as Gemma 3 has; Qwen3 with ``<q..q>`` of 200 lengths and 26 one-character CJK
+specials) or taken as they are (command-r: 1,008 specials; deepseek-llm: 2,400, single letters
+among them). For each: the partition's CPU time on the prose cut to ``--mb`` MB, with and without
+one special token in the middle, and warm ``encode`` times; the time per special token of a text
+of 400,000 of them; adversarial texts (1 MB of spaces against the space runs, 1 MB of
+single-letter specials, millions of one-character matches among matches of 200 lengths), with the
+partition's peak memory (the pieces list included). ``--reference`` times the per-special
+reference partition too (what the pure-Python engine runs: minutes for 50,000 specials).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 QWEN3 = DATA / "ggml-vocab-qwen3.gguf.gz"
 USER_DEFINED = 4
+CJK = [chr(0x4E00 + i) for i in range(26)]  # real CJK characters: no byte-level token is spelled so
 
 
 def read(path: str) -> str:
@@ -136,13 +138,16 @@ def many(args: argparse.Namespace) -> None:
             "Qwen3 + runs of 2..31 spaces": with_added_specials(
                 QWEN3, [" " * n for n in range(2, 32)], pathlib.Path(tmp) / "spaces.gguf"
             ),
+            "Qwen3 + 200 lengths + 26 CJK characters": with_added_specials(
+                QWEN3, [f"<{'q' * k}>" for k in range(1, 201)] + CJK, pathlib.Path(tmp) / "lengths.gguf"
+            ),
         }
         print(f"CPU seconds (best of 3; a shared 2-core machine). Engine: {'C' if not args.reference else 'C, then reference'}")
         print("| vocabulary | specials | partition, prose | + 1 special | encode, prose (warm) | + 1 special (warm) |"
               + (" reference partition + 1 special |" if args.reference else ""))
         print("|---|---|---|---|---|---|" + ("---|" if args.reference else ""))
         tokenizers = {}
-        for label, path in vocabularies.items():
+        for label, path in list(vocabularies.items())[:-1]:
             tok = tokenizers[label] = bpetok.from_gguf(path)
             table = tok._special_table
             special = tok._specials[len(tok._specials) // 2][1]
@@ -180,6 +185,10 @@ def many(args: argparse.Namespace) -> None:
             (spaces, "Qwen3 + runs of 2..31 spaces", "1 MB of 'a' + 2..40 spaces", "".join("a" + " " * rng.randrange(2, 41) for _ in range(45_000))),
             (tokenizers["deepseek-llm (2,400)"], "deepseek-llm (2,400)", f"1 MB of its {len(letters)} single-letter specials", "".join(rng.choices(letters, k=500_000))),
         ]
+        lengths = "Qwen3 + 200 lengths + 26 CJK characters"
+        tokenizers[lengths] = bpetok.from_gguf(vocabularies[lengths])
+        mixed = "".join("".join(rng.choices(CJK, k=200)) + f"<{'q' * rng.randrange(1, 201)}>" for _ in range(20_000))
+        cases.append((tokenizers[lengths], lengths, "4M CJK specials among 20,000 of 200 lengths", mixed))
         for tok, label, what, text in cases:
             seconds = best(tok._special_table.partition, text, True)
             tracemalloc.start()
