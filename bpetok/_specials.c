@@ -615,15 +615,10 @@ done:
     return result;
 }
 
-static PyObject *Automaton_sizes(Automaton *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("nn", self->n_specials, self->n_nodes);
-}
-
 static PyMethodDef Automaton_methods[] = {
     {"partition", (PyCFunction)Automaton_partition, METH_VARARGS,
      "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
      "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap."},
-    {"sizes", (PyCFunction)Automaton_sizes, METH_NOARGS, "(specials, automaton nodes)."},
     {NULL, NULL, 0, NULL},
 };
 
