@@ -16,7 +16,6 @@ import operator
 import os
 import re
 import stat
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import Any, SupportsIndex
 from itertools import chain, compress, islice, repeat
@@ -28,13 +27,13 @@ from bpetok.cache import IdCache, as_ids, cache_budget
 from bpetok.errors import BpetokError, InputError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models import ModelSpec
 from bpetok.pretok import PreTokenizerSpec
+from bpetok.specials import SpecialTable
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
 __all__ = ["Tokenizer", "load_vocabulary", "from_file", "from_gguf", "from_vocabulary"]
 
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 _HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
-_ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
 # Caches: pieces (text -> ids), space chunks (" word," -> ids) and text heads, each with a share
 # of the tokenizer's byte budget (bpetok.cache); past it a cache stops growing. A piece longer
 # than _PIECE_CACHE_LONGEST is never cached.
@@ -321,26 +320,11 @@ class Tokenizer:
     # -- special tokens ----------------------------------------------------------------------------
 
     def _build_special_table(self) -> None:
-        # llama.cpp's cache: every CONTROL/USER_DEFINED/UNKNOWN token, longest text first. Its
-        # std::sort is unstable; (-length, id) is the order it gives in practice.
-        attrs, tokens = self.vocabulary.attrs, self.vocabulary.tokens
-        specials = []
-        for token_id in _ids_whose_attr(attrs, lambda attr: attr & _SPECIAL):
-            try:
-                text = tokens[token_id].decode("utf-8", "surrogatepass")
-            except UnicodeDecodeError:
-                continue  # cannot occur in a str
-            specials.append((-len(tokens[token_id]), token_id, text))
-        specials.sort()
-        self._specials = [(token_id, text) for _, token_id, text in specials]
-        self._special_finder = {}
-        self._special_texts = {}  # what the kernel checks a batch of texts for (encode_texts(specials=...))
-        for parse_special in (False, True):
-            texts = [t for i, t in self._specials if parse_special or not attrs[i] & _HIDDEN_WITHOUT_SPECIAL]
-            self._special_texts[parse_special] = tuple(texts)
-            self._special_finder[parse_special] = (
-                re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))) if texts else None
-            )
+        # The table and its partition live in bpetok.specials; these names are what the rest reads.
+        self._special_table = table = SpecialTable(self.vocabulary)
+        self._specials = table.specials
+        self._special_finder = table.finders
+        self._special_texts = table.texts  # what the kernel checks a batch of texts for (encode_texts(specials=...))
 
     def _check_byte_tokens(self) -> None:
         """Refuse a BYTE token too short to name its byte, at load time as llama.cpp does.
@@ -363,61 +347,10 @@ class Tokenizer:
                 )
 
     def _partition(self, text: str, parse_special: bool, protected: list[tuple[int, int]] | None = None) -> list[str | int]:
-        """Cut special tokens out of ``text``: str fragments to pre-tokenize, ints already ids.
-
-        ``protected``: sorted, disjoint (start, end) spans of ``text`` that no special token may
-        overlap (a chat's message text, see bpetok.chat): a match there stays plain text.
-
-        Each special, longest first, is cut out of every remaining raw fragment before the next is
-        tried, so this is longest-first globally, not leftmost-longest: with specials ``ABC`` and
-        ``CDEF``, ``ABCDEF`` gives ``AB`` + ``CDEF``.
-
-        Raw fragments are held as (start, end) offsets into ``text`` and sliced once at the end:
-        copying the rest of the fragment at every match made ``"<|im_end|>" * n`` quadratic.
-        """
-        finder = self._special_finder[parse_special]
-        if finder is None or finder.search(text) is None:
-            return [text]
-        attrs = self.vocabulary.attrs
-        find = text.find if not protected else _find_outside(text, protected)
-        fragments: list[tuple[int, int] | int] = [(0, len(text))]
-        for token_id, special in self._specials:
-            attr = attrs[token_id]
-            if not parse_special and attr & _HIDDEN_WITHOUT_SPECIAL:
-                continue
-            if special not in text:  # one scan in C, instead of one call per fragment
-                continue
-            lstrip, rstrip, size = attr & TokenAttr.LSTRIP, attr & TokenAttr.RSTRIP, len(special)
-            out: list[tuple[int, int] | int] = []
-            for fragment in fragments:
-                if fragment.__class__ is int:
-                    out.append(fragment)
-                    continue
-                start, end = fragment  # type: ignore[misc]
-                at = find(special, start, end)
-                if at < 0:
-                    out.append(fragment)
-                    continue
-                while True:
-                    left_end = at
-                    if lstrip:  # llama.cpp strips C isspace() to the left of the match, within the fragment
-                        while left_end > start and text[left_end - 1] in _ASCII_SPACE:
-                            left_end -= 1
-                    if left_end > start:
-                        out.append((start, left_end))
-                    out.append(token_id)
-                    start = at + size
-                    if rstrip:
-                        while start < end and text[start] in _ASCII_SPACE:
-                            start += 1
-                    if start >= end:
-                        break
-                    at = find(special, start, end)
-                    if at < 0:
-                        out.append((start, end))
-                        break
-            fragments = out
-        return [f if f.__class__ is int else text[f[0] : f[1]] for f in fragments]  # type: ignore[index]
+        """Cut special tokens out of ``text`` as llama.cpp does: str fragments to pre-tokenize, ints
+        already ids (:meth:`bpetok.specials.SpecialTable.partition`). ``protected``: spans of
+        ``text`` no special token may overlap (a chat's message text, see bpetok.chat)."""
+        return self._special_table.partition(text, parse_special, protected)
 
     # -- encoding ------------------------------------------------------------------------------------
 
@@ -955,22 +888,6 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
-
-
-def _find_outside(text: str, protected: list[tuple[int, int]]):
-    """``text.find`` that skips matches overlapping a protected span."""
-    starts = [start for start, _ in protected]
-
-    def find(needle: str, start: int, end: int) -> int:
-        at = text.find(needle, start, end)
-        while at >= 0:
-            i = bisect_right(starts, at + len(needle) - 1) - 1  # the last span starting inside the match
-            if i < 0 or protected[i][1] <= at:
-                return at
-            at = text.find(needle, at + 1, end)
-        return at
-
-    return find
 
 
 def _ids_whose_attr(attrs: list[int], wanted) -> Iterator[int]:

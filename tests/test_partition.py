@@ -7,9 +7,12 @@ subclass counts every slice and index); timings are in benchmarks/specials_bench
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.gguf import GGUFValueType, read_gguf
@@ -125,3 +128,140 @@ def test_overlapping_and_stripped_specials_match_llama_cpp(tmp_path, name, attr)
         for special in (False, True):
             expected = llama.tokenize(text.encode(), add_bos=False, special=special)
             assert tok.encode(text, parse_special=special) == expected, f"seed {seed}: {text!r} special={special}"
+
+
+# -- the one-pass C partition (bpetok/_specials.c) against the per-special reference ----------------
+
+def _compiled():
+    from bpetok.compiled import compiled_module
+
+    module = compiled_module("bpetok._specials")
+    if module is None:
+        pytest.skip("bpetok._specials is not built or BPETOK_PURE_PYTHON=1 (the reference runs alone)")
+    return module
+
+
+def _entries(texts_and_strips):
+    """(id, text, strip) in llama.cpp's cutting order: longest UTF-8 first, ties by id."""
+    ranked = sorted(
+        ((-len(text.encode("utf-8", "surrogatepass")), token_id, text, strip) for token_id, (text, strip) in enumerate(texts_and_strips))
+    )
+    return [(token_id, text, strip) for _, token_id, text, strip in ranked]
+
+
+def _both(entries, text, spans=()):
+    from bpetok.specials import _normalized, partition_reference
+
+    spans = _normalized(spans, len(text))
+    automaton = _compiled().Automaton([(t.encode("utf-8", "surrogatepass"), i, s) for i, t, s in entries])
+    return automaton.partition(text, spans), partition_reference(text, entries, spans)
+
+
+ALPHABET = "ab \né😀\ud800"  # 1-4 UTF-8 bytes a character (the order is by bytes); a lone surrogate
+
+special_sets = st.lists(
+    st.tuples(st.text(ALPHABET, min_size=1, max_size=5), st.integers(0, 3)), min_size=1, max_size=8
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    specials=special_sets,
+    text=st.text(ALPHABET, max_size=60),
+    spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=3),
+)
+def test_one_pass_partition_equals_the_reference(specials, text, spans):
+    """Overlapping, nested, adjacent, duplicate, prefix/suffix specials, LSTRIP/RSTRIP, protected spans."""
+    fast, reference = _both(_entries(specials), text, spans)
+    assert fast == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    specials=special_sets,
+    pieces=st.lists(st.integers(0, 7), max_size=30),
+    glue=st.lists(st.text(ALPHABET, max_size=2), min_size=30, max_size=30),
+)
+def test_one_pass_partition_equals_the_reference_on_texts_of_specials(specials, pieces, glue):
+    """Texts built from the specials themselves, so that most of them match, overlap and abut."""
+    texts = [t for t, _ in specials]
+    text = "".join(texts[i % len(texts)] + g for i, g in zip(pieces, glue))
+    fast, reference = _both(_entries(specials), text)
+    assert fast == reference
+
+
+@pytest.mark.parametrize(
+    "specials, text, expected",
+    [
+        # Longest first globally, not leftmost-longest (llama.cpp cuts CDEF before ABC gets a look).
+        ([("ABC", 0), ("CDEF", 0)], "ABCDEF", ["AB", 1]),
+        # The same length: the lower id is cut everywhere first.
+        ([("ab", 0), ("ba", 0)], "bab", ["b", 0]),
+        ([("ba", 0), ("ab", 0)], "bab", [0, "b"]),
+        # Leftmost-first non-overlapping within a fragment.
+        ([("aa", 0)], "aaaaa", [0, 0, "a"]),
+        # LSTRIP eats whitespace up to the token before, RSTRIP up to the next; neither crosses a token.
+        ([("<x>", 1), ("<y>", 2)], "a  <x>  <y>  b", ["a", 0, "  ", 1, "b"]),
+        ([("<long>", 2), ("<x>", 1)], "<long> \t <x>", [0, 1]),
+    ],
+)
+def test_one_pass_partition_known_cases(specials, text, expected):
+    """Cases worked out by hand from llama.cpp's tokenizer_st_partition (and the reference agrees)."""
+    fast, reference = _both(_entries(specials), text)
+    assert fast == reference == expected
+
+
+def test_one_pass_partition_protected_spans_in_non_ascii_text():
+    specials = _entries([("<s>", 0), ("é<", 0)])
+    text = "ééé<s>é<s>"
+    for spans in ([(3, 6)], [(0, 2), (6, 8)], [(7, 10)]):
+        fast, reference = _both(specials, text, spans)
+        assert fast == reference
+
+
+def test_one_pass_partition_of_tokenizers_equals_the_reference(qwen3):
+    """Through a Tokenizer, with its own table: every PIECES text in both modes, with spans."""
+    table = qwen3._special_table
+    if table.engine != "C":
+        pytest.skip("the pure-Python engine runs the reference alone")
+    rng = random.Random(7)
+    for _ in range(300):
+        text = "".join(rng.choices(PIECES, k=rng.randrange(1, 30)))
+        spans = [(rng.randrange(len(text)), rng.randrange(len(text) + 1))]
+        for special in (False, True):
+            assert table.partition(text, special) == table.partition_reference(text, special)
+            assert table.partition(text, special, spans) == table.partition_reference(text, special, spans)
+
+
+def test_one_pass_partition_of_nested_runs_equals_the_reference():
+    """Gemma-3-like user-defined runs of 2..31 spaces (some LSTRIP/RSTRIP) on long space runs: ~30
+    nested matches a position, replayed length by length."""
+    specials = _entries([(" " * n, n % 3) for n in range(2, 32)] + [("a", 0), ("a  ", 2)])
+    rng = random.Random(3)
+    text = "".join(rng.choice(["a", "b", "\n"]) + " " * rng.randrange(0, 70) for _ in range(3000))
+    for case in (" " * 20_000, text):
+        fast, reference = _both(specials, case)
+        assert fast == reference
+
+
+@pytest.mark.parametrize(
+    "specials, message",
+    [
+        ([(b"ab", 0, 0), (b"abc", 1, 0)], "cutting order"),
+        ([(b"", 0, 0)], "empty"),
+        ([("ab", 0, 0)], "not (bytes, int, int)"),
+        ([(b"ab", "0", 0)], "not (bytes, int, int)"),
+        ([b"ab"], "not (bytes, int, int)"),
+    ],
+)
+def test_automaton_refuses_a_malformed_table(specials, message):
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        _compiled().Automaton(specials)
+
+
+def test_automaton_refuses_malformed_spans():
+    automaton = _compiled().Automaton([(b"ab", 0, 0)])
+    assert automaton.partition("xaby", [(0, 1)]) == ["x", 0, "y"]
+    for spans in ([(2, 1)], [(0, 9)], [(2, 3), (0, 1)], [(0, 2), (1, 3)], ["ab"]):
+        with pytest.raises(ValueError, match="protected spans"):
+            automaton.partition("xaby", spans)
