@@ -1,0 +1,218 @@
+"""Where each token of an encoding lies in its text: character and byte spans derived from the ids.
+
+:func:`encode_with_offsets` encodes as :meth:`bpetok.Tokenizer.encode` does, then walks the
+tokens' pieces (:meth:`~bpetok.Tokenizer.piece`) against the text's UTF-8 bytes; nothing is
+guessed: a piece that is not the next bytes of the text is an :class:`OffsetsError`.
+
+Conventions (the spans are half-open ``(start, end)``):
+
+- ``byte_offsets`` are exact: every byte of the text (UTF-8; a lone surrogate as its 3 bytes)
+  is in exactly one token's span, in order.
+- ``offsets`` (characters, Python string indices) follow Hugging Face tokenizers' byte-level
+  BPE: a token's span covers every character it holds a byte of. The byte-level pieces of one
+  emoji each get the emoji's whole span, and ``partial`` is True for a token that starts or
+  ends inside a character (its text is then not ``text[start:end]``).
+- A special token's span covers its text and the whitespace its LSTRIP/RSTRIP attribute made it
+  swallow (as HF's ``AddedToken(lstrip=True)`` does), so spans stay contiguous.
+- BOS/EOS added by ``add_special`` get an empty span at the text's start / end.
+- The space that SentencePiece-style models (llama's SPM) put in front of each fragment (the
+  text's start, or right after a special token) is not in the text: it has no width, so a token
+  that is only that ``▁`` gets an empty span at the fragment's start.
+
+A model whose pieces are not the text's bytes (one that normalizes, lowercases or strips accents)
+supplies its own alignment: a method ``token_offsets(tokenizer, text, ids, add_special)`` on the
+model object returning a :class:`TokenOffsets`; without one, such a model's misaligned pieces
+raise :class:`OffsetsError`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from itertools import accumulate, compress
+from operator import itemgetter
+from typing import TYPE_CHECKING, Iterable, NamedTuple
+
+from bpetok.errors import BpetokError
+from bpetok.vocab import TokenAttr
+
+if TYPE_CHECKING:
+    from bpetok.tokenizer import Tokenizer
+
+__all__ = ["OffsetsError", "TokenOffsets", "encode_with_offsets", "encode_batch_with_offsets", "offsets_of_ids"]
+
+_SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+_ASCII_SPACE = b" \t\n\v\f\r"  # C isspace: what LSTRIP/RSTRIP strip (bpetok.tokenizer's _partition)
+
+
+class OffsetsError(BpetokError):
+    """The tokens' pieces are not the text's bytes, so their spans cannot be derived exactly."""
+
+
+@dataclass(frozen=True)
+class TokenOffsets:
+    """An encoding with each token's span: ``ids[k]`` covers ``text[offsets[k][0]:offsets[k][1]]``
+    (characters) and ``text.encode()[byte_offsets[k][0]:byte_offsets[k][1]]`` (bytes); ``partial[k]``:
+    the token holds only part of a character at its start or end."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    byte_offsets: list[tuple[int, int]]
+    partial: list[bool]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class _Tables(NamedTuple):
+    """Per-token facts the walk needs, built once per tokenizer."""
+
+    pieces: list[bytes]  # what the token stands for in the text (a special: its text)
+    lengths: list[int]
+    char_starts: list[int]  # bytes of the piece that start a UTF-8 character
+    mid_char: list[bool]  # the piece's first byte continues a character
+    special: list[bool]  # cut out of the text by the partition (bpetok.Tokenizer._partition)
+    attrs: list[int]
+
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _tables(tok: Tokenizer) -> _Tables:
+    found = _TABLES.get(tok)
+    if found is None:
+        attrs = list(tok.vocabulary.attrs)
+        pieces = [tok.piece(i) for i in range(tok.n_tokens)]
+        # a byte starts a character unless it is 10xxxxxx
+        starts = [len(p) - sum(1 for b in p if 0x80 <= b < 0xC0) for p in pieces]
+        found = _Tables(
+            pieces,
+            list(map(len, pieces)),
+            starts,
+            [bool(p) and 0x80 <= p[0] < 0xC0 for p in pieces],
+            [bool(a & _SPECIAL) for a in attrs],
+            attrs,
+        )
+        _TABLES[tok] = found
+    return found
+
+
+def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True, add_special: bool = False) -> TokenOffsets:
+    """``tok.encode(text, ...)`` with each token's character and byte span (see the module's conventions)."""
+    ids = tok.encode(text, parse_special=parse_special, add_special=add_special)
+    return offsets_of_ids(tok, text, ids, add_special=add_special)
+
+
+def encode_batch_with_offsets(
+    tok: Tokenizer, texts: Iterable[str], *, parse_special: bool = True, workers: int | None = None
+) -> list[TokenOffsets]:
+    """:meth:`bpetok.Tokenizer.encode_batch` (on ``workers`` threads) with every text's spans."""
+    texts = list(texts)
+    batch = tok.encode_batch(texts, parse_special=parse_special, workers=workers)
+    return [offsets_of_ids(tok, text, ids) for text, ids in zip(texts, batch)]
+
+
+def offsets_of_ids(tok: Tokenizer, text: str, ids: list[int], *, add_special: bool = False) -> TokenOffsets:
+    """The spans of ``ids``, which must be ``tok.encode(text, add_special=add_special)`` (with either
+    ``parse_special``); :class:`OffsetsError` where a piece is not the text's next bytes."""
+    custom = getattr(tok.model, "token_offsets", None)
+    if custom is not None:
+        return custom(tok, text, ids, add_special)
+    return _Walk(tok, text).run(ids, add_special)
+
+
+class _Walk:
+    """One pass over the ids: runs of ordinary tokens are checked and measured in bulk (one join,
+    one comparison, running sums); special tokens, few, one at a time."""
+
+    def __init__(self, tok: Tokenizer, text: str):
+        self.tok = tok
+        self.t = _tables(tok)
+        self.data = text.encode("utf-8", "surrogatepass")
+        # where a whole-fragment model writes a space in front of each fragment (llama's SPM)
+        self.prefix_space = not tok._pretokenized and bool(getattr(tok.model, "add_space_prefix", False))
+        self.pos = 0  # bytes of the text accounted for
+        self.chars = 0  # characters before self.pos
+        self.offsets: list[tuple[int, int]] = []
+        self.byte_offsets: list[tuple[int, int]] = []
+        self.partial: list[bool] = []
+
+    def run(self, ids: list[int], add_special: bool) -> TokenOffsets:
+        tok, n = self.tok, len(ids)
+        head = 1 if add_special and tok.add_bos and n else 0
+        tail = 1 if add_special and tok.add_eos and n > head else 0
+        self._empty(head)
+        body = ids[head : n - tail]
+        at_start, run_start = True, 0
+        for k in compress(range(len(body)), map(self.t.special.__getitem__, body)):
+            if k > run_start:
+                self._ordinary(body[run_start:k], at_start)
+            self._special(body[k])
+            at_start, run_start = True, k + 1
+        if run_start < len(body):
+            self._ordinary(body[run_start:], at_start)
+        if self.pos != len(self.data):
+            self._fail(f"the tokens end at byte {self.pos} of {len(self.data)}")
+        self._empty(tail)
+        return TokenOffsets(list(ids), self.offsets, self.byte_offsets, self.partial)
+
+    def _empty(self, count: int) -> None:
+        for _ in range(count):
+            self.offsets.append((self.chars, self.chars))
+            self.byte_offsets.append((self.pos, self.pos))
+            self.partial.append(False)
+
+    def _ordinary(self, run: list[int], at_start: bool) -> None:
+        t, p = self.t, self.pos
+        pieces = itemgetter(*run)(t.pieces) if len(run) > 1 else (t.pieces[run[0]],)
+        joined = b"".join(pieces)
+        lengths = list(map(t.lengths.__getitem__, run))
+        char_starts = list(map(t.char_starts.__getitem__, run))
+        if self.prefix_space and at_start:
+            if joined[:1] != b" ":
+                self._fail(f"token {run[0]} {pieces[0]!r} at byte {p} lacks the space the model adds in front")
+            joined = joined[1:]
+            lengths[0] -= 1
+            char_starts[0] -= 1
+        end = p + len(joined)
+        if self.data[p:end] != joined:
+            self._mismatch(run, pieces, joined, lengths, p)
+        byte_ends = list(accumulate(lengths, initial=p))
+        char_ends = list(accumulate(char_starts, initial=self.chars))
+        mid = list(map(t.mid_char.__getitem__, run))
+        ends_mid = mid[1:] + [False]  # a run ends where a character does (before a special, or the end)
+        self.byte_offsets += zip(byte_ends, byte_ends[1:])
+        self.offsets += zip(map(int.__sub__, char_ends, mid), char_ends[1:])
+        self.partial += map(bool.__or__, mid, ends_mid)
+        self.pos, self.chars = end, char_ends[-1]
+
+    def _special(self, token_id: int) -> None:
+        data, piece, attr = self.data, self.t.pieces[token_id], self.t.attrs[token_id]
+        start = at = self.pos
+        if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
+            while at < len(data) and data[at] in _ASCII_SPACE:
+                at += 1
+        if not data.startswith(piece, at):
+            self._fail(f"special token {token_id} {piece!r} is not at byte {start}")
+        end = at + len(piece)
+        if attr & TokenAttr.RSTRIP:
+            while end < len(data) and data[end] in _ASCII_SPACE:
+                end += 1
+        chars = self.chars + (at - start) + self.t.char_starts[token_id] + (end - at - len(piece))
+        self.byte_offsets.append((start, end))
+        self.offsets.append((self.chars, chars))
+        self.partial.append(False)
+        self.pos, self.chars = end, chars
+
+    def _mismatch(self, run: list[int], pieces, joined: bytes, lengths: list[int], p: int) -> None:
+        got = self.data[p : p + len(joined)]
+        first = next((i for i, (a, b) in enumerate(zip(got, joined)) if a != b), min(len(got), len(joined)))
+        k = next((k for k, e in enumerate(accumulate(lengths)) if e > first), len(run) - 1)
+        self._fail(f"token {run[k]} {pieces[k]!r} is not the text's bytes at byte {p + first}")
+
+    def _fail(self, why: str):
+        vocab = self.tok.vocabulary
+        raise OffsetsError(
+            f"{vocab.path}: cannot derive token offsets for this {vocab.model} model: {why}; "
+            "its pieces are not the input's bytes (a normalizing model needs its own token_offsets)"
+        )
