@@ -7,7 +7,9 @@ guessed: a piece that is not the next bytes of the text is an :class:`OffsetsErr
 Conventions (the spans are half-open ``(start, end)``):
 
 - ``byte_offsets`` are exact: every byte of the text (UTF-8; a lone surrogate as its 3 bytes)
-  is in exactly one token's span, in order.
+  is in exactly one token's span, in order, except a byte that llama.cpp drops because the
+  vocabulary has no token for it (a byte-level vocabulary without ``\x1d``'s token): it is in
+  none, the spans around it leave a gap.
 - ``offsets`` (characters, Python string indices) follow Hugging Face tokenizers' byte-level
   BPE: a token's span covers every character it holds a byte of. The byte-level pieces of one
   emoji each get the emoji's whole span, and ``partial`` is True for a token that starts or
@@ -73,6 +75,7 @@ class _Tables(NamedTuple):
     mid_char: list[bool]  # the piece's first byte continues a character
     special: list[bool]  # cut out of the text by the partition (bpetok.Tokenizer._partition)
     attrs: list[int]
+    droppable: frozenset[int]  # bytes no token is alone: where llama.cpp finds no token, it drops them
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -92,6 +95,7 @@ def _tables(tok: Tokenizer) -> _Tables:
             [bool(p) and 0x80 <= p[0] < 0xC0 for p in pieces],
             [bool(a & _SPECIAL) for a in attrs],
             attrs,
+            frozenset(range(256)) - {p[0] for p, a in zip(pieces, attrs) if len(p) == 1 and not a & _SPECIAL},
         )
         _TABLES[tok] = found
     return found
@@ -125,6 +129,8 @@ class _Walk:
     """One pass over the ids: runs of ordinary tokens are checked and measured in bulk (one join,
     one comparison, running sums); special tokens, few, one at a time."""
 
+    bulk = True  # False: every run token by token (the readable twin; tests compare the two)
+
     def __init__(self, tok: Tokenizer, text: str):
         self.tok = tok
         self.t = _tables(tok)
@@ -151,6 +157,7 @@ class _Walk:
             at_start, run_start = True, k + 1
         if run_start < len(body):
             self._ordinary(body[run_start:], at_start)
+        self._skip_dropped(None)
         if self.pos != len(self.data):
             self._fail(f"the tokens end at byte {self.pos} of {len(self.data)}")
         self._empty(tail)
@@ -175,8 +182,9 @@ class _Walk:
             lengths[0] -= 1
             char_starts[0] -= 1
         end = p + len(joined)
-        if self.data[p:end] != joined:
-            self._mismatch(run, pieces, joined, lengths, p)
+        if not self.bulk or self.data[p:end] != joined:
+            self._ordinary_with_gaps(run, pieces, lengths, char_starts)
+            return
         byte_ends = list(accumulate(lengths, initial=p))
         char_ends = list(accumulate(char_starts, initial=self.chars))
         mid = list(map(t.mid_char.__getitem__, run))
@@ -186,8 +194,42 @@ class _Walk:
         self.partial += map(bool.__or__, mid, ends_mid)
         self.pos, self.chars = end, char_ends[-1]
 
+    def _ordinary_with_gaps(self, run: list[int], pieces, lengths: list[int], char_starts: list[int]) -> None:
+        """:meth:`_ordinary` token by token, for a run whose pieces are the text's bytes only once
+        the bytes llama.cpp dropped are skipped (the readable twin of the bulk walk, held equal
+        to it by the tests where there is no gap)."""
+        data, t = self.data, self.t
+        for k, token_id in enumerate(run):
+            piece = pieces[k][len(pieces[k]) - lengths[k] :]  # less the space in front, for the first
+            self._skip_dropped(piece)
+            start, end = self.pos, self.pos + len(piece)
+            if data[start:end] != piece:
+                self._fail(f"token {token_id} {pieces[k]!r} is not the text's bytes at byte {start}")
+            mid = t.mid_char[token_id] and bool(piece)
+            ends_mid = end < len(data) and 0x80 <= data[end] < 0xC0
+            chars = self.chars + char_starts[k]
+            self.byte_offsets.append((start, end))
+            self.offsets.append((self.chars - mid, chars))
+            self.partial.append(mid or ends_mid)
+            self.pos, self.chars = end, chars
+
+    def _skip_dropped(self, expected: bytes | None) -> None:
+        """Step over bytes llama.cpp dropped (no token holds them alone) until ``expected`` is
+        next (None: the text's end)."""
+        data, at = self.data, self.pos
+
+        def found(at: int) -> bool:
+            return at == len(data) if expected is None else data.startswith(expected, at)
+
+        while not found(at) and at < len(data) and data[at] in self.t.droppable:
+            at += 1
+        if at > self.pos and found(at):
+            self.chars += sum(1 for b in data[self.pos : at] if not 0x80 <= b < 0xC0)
+            self.pos = at
+
     def _special(self, token_id: int) -> None:
         data, piece, attr = self.data, self.t.pieces[token_id], self.t.attrs[token_id]
+        self._skip_dropped(piece)
         start = at = self.pos
         if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
             while at < len(data) and data[at] in _ASCII_SPACE:
@@ -203,12 +245,6 @@ class _Walk:
         self.offsets.append((self.chars, chars))
         self.partial.append(False)
         self.pos, self.chars = end, chars
-
-    def _mismatch(self, run: list[int], pieces, joined: bytes, lengths: list[int], p: int) -> None:
-        got = self.data[p : p + len(joined)]
-        first = next((i for i, (a, b) in enumerate(zip(got, joined)) if a != b), min(len(got), len(joined)))
-        k = next((k for k, e in enumerate(accumulate(lengths)) if e > first), len(run) - 1)
-        self._fail(f"token {run[k]} {pieces[k]!r} is not the text's bytes at byte {p + first}")
 
     def _fail(self, why: str):
         vocab = self.tok.vocabulary
