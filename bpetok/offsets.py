@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 from itertools import accumulate, compress
 from operator import itemgetter
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable
 
 from bpetok.errors import BpetokError
 from bpetok.vocab import TokenAttr
@@ -66,16 +66,53 @@ class TokenOffsets:
         return len(self.ids)
 
 
-class _Tables(NamedTuple):
-    """Per-token facts the walk needs, built once per tokenizer."""
+class _Column(dict):
+    """One per-token fact, keyed by id, filled on first use (rendering a whole 256k vocabulary's
+    pieces up front took over a second)."""
 
-    pieces: list[bytes]  # what the token stands for in the text (a special: its text)
-    lengths: list[int]
-    char_starts: list[int]  # bytes of the piece that start a UTF-8 character
-    mid_char: list[bool]  # the piece's first byte continues a character
-    special: list[bool]  # cut out of the text by the partition (bpetok.Tokenizer._partition)
-    attrs: list[int]
-    droppable: frozenset[int]  # bytes no token is alone: where llama.cpp finds no token, it drops them
+    def __init__(self, tables: _Tables, index: int):
+        super().__init__()
+        self.tables, self.index = tables, index
+
+    def __missing__(self, token_id: int):
+        return self.tables.fill(token_id)[self.index]
+
+
+class _Tables:
+    """Per-token facts the walk needs, for one tokenizer."""
+
+    def __init__(self, tok: Tokenizer):
+        self.tok = tok
+        self.attrs = tok.vocabulary.attrs
+        self.pieces = _Column(self, 0)  # what the token stands for in the text (a special: its text)
+        self.lengths = _Column(self, 1)
+        self.char_starts = _Column(self, 2)  # bytes of the piece that start a UTF-8 character
+        self.mid_char = _Column(self, 3)  # the piece's first byte continues a character
+        self.special = _Column(self, 4)  # cut out of the text by the partition (Tokenizer._partition)
+        self._droppable: frozenset[int] | None = None
+
+    def fill(self, token_id: int) -> tuple:
+        piece = self.tok.piece(token_id)  # checks the id's range
+        facts = (
+            piece,
+            len(piece),
+            len(piece) - sum(1 for b in piece if 0x80 <= b < 0xC0),  # a byte 10xxxxxx continues a character
+            bool(piece) and 0x80 <= piece[0] < 0xC0,
+            bool(self.attrs[token_id] & _SPECIAL),
+        )
+        for column, value in zip((self.pieces, self.lengths, self.char_starts, self.mid_char, self.special), facts):
+            column[token_id] = value
+        return facts
+
+    @property
+    def droppable(self) -> frozenset[int]:
+        """Bytes no ordinary token is alone: llama.cpp drops such a byte where it finds no token."""
+        if self._droppable is None:
+            tokens, attrs, piece = self.tok.vocabulary.tokens, self.attrs, self.tok.piece
+            # a one-byte piece is stored in at most 6 bytes (<0xXX>, or a byte-level character)
+            alone = {piece(i)[0] for i in range(len(tokens)) if len(tokens[i]) <= 6 and not attrs[i] & _SPECIAL and len(piece(i)) == 1}
+            self._droppable = frozenset(range(256)) - alone
+        return self._droppable
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -84,20 +121,7 @@ _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _tables(tok: Tokenizer) -> _Tables:
     found = _TABLES.get(tok)
     if found is None:
-        attrs = list(tok.vocabulary.attrs)
-        pieces = [tok.piece(i) for i in range(tok.n_tokens)]
-        # a byte starts a character unless it is 10xxxxxx
-        starts = [len(p) - sum(1 for b in p if 0x80 <= b < 0xC0) for p in pieces]
-        found = _Tables(
-            pieces,
-            list(map(len, pieces)),
-            starts,
-            [bool(p) and 0x80 <= p[0] < 0xC0 for p in pieces],
-            [bool(a & _SPECIAL) for a in attrs],
-            attrs,
-            frozenset(range(256)) - {p[0] for p, a in zip(pieces, attrs) if len(p) == 1 and not a & _SPECIAL},
-        )
-        _TABLES[tok] = found
+        found = _TABLES[tok] = _Tables(tok)
     return found
 
 
@@ -228,7 +252,7 @@ class _Walk:
             self.pos = at
 
     def _special(self, token_id: int) -> None:
-        data, piece, attr = self.data, self.t.pieces[token_id], self.t.attrs[token_id]
+        data, piece, attr = self.data, self.t.pieces[token_id], self.tok.vocabulary.attrs[token_id]
         self._skip_dropped(piece)
         start = at = self.pos
         if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import bpetok
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
-from bpetok.server_io import piece_json
+from bpetok.server_io import dumps, piece_json
 from bpetok.vocab import TokenAttr
 
 if TYPE_CHECKING:
@@ -476,7 +476,7 @@ def create_app(
     from starlette.routing import Route
 
     from bpetok.playground import playground_routes
-    from bpetok.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout, dumps
+    from bpetok.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout
 
     if max_body_bytes < 1:
         raise BpetokError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
@@ -718,6 +718,7 @@ def app_from_env() -> Starlette:
         except (ValueError, TypeError):
             raise BpetokError(f"{ENV_MODELS} must be a JSON array of [name, path] pairs") from None
         return create_app({name: bpetok.from_file(where) for name, where in pairs}, **limits)
+    assert path is not None  # checked above
     return create_app(bpetok.from_file(path), model_path=path, **limits)
 
 
