@@ -30,8 +30,9 @@ raise :class:`OffsetsError`.
 from __future__ import annotations
 
 import weakref
+
+import numpy as np
 from dataclasses import dataclass
-from itertools import accumulate, compress
 from operator import itemgetter
 from typing import TYPE_CHECKING, Iterable
 
@@ -90,6 +91,19 @@ class _Tables:
         self.mid_char = _Column(self, 3)  # the piece's first byte continues a character
         self.special = _Column(self, 4)  # cut out of the text by the partition (Tokenizer._partition)
         self._droppable: frozenset[int] | None = None
+        # the numeric facts again as arrays, for the bulk walk; ``filled``: the ids done
+        n = tok.n_tokens
+        self.filled = np.zeros(n, dtype=bool)
+        self.length_array = np.zeros(n, dtype=np.int64)
+        self.char_start_array = np.zeros(n, dtype=np.int64)
+        self.mid_char_array = np.zeros(n, dtype=bool)
+        self.special_array = np.zeros(n, dtype=bool)
+
+    def ensure(self, ids) -> None:
+        """Fill the facts of every id in the array ``ids``."""
+        missing = ids[~self.filled[ids]]
+        for token_id in np.unique(missing).tolist():
+            self.fill(token_id)
 
     def fill(self, token_id: int) -> tuple:
         piece = self.tok.piece(token_id)  # checks the id's range
@@ -102,6 +116,9 @@ class _Tables:
         )
         for column, value in zip((self.pieces, self.lengths, self.char_starts, self.mid_char, self.special), facts):
             column[token_id] = value
+        for array, value in zip((self.length_array, self.char_start_array, self.mid_char_array, self.special_array), facts[1:]):
+            array[token_id] = value
+        self.filled[token_id] = True  # last: another thread may read the arrays as soon as this is set
         return facts
 
     @property
@@ -146,7 +163,10 @@ def offsets_of_ids(tok: Tokenizer, text: str, ids: list[int], *, add_special: bo
     custom = getattr(tok.model, "token_offsets", None)
     if custom is not None:
         return custom(tok, text, ids, add_special)
-    return _Walk(tok, text).run(ids, add_special)
+    from bpetok.tokenizer import _gc_paused
+
+    with _gc_paused():  # the spans are hundreds of thousands of tuples that all live on
+        return _Walk(tok, text).run(ids, add_special)
 
 
 class _Walk:
@@ -173,14 +193,18 @@ class _Walk:
         tail = 1 if add_special and tok.add_eos and n > head else 0
         self._empty(head)
         body = ids[head : n - tail]
+        array = np.array(body, dtype=np.int64)
+        if len(body) and (array.min() < 0 or array.max() >= tok.n_tokens):
+            tok.piece(int(array.min() if array.min() < 0 else array.max()))  # the id error of a token id out of range
+        self.t.ensure(array)
         at_start, run_start = True, 0
-        for k in compress(range(len(body)), map(self.t.special.__getitem__, body)):
+        for k in np.flatnonzero(self.t.special_array[array]).tolist():
             if k > run_start:
-                self._ordinary(body[run_start:k], at_start)
+                self._ordinary(body[run_start:k], array[run_start:k], at_start)
             self._special(body[k])
             at_start, run_start = True, k + 1
         if run_start < len(body):
-            self._ordinary(body[run_start:], at_start)
+            self._ordinary(body[run_start:], array[run_start:], at_start)
         self._skip_dropped(None)
         if self.pos != len(self.data):
             self._fail(f"the tokens end at byte {self.pos} of {len(self.data)}")
@@ -193,12 +217,12 @@ class _Walk:
             self.byte_offsets.append((self.pos, self.pos))
             self.partial.append(False)
 
-    def _ordinary(self, run: list[int], at_start: bool) -> None:
+    def _ordinary(self, run: list[int], array, at_start: bool) -> None:
         t, p = self.t, self.pos
         pieces = itemgetter(*run)(t.pieces) if len(run) > 1 else (t.pieces[run[0]],)
         joined = b"".join(pieces)
-        lengths = list(map(t.lengths.__getitem__, run))
-        char_starts = list(map(t.char_starts.__getitem__, run))
+        lengths = t.length_array[array]  # copies: changed below
+        char_starts = t.char_start_array[array]
         if self.prefix_space and at_start:
             if joined[:1] != b" ":
                 self._fail(f"token {run[0]} {pieces[0]!r} at byte {p} lacks the space the model adds in front")
@@ -207,16 +231,18 @@ class _Walk:
             char_starts[0] -= 1
         end = p + len(joined)
         if not self.bulk or self.data[p:end] != joined:
-            self._ordinary_with_gaps(run, pieces, lengths, char_starts)
+            self._ordinary_with_gaps(run, pieces, lengths.tolist(), char_starts.tolist())
             return
-        byte_ends = list(accumulate(lengths, initial=p))
-        char_ends = list(accumulate(char_starts, initial=self.chars))
-        mid = list(map(t.mid_char.__getitem__, run))
-        ends_mid = mid[1:] + [False]  # a run ends where a character does (before a special, or the end)
-        self.byte_offsets += zip(byte_ends, byte_ends[1:])
-        self.offsets += zip(map(int.__sub__, char_ends, mid), char_ends[1:])
-        self.partial += map(bool.__or__, mid, ends_mid)
-        self.pos, self.chars = end, char_ends[-1]
+        byte_ends = np.cumsum(lengths) + p
+        char_ends = np.cumsum(char_starts) + self.chars
+        mid = t.mid_char_array[array]
+        ends_mid = np.append(mid[1:], False)  # a run ends where a character does (before a special, or the end)
+        byte_starts = np.append(p, byte_ends[:-1])
+        char_first = np.append(self.chars, char_ends[:-1]) - mid
+        self.byte_offsets += zip(byte_starts.tolist(), byte_ends.tolist())
+        self.offsets += zip(char_first.tolist(), char_ends.tolist())
+        self.partial += (mid | ends_mid).tolist()
+        self.pos, self.chars = end, int(char_ends[-1])
 
     def _ordinary_with_gaps(self, run: list[int], pieces, lengths: list[int], char_starts: list[int]) -> None:
         """:meth:`_ordinary` token by token, for a run whose pieces are the text's bytes only once

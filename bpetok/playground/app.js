@@ -232,6 +232,7 @@ async function start() {
   $("tab-text").addEventListener("click", () => showTab(false));
   $("tab-chat").addEventListener("click", () => showTab(true));
   await tokenizeAll();
+  document.body.dataset.readyMs = String(Math.round(performance.now()));  // since navigation started
   document.body.dataset.ready = "true";
 }
 
