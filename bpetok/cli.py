@@ -151,6 +151,8 @@ def _cmd_tokenize(args) -> int:
             raise BpetokError(f"{args.file}: cannot read the input file ({e.strerror})") from e
     else:
         data = sys.stdin.buffer.read()
+    if args.ids and not args.color:
+        raise BpetokError("--ids goes with --color (the JSON output always has the ids)")
     if args.offsets or args.color:
         return _tokenize_text(tok, data, args)
     # The raw bytes, invalid UTF-8 included: llama.cpp's ids for exactly what was given.
