@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable
 
@@ -151,6 +152,10 @@ def _cmd_tokenize(args) -> int:
             raise BpetokError(f"{args.file}: cannot read the input file ({e.strerror})") from e
     else:
         data = sys.stdin.buffer.read()
+    if args.ids and not args.color:
+        raise BpetokError("--ids goes with --color (the JSON output always has the ids)")
+    if args.offsets or args.color:
+        return _tokenize_text(tok, data, args)
     # The raw bytes, invalid UTF-8 included: llama.cpp's ids for exactly what was given.
     ids = tok.encode_bytes(data, parse_special=not args.no_special)
     del data
@@ -170,6 +175,66 @@ def _cmd_tokenize(args) -> int:
         out.write(", ".join(items))
     out.write("]}\n")
     return 0
+
+
+def _tokenize_text(tok: bpetok.Tokenizer, data: bytes, args) -> int:
+    """``tokenize --offsets`` (JSON with each token's spans) and ``tokenize --color``: both need text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        flag = "--offsets" if args.offsets else "--color"
+        raise BpetokError(
+            f"{args.file or 'stdin'}: {flag} needs UTF-8 text, byte {e.start} is not; tokenize without {flag}"
+        ) from None
+    found = tok.encode_with_offsets(text, parse_special=not args.no_special)
+    out = sys.stdout
+    if args.color:
+        use_color = out.isatty() and not os.environ.get("NO_COLOR")
+        out.write(render_pieces(tok, text, found, ids=args.ids, color=use_color))
+        return 0
+    out.write('{"tokens": [')
+    for start in range(0, len(found.ids), _OUTPUT_SLICE):
+        items = []
+        for k in range(start, min(start + _OUTPUT_SLICE, len(found.ids))):
+            token: dict = {"id": found.ids[k]}
+            if args.pieces:
+                token["piece"] = _piece_json(tok.piece(found.ids[k]))
+            token["offsets"] = found.offsets[k]
+            token["byte_offsets"] = found.byte_offsets[k]
+            token["partial"] = found.partial[k]
+            items.append(json.dumps(token, ensure_ascii=False))
+        if start:
+            out.write(", ")
+        out.write(", ".join(items))
+    out.write("]}\n")
+    return 0
+
+
+# Background colors that alternate between tokens (256-colour palette: pale blue, green, yellow, pink).
+_BACKGROUNDS = (153, 151, 223, 218)
+
+
+def render_pieces(tok: bpetok.Tokenizer, text: str, found, *, ids: bool = False, color: bool = True) -> str:
+    """The text cut into its tokens: each in the next background color (``color``), else
+    between ``|``; ``ids``: each token's id after it in brackets. A character split over several
+    tokens is shown once, with its first token; a token of no text (BOS) shows its piece."""
+    out = []
+    shown = 0  # characters of the text shown so far
+    for k, token_id in enumerate(found.ids):
+        start, end = found.offsets[k]
+        if start == end:
+            part = tok.piece(token_id).decode("utf-8", "replace")
+        else:
+            part = text[max(start, shown) : end]
+            shown = max(shown, end)
+        label = f"[{token_id}]" if ids else ""
+        if color:
+            part = part.replace("\n", "\u21b5\n")  # a visible mark where the line breaks
+            background = _BACKGROUNDS[k % len(_BACKGROUNDS)]
+            out.append(f"\x1b[48;5;{background};38;5;16m{part}\x1b[0m" + (f"\x1b[2m{label}\x1b[0m" if label else ""))
+        else:
+            out.append(part + label)
+    return ("" if color else "|").join(out) + "\n"
 
 
 def build_parser(plugin_manager: pluggy.PluginManager | None = None) -> argparse.ArgumentParser:
@@ -202,6 +267,18 @@ def build_parser(plugin_manager: pluggy.PluginManager | None = None) -> argparse
     p.add_argument("--file", help="read the text from this file instead of stdin")
     p.add_argument("--no-special", action="store_true", help="do not parse special tokens written in the text")
     p.add_argument("--pieces", action="store_true", help="give each token's piece too")
+    p.add_argument(
+        "--offsets",
+        action="store_true",
+        help="give each token's character and byte span in the text (UTF-8 input only; conventions in bpetok.offsets)",
+    )
+    p.add_argument(
+        "--color",
+        action="store_true",
+        help="show the text cut into tokens, in alternating background colors on a terminal "
+        "(between | when stdout is not one, or NO_COLOR is set)",
+    )
+    p.add_argument("--ids", action="store_true", help="with --color: each token's id after it")
     p.set_defaults(func=_cmd_tokenize)
 
     if plugin_manager is None:

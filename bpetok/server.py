@@ -5,12 +5,18 @@ when a server is built, so ``import bpetok`` and the rest of the CLI never need 
 
 Endpoints, with llama-server's request, response and error shapes (``tools/server/README.md``):
 
-- ``POST /tokenize``   ``{"content", "add_special", "parse_special", "with_pieces"}`` -> ``{"tokens"}``
+- ``POST /tokenize``   ``{"content", "add_special", "parse_special", "with_pieces", "with_offsets"}`` -> ``{"tokens"}``
+  (``with_offsets``, bpetok's own: each token's character and byte span, see bpetok.offsets)
 - ``POST /detokenize`` ``{"tokens"}`` -> ``{"content"}``
 - ``POST /apply-template`` ``{"messages", "tools", "add_generation_prompt", "chat_template_kwargs"}``
   -> ``{"prompt"}``: the model's chat template, rendered as transformers does (bpetok.chat)
 - ``GET /health`` (and ``/v1/health``) -> ``{"status": "ok"}``
 - ``GET /props`` -> the vocabulary's facts (model, pre, n_tokens, eog ids, bos/eos, ...)
+- ``GET /models`` (and ``/v1/models``) -> the vocabularies served, by name
+- ``GET /`` -> the token playground (bpetok/playground: one page, no build step, nothing fetched)
+
+Several vocabularies can be served at once (``bpetok serve A.gguf B.gguf``); every request may name
+one with a ``"model"`` field in its body (``/props?model=NAME``), the first being the default.
 
 Errors are ``{"error": {"code", "message", "type"}}`` as llama-server's ``format_error_response``
 makes them. The request handling below (:func:`parse_body`, :func:`tokenize_request`,
@@ -31,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import bpetok
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
-from bpetok.server_io import piece_json
+from bpetok.server_io import dumps, piece_json
+from bpetok.vocab import TokenAttr
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -75,6 +82,7 @@ LINGER_IDLE = 2.0
 # How `--workers N` hands the model to worker processes: uvicorn starts each worker from an import
 # string, so the app is built by app_from_env() from these variables.
 ENV_MODEL = "BPETOK_SERVE_MODEL"
+ENV_MODELS = "BPETOK_SERVE_MODELS"  # several: a JSON array of [name, path] pairs
 ENV_MAX_BODY_BYTES = "BPETOK_SERVE_MAX_BODY_BYTES"
 ENV_REQUEST_TIMEOUT = "BPETOK_SERVE_REQUEST_TIMEOUT"
 # create_app's keyword -> (environment variable, type)
@@ -219,10 +227,41 @@ def tokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     >>> tokenize_request(tok, {"content": "Hello world"})
     {'tokens': [9707, 1879]}
     """
+    if _bool_field(data, "with_offsets", False):
+        return json.loads(offsets_answer(tok, data))
     ids, with_pieces = tokenize_ids(tok, data)
     if with_pieces:
         return {"tokens": [{"id": i, "piece": piece_json(tok.piece(i))} for i in ids]}
     return {"tokens": ids}
+
+
+def offsets_answer(tok: bpetok.Tokenizer, data: dict, fragments=None) -> bytes:
+    """``/tokenize`` with ``"with_offsets": true``, serialized: each token
+    ``{"id", "piece" (with_pieces), "offsets": [start, end], "byte_offsets": [start, end], "partial", "special"}``;
+    ``offsets`` count characters (code points), as bpetok.offsets defines them."""
+    content = data.get("content")
+    if not isinstance(content, str):
+        raise RequestError(f'"with_offsets" needs "content" to be a string, got {_json_type(content)}')
+    add_special = _bool_field(data, "add_special", False)
+    parse_special = _bool_field(data, "parse_special", True)
+    with_pieces = _bool_field(data, "with_pieces", False)
+    found = tok.encode_with_offsets(_check_text(content, "content"), parse_special=parse_special, add_special=add_special)
+    attrs = tok.vocabulary.attrs
+    special_attrs = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+    parts = []
+    for token_id, (start, end), (byte_start, byte_end), partial in zip(
+        found.ids, found.offsets, found.byte_offsets, found.partial
+    ):
+        if with_pieces:
+            head = (fragments[token_id] if fragments is not None else dumps({"id": token_id, "piece": piece_json(tok.piece(token_id))}))[:-1]
+        else:
+            head = b'{"id":%d' % token_id
+        parts.append(
+            b'%s,"offsets":[%d,%d],"byte_offsets":[%d,%d],"partial":%s,"special":%s}'
+            % (head, start, end, byte_start, byte_end, b"true" if partial else b"false",
+               b"true" if attrs[token_id] & special_attrs else b"false")
+        )
+    return b'{"tokens":[' + b",".join(parts) + b"]}"
 
 
 def tokenize_ids(tok: bpetok.Tokenizer, data: dict) -> tuple[list[int], bool]:
@@ -391,8 +430,25 @@ def _require_server_extra():
     return uvicorn
 
 
+def model_name(path: str) -> str:
+    """The name a vocabulary is served under when none is given: its file name without .gguf(.gz)."""
+    name = os.path.basename(path)
+    for suffix in (".gz", ".gguf", ".json"):
+        name = name.removesuffix(suffix)
+    return name or path
+
+
+def _served(tok) -> dict[str, bpetok.Tokenizer]:
+    if isinstance(tok, Mapping):
+        models = dict(tok)
+        if not models:
+            raise BpetokError("create_app needs at least one tokenizer to serve")
+        return models
+    return {model_name(tok.vocabulary.path): tok}
+
+
 def create_app(
-    tok: bpetok.Tokenizer,
+    tok: bpetok.Tokenizer | Mapping[str, bpetok.Tokenizer],
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     model_path: str | None = None,
@@ -401,7 +457,8 @@ def create_app(
     compute_timeout: float = DEFAULT_COMPUTE_TIMEOUT,
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
 ) -> Starlette:
-    """The ASGI app serving ``tok``; bodies over ``max_body_bytes`` get 413 before they are read in
+    """The ASGI app serving ``tok`` (or several: a mapping of names to tokenizers, the first the
+    default; a request picks one with a ``"model"`` field); bodies over ``max_body_bytes`` get 413 before they are read in
     full, bodies that take longer than ``body_timeout`` seconds to arrive get 408.
 
     Every request's work runs in one of ``threads`` worker threads, never on the event loop, and is
@@ -418,16 +475,32 @@ def create_app(
     from starlette.responses import Response, StreamingResponse
     from starlette.routing import Route
 
-    from bpetok.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout, dumps
+    from bpetok.playground import playground_routes
+    from bpetok.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout
 
     if max_body_bytes < 1:
         raise BpetokError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
     if threads < 1:
         raise BpetokError(f"threads must be at least 1, got {threads}")
-    info = props(tok, model_path if model_path is not None else tok.vocabulary.path)
+    models = _served(tok)
+    default = next(iter(models))
+    infos = {
+        name: props(t, model_path if model_path is not None and len(models) == 1 else t.vocabulary.path)
+        for name, t in models.items()
+    }
     pool = WorkPool(threads, compute_timeout)
     budget = OutputBudget(max_buffered_bytes)
-    fragments = PieceFragments(tok)
+    fragments = {name: PieceFragments(t) for name, t in models.items()}
+
+    def pick(name) -> str:
+        """The served model a request names (its "model" field, or /props?model=)."""
+        if name is None or (len(models) == 1 and isinstance(name, str)):
+            return default  # one model: any name is it, as llama-server ignores "model"
+        if not isinstance(name, str):
+            raise RequestError(f'"model" must be the name of a served model (a string), got {_json_type(name)}')
+        if name not in models:
+            raise RequestError(f'"model" is {_short(name)}, which this server does not serve; it serves {", ".join(models)} (GET /models)')
+        return name
 
     def respond(payload, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
         return Response(dumps(payload), status_code=status, headers=headers, media_type="application/json")
@@ -500,15 +573,21 @@ def create_app(
 
     # The work of each endpoint, run in a worker thread: request body -> answer.
     def tokenize_work(body: bytes):
-        ids, with_pieces = tokenize_ids(tok, parse_body(body))
-        answer = TokensBody(ids, fragments if with_pieces else None)
+        data = parse_body(body)
+        name = pick(data.get("model"))
+        if _bool_field(data, "with_offsets", False):
+            return BytesBody(offsets_answer(models[name], data, fragments[name]))
+        ids, with_pieces = tokenize_ids(models[name], data)
+        answer = TokensBody(ids, fragments[name] if with_pieces else None)
         return answer.to_bytes() if len(answer.ids) <= SMALL_ANSWER_IDS else answer
 
     def detokenize_work(body: bytes):
-        return BytesBody(dumps(detokenize_request(tok, parse_body(body))))
+        data = parse_body(body)
+        return BytesBody(dumps(detokenize_request(models[pick(data.get("model"))], data)))
 
     def apply_template_work(body: bytes):
-        return BytesBody(dumps(apply_template_request(tok, parse_body(body))))
+        data = parse_body(body)
+        return BytesBody(dumps(apply_template_request(models[pick(data.get("model"))], data)))
 
     def endpoint(work):
         async def run(request: Request) -> Response:
@@ -563,7 +642,23 @@ def create_app(
         return respond({"status": "ok"})
 
     async def get_props(request: Request) -> Response:
-        return respond(info)
+        try:
+            return respond(infos[pick(request.query_params.get("model"))])
+        except RequestError as e:
+            return respond(e.payload(), e.status)
+
+    listing = {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "owned_by": "bpetok",
+             "meta": {k: infos[name][k] for k in ("model_path", "model", "pre", "n_tokens", "add_bos", "add_eos")}
+             | {"chat_template": bool(infos[name]["chat_template"])}}
+            for name in models
+        ],
+    }
+
+    async def get_models(request: Request) -> Response:
+        return respond(listing)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 404:
@@ -583,6 +678,9 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/v1/health", health, methods=["GET"]),
         Route("/props", get_props, methods=["GET"]),
+        Route("/models", get_models, methods=["GET"]),
+        Route("/v1/models", get_models, methods=["GET"]),
+        *playground_routes(),
         Route("/tokenize", endpoint(tokenize_work), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize_work), methods=["POST"]),
         Route("/apply-template", endpoint(apply_template_work), methods=["POST"]),
@@ -601,8 +699,9 @@ def app_from_env() -> Starlette:
     :data:`ENV_LIMITS` and starts uvicorn with ``bpetok.server:app_from_env`` (``factory=True``); it
     can be used directly: ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.server:app_from_env``.
     """
+    several = os.environ.get(ENV_MODELS)
     path = os.environ.get(ENV_MODEL)
-    if not path:
+    if not path and not several:
         raise BpetokError(f"set {ENV_MODEL} to the path of a GGUF file to serve")
     limits = {}
     for name, (variable, kind) in ENV_LIMITS.items():
@@ -613,7 +712,32 @@ def app_from_env() -> Starlette:
             limits[name] = kind(text)
         except ValueError:
             raise BpetokError(f"{variable}={text!r} is not {'a number' if kind is int else 'a number of seconds'}") from None
-    return create_app(bpetok.from_gguf(path), model_path=path, **limits)
+    if several:
+        try:
+            pairs = [(str(name), str(where)) for name, where in json.loads(several)]
+        except (ValueError, TypeError):
+            raise BpetokError(f"{ENV_MODELS} must be a JSON array of [name, path] pairs") from None
+        return create_app({name: bpetok.from_file(where) for name, where in pairs}, **limits)
+    assert path is not None  # checked above
+    return create_app(bpetok.from_file(path), model_path=path, **limits)
+
+
+def _served_paths(args) -> list[tuple[str, str]]:
+    """(name, absolute path) of every vocabulary to serve: the positional files (named after
+    their file) then each ``--model NAME=PATH``."""
+    pairs = [(model_name(path), os.path.abspath(path)) for path in args.model]
+    for item in args.named_model or ():
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise BpetokError(f"--model {item!r}: expected NAME=PATH, e.g. --model qwen=qwen3.gguf")
+        pairs.append((name, os.path.abspath(path)))
+    if not pairs:
+        raise BpetokError("bpetok serve needs a vocabulary: bpetok serve MODEL.gguf (or --model NAME=PATH)")
+    names = [name for name, _ in pairs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise BpetokError(f"two vocabularies are named {', '.join(twice)}: name them apart with --model NAME=PATH")
+    return pairs
 
 
 # -- the command ------------------------------------------------------------------------------------------
@@ -643,15 +767,17 @@ def _cmd_serve(args) -> int:
     uvicorn = _require_server_extra()
     _check_fd_limit(args.limit_concurrency)
     _fix_malloc_threshold()
-    path = os.path.abspath(args.model)
-    tok = bpetok.from_gguf(path)  # fail here, with bpetok's message, before any worker starts
+    pairs = _served_paths(args)
+    models = {}
+    for name, path in pairs:  # fail here, with bpetok's message, before any worker starts
+        tok = models[name] = bpetok.from_file(path)
+        print(
+            f"bpetok: loaded {name} from {path} ({tok.vocabulary.model}/{tok.vocabulary.pre}, {tok.n_tokens:,} tokens)",
+            file=sys.stderr,
+            flush=True,
+        )
     url = f"http://{args.host}:{args.port}"
-    print(
-        f"bpetok: loaded {args.model} ({tok.vocabulary.model}/{tok.vocabulary.pre}, {tok.n_tokens:,} tokens); "
-        f"starting {args.workers} worker(s) on {url}",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"bpetok: starting {args.workers} worker(s) on {url} (the playground is at {url}/)", file=sys.stderr, flush=True)
     options = dict(
         host=args.host,
         port=args.port,
@@ -673,10 +799,13 @@ def _cmd_serve(args) -> int:
         if args.workers == 1:
             from bpetok.server_http import run_server
 
-            run_server(uvicorn.Config(create_app(tok, model_path=path, **limits), **options))
+            served = create_app(models, **limits) if len(pairs) > 1 else create_app(tok, model_path=pairs[0][1], **limits)
+            run_server(uvicorn.Config(served, **options))
         else:
             # Workers are separate processes started from an import string; each loads the model itself.
-            os.environ[ENV_MODEL] = path
+            os.environ[ENV_MODEL] = pairs[0][1]
+            if len(pairs) > 1:
+                os.environ[ENV_MODELS] = json.dumps(pairs)
             for name, (variable, _) in ENV_LIMITS.items():
                 os.environ[variable] = str(limits[name])
             _run_workers(uvicorn, args.workers, options)
@@ -789,10 +918,19 @@ def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "serve",
         help="serve llama-server's /tokenize, /detokenize and /apply-template over HTTP",
-        description="Serve llama-server's /tokenize, /detokenize, /apply-template, /health and /props for one vocabulary. "
+        description="Serve llama-server's /tokenize, /detokenize, /apply-template, /health and /props for one "
+        "vocabulary or several, and a token playground page at /. "
         f"Needs the server extra: {_INSTALL_HINT}.",
     )
-    p.add_argument("model", metavar="MODEL.gguf")
+    p.add_argument("model", metavar="MODEL.gguf", nargs="*", help="vocabularies to serve, each named after its file")
+    p.add_argument(
+        "--model",
+        dest="named_model",
+        action="append",
+        metavar="NAME=PATH",
+        help="a vocabulary to serve under NAME (repeatable); requests pick one with \"model\": NAME, "
+        "the first being the default",
+    )
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}, loopback only)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     p.add_argument("--workers", type=positive_int, default=1, help="worker processes (default 1)")

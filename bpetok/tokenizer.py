@@ -886,6 +886,20 @@ class Tokenizer:
             tokenize=tokenize, **kwargs,
         )
 
+    # -- offsets (bpetok.offsets) -------------------------------------------------------------------
+
+    def encode_with_offsets(self, text: str, *, parse_special: bool = True, add_special: bool = False):
+        """:meth:`encode` with each token's character and byte span: see :mod:`bpetok.offsets`."""
+        from bpetok.offsets import encode_with_offsets
+
+        return encode_with_offsets(self, text, parse_special=parse_special, add_special=add_special)
+
+    def encode_batch_with_offsets(self, texts: Iterable[str], *, parse_special: bool = True, workers: int | None = None):
+        """:meth:`encode_batch` with every text's spans: see :mod:`bpetok.offsets`."""
+        from bpetok.offsets import encode_batch_with_offsets
+
+        return encode_batch_with_offsets(self, texts, parse_special=parse_special, workers=workers)
+
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
 
