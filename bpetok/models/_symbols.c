@@ -18,6 +18,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pythread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,22 @@ typedef struct {
 typedef struct {
     Slot *slots;
     uint64_t mask;
+    size_t count;
 } Table;
+
+static int table_alloc(Table *t, size_t size)
+{
+    if (size > SIZE_MAX / sizeof(Slot))
+        return -1;
+    t->slots = (Slot *)malloc(size * sizeof(Slot));
+    if (!t->slots)
+        return -1;
+    for (size_t i = 0; i < size; i++)
+        t->slots[i].key = EMPTY_KEY;
+    t->mask = size - 1;
+    t->count = 0;
+    return 0;
+}
 
 static int table_init(Table *t, size_t entries)
 {
@@ -60,13 +76,7 @@ static int table_init(Table *t, size_t entries)
             return -1;
         size *= 2;
     }
-    t->slots = (Slot *)malloc(size * sizeof(Slot));
-    if (!t->slots)
-        return -1;
-    for (size_t i = 0; i < size; i++)
-        t->slots[i].key = EMPTY_KEY;
-    t->mask = size - 1;
-    return 0;
+    return table_alloc(t, size);
 }
 
 static inline const Slot *table_find(const Table *t, uint64_t key)
@@ -82,18 +92,35 @@ static inline const Slot *table_find(const Table *t, uint64_t key)
     }
 }
 
-/* Insert ``key`` unless present (the first value stays, as the Python tables keep one per key). */
-static void table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
+static void table_insert(Table *t, uint64_t key, uint32_t priority, uint32_t value)
 {
     uint64_t i = mix64(key) & t->mask;
     while (t->slots[i].key != EMPTY_KEY) {
         if (t->slots[i].key == key)
-            return;
+            return; /* the first value stays, as the Python tables keep one per key */
         i = (i + 1) & t->mask;
     }
     t->slots[i].key = key;
     t->slots[i].priority = priority;
     t->slots[i].value = value;
+    t->count++;
+}
+
+/* Insert ``key`` unless present, doubling the table past half full; -1 when out of memory. */
+static int table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
+{
+    if ((t->count + 1) * 2 > t->mask + 1) {
+        Table bigger;
+        if (t->mask + 1 > SIZE_MAX / 2 || table_alloc(&bigger, (size_t)(t->mask + 1) * 2) < 0)
+            return -1;
+        for (uint64_t i = 0; i <= t->mask; i++)
+            if (t->slots[i].key != EMPTY_KEY)
+                table_insert(&bigger, t->slots[i].key, t->slots[i].priority, t->slots[i].value);
+        free(t->slots);
+        *t = bigger;
+    }
+    table_insert(t, key, priority, value);
+    return 0;
 }
 
 /* -- symbols ---------------------------------------------------------------------------------------- */
@@ -176,6 +203,8 @@ static Pair heap_pop(Heap *h)
     return top;
 }
 
+#include "_word_cache.h"
+
 typedef struct {
     PyObject_HEAD
     Table units;  /* character -> symbol id */
@@ -184,12 +213,18 @@ typedef struct {
     uint32_t n_symbols, n_tokens;
     int32_t byte_ids[256]; /* each byte's fallback token, -1 for none */
     int missing_byte_fails;
+    /* Whether no merged symbol can span a word boundary (see split_words): then encode() merges
+     * word by word and caches each word's ids, which gives the same ids as merging it whole. */
+    int words;
+    WordCache cache;
+    PyThread_type_lock lock; /* guards cache: encode() runs without the GIL */
 } Merger;
 
 /* The merge state of one input: symbol i starts at start[i], is size[i] bytes long (0 once
- * merged into its left neighbour) and has the id id[i]; next/prev link the live symbols. */
+ * merged into its left neighbour) and has the id id[i]; next/prev link the live symbols. The
+ * buffers are kept from one word to the next (capacity symbols). */
 typedef struct {
-    uint32_t count;
+    uint32_t count, capacity;
     uint32_t *start, *size, *id, *next, *prev; /* five arrays in one allocation, at start */
     Heap heap;
 } Work;
@@ -198,6 +233,23 @@ static void work_free(Work *w)
 {
     free(w->start);
     free(w->heap.items);
+}
+
+static int work_reserve(Work *w, uint32_t n)
+{
+    if (n < w->capacity)
+        return 0;
+    size_t cells = (size_t)n + 1; /* n < 2**31: no overflow below */
+    uint32_t *start = (uint32_t *)realloc(w->start, 5 * cells * sizeof(uint32_t));
+    if (!start)
+        return -1;
+    w->start = start;
+    w->size = w->start + cells;
+    w->id = w->size + cells;
+    w->next = w->id + cells;
+    w->prev = w->next + cells;
+    w->capacity = (uint32_t)cells;
+    return 0;
 }
 
 static inline int queue_pair(const Merger *m, Work *w, uint32_t left, uint32_t right)
@@ -211,20 +263,16 @@ static inline int queue_pair(const Merger *m, Work *w, uint32_t left, uint32_t r
     return heap_push(&w->heap, p);
 }
 
-/* Merge ``data``'s symbols; returns 0, or -1 when out of memory. Runs without the GIL. */
+/* Merge ``data``'s symbols into ``w`` (zeroed, or left by an earlier call); returns 0, or -1
+ * when out of memory. Runs without the GIL. */
 static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w)
 {
-    memset(w, 0, sizeof(*w));
+    w->count = 0;
+    w->heap.count = 0;
     if (n == 0)
         return 0;
-    size_t cells = (size_t)n + 1; /* n < 2**31: no overflow below */
-    w->start = (uint32_t *)malloc(5 * cells * sizeof(uint32_t));
-    if (!w->start)
+    if (work_reserve(w, n) < 0)
         return -1;
-    w->size = w->start + cells;
-    w->id = w->size + cells;
-    w->next = w->id + cells;
-    w->prev = w->next + cells;
     uint32_t count = 0;
     for (uint32_t i = 0; i < n;) {
         uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
@@ -292,12 +340,88 @@ static Py_ssize_t emit(const Merger *m, const unsigned char *data, const Work *w
     return k;
 }
 
+#define FAILED_BYTE (-1)
+#define FAILED_MEMORY (-2)
+
+/* One word's ids into ``out``: from the cache, or merged (and then cached). Returns how many,
+ * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. */
+static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+{
+    int cached = m->cache.budget > 0 && n <= WORD_CACHE_LONGEST;
+    uint64_t hash = 0;
+    if (cached) {
+        hash = word_hash(data, n);
+        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        Py_ssize_t found = word_cache_get(&m->cache, hash, data, n, out);
+        PyThread_release_lock(m->lock);
+        if (found >= 0)
+            return found;
+    }
+    if (merge(m, data, n, w) < 0)
+        return FAILED_MEMORY;
+    Py_ssize_t k = emit(m, data, w, out);
+    if (k >= 0 && cached) {
+        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        word_cache_put(&m->cache, hash, data, n, out, (uint32_t)k); /* a cache: when full or out of memory, skipped */
+        PyThread_release_lock(m->lock);
+    }
+    return k < 0 ? FAILED_BYTE : k;
+}
+
+static inline int is_space_symbol(const unsigned char *p, uint32_t length)
+{
+    return length == 3 && p[0] == 0xE2 && p[1] == 0x96 && p[2] == 0x81;
+}
+
+/* All of ``data``'s ids into ``out`` (room for n ids). Where ``words`` is set, word by word: a
+ * word starts at each ``▁`` symbol that follows a symbol other than ``▁`` (symbols cut by the
+ * length rule from the start of the input, so the words' symbols are the input's); no merged
+ * symbol spans such a start, so no merge joins two words and each word merges as it would
+ * whole. Otherwise all at once. Returns as encode_word does. */
+static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+{
+    if (!m->words) {
+        if (merge(m, data, n, w) < 0)
+            return FAILED_MEMORY;
+        Py_ssize_t k = emit(m, data, w, out);
+        return k < 0 ? FAILED_BYTE : k;
+    }
+    Py_ssize_t k = 0;
+    uint32_t word = 0;
+    int after_space = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
+        if (length > n - i)
+            length = n - i;
+        int space = is_space_symbol(data + i, length);
+        if (space && !after_space && i > word) {
+            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k);
+            if (got < 0)
+                return got;
+            k += got;
+            word = i;
+        }
+        after_space = space;
+        i += length;
+    }
+    if (word < n) {
+        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k);
+        if (got < 0)
+            return got;
+        k += got;
+    }
+    return k;
+}
+
 /* -- the Python type ------------------------------------------------------------------------------ */
 
 static void Merger_dealloc(Merger *self)
 {
     free(self->units.slots);
     free(self->merges.slots);
+    word_cache_free(&self->cache);
+    if (self->lock)
+        PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -315,17 +439,10 @@ static int read_u32(PyObject *seq, Py_ssize_t i, uint32_t below, const char *wha
     return 0;
 }
 
-static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
+/* What both constructors set first: the id counts, the byte fallbacks and the cache's lock. */
+static int setup(Merger *self, unsigned long n_symbols, unsigned long n_tokens, PyObject *byte_ids, int missing_byte_fails)
 {
-    static char *kwlist[] = {"units", "left", "right", "priority", "merged", "n_symbols", "n_tokens", "byte_ids",
-                             "missing_byte_fails", NULL};
-    PyObject *units, *left, *right, *priority, *merged, *byte_ids;
-    unsigned long n_symbols, n_tokens;
-    int missing_byte_fails;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOkkOp", kwlist, &PyDict_Type, &units, &left, &right, &priority,
-                                     &merged, &n_symbols, &n_tokens, &byte_ids, &missing_byte_fails))
-        return -1;
-    if (self->units.slots || self->merges.slots) {
+    if (self->units.slots || self->merges.slots || self->lock) {
         PyErr_SetString(PyExc_TypeError, "Merger is already initialised");
         return -1;
     }
@@ -336,7 +453,6 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
     self->n_symbols = (uint32_t)n_symbols;
     self->n_tokens = (uint32_t)n_tokens;
     self->missing_byte_fails = missing_byte_fails;
-
     PyObject *bytes_seq = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
     if (!bytes_seq)
         return -1;
@@ -357,6 +473,35 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
         }
     }
     Py_DECREF(bytes_seq);
+    if (!(self->lock = PyThread_allocate_lock())) {
+        PyErr_SetString(PyExc_RuntimeError, "could not create the word cache's lock");
+        return -1;
+    }
+    return 0;
+}
+
+static void fill_ascii(Merger *self)
+{
+    for (unsigned b = 0; b < 128; b++) {
+        unsigned char c = (unsigned char)b;
+        const Slot *s = table_find(&self->units, unit_key(&c, 1));
+        self->ascii[b] = s ? s->value : NO_SYMBOL;
+    }
+}
+
+static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"units", "left", "right", "priority", "merged", "n_symbols", "n_tokens", "byte_ids",
+                             "missing_byte_fails", "words", NULL};
+    PyObject *units, *left, *right, *priority, *merged, *byte_ids;
+    unsigned long n_symbols, n_tokens;
+    int missing_byte_fails, words = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOkkOp|p", kwlist, &PyDict_Type, &units, &left, &right, &priority,
+                                     &merged, &n_symbols, &n_tokens, &byte_ids, &missing_byte_fails, &words))
+        return -1;
+    if (setup(self, n_symbols, n_tokens, byte_ids, missing_byte_fails) < 0)
+        return -1;
+    self->words = words;
 
     if (table_init(&self->units, (size_t)PyDict_Size(units)) < 0) {
         PyErr_NoMemory();
@@ -377,13 +522,9 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
             return -1;
         }
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        table_put(&self->units, unit_key(p, (uint32_t)PyBytes_GET_SIZE(key)), 0, (uint32_t)v);
+        table_insert(&self->units, unit_key(p, (uint32_t)PyBytes_GET_SIZE(key)), 0, (uint32_t)v); /* sized for all */
     }
-    for (unsigned b = 0; b < 128; b++) {
-        unsigned char c = (unsigned char)b;
-        const Slot *s = table_find(&self->units, unit_key(&c, 1));
-        self->ascii[b] = s ? s->value : NO_SYMBOL;
-    }
+    fill_ascii(self);
 
     PyObject *seqs[4] = {NULL, NULL, NULL, NULL};
     PyObject *given[4] = {left, right, priority, merged};
@@ -408,7 +549,7 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
             read_u32(seqs[2], i, UINT32_MAX, "priority", &pr) < 0 ||
             read_u32(seqs[3], i, self->n_symbols, "merged id", &mg) < 0)
             goto done;
-        table_put(&self->merges, (uint64_t)l << 32 | r, pr, mg);
+        table_insert(&self->merges, (uint64_t)l << 32 | r, pr, mg); /* sized for all */
     }
     status = 0;
 done:
@@ -438,29 +579,10 @@ static int take_input(Merger *self, PyObject *arg, const char *method, Py_buffer
     return 0;
 }
 
-/* Merge ``view`` with the GIL released when it is long; -1 (MemoryError set) on failure. */
-static int run_merge(Merger *self, Py_buffer *view, Work *w)
-{
-    int failed;
-    const unsigned char *data = (const unsigned char *)view->buf;
-    uint32_t n = (uint32_t)view->len;
-    if (n >= RELEASE_GIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS failed = merge(self, data, n, w);
-        Py_END_ALLOW_THREADS
-    } else {
-        failed = merge(self, data, n, w);
-    }
-    if (failed) {
-        work_free(w);
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
-                         "The ids of ``data`` after merging; None when a byte has no token and missing_byte_fails\n"
-                         "is set, or the input is too long (2 GiB): the Python twin then says what happened.");
+                         "The ids of ``data`` after merging (word by word through the word cache where ``words``\n"
+                         "is set); None when a byte has no token and missing_byte_fails is set, or the input is too\n"
+                         "long (2 GiB): the Python twin then says what happened.");
 
 static PyObject *Merger_encode(Merger *self, PyObject *arg)
 {
@@ -471,18 +593,24 @@ static PyObject *Merger_encode(Merger *self, PyObject *arg)
     if (ready > 0)
         Py_RETURN_NONE;
     PyObject *result = NULL;
-    Work w;
-    if (run_merge(self, &view, &w) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
+    Work w = {0};
+    const unsigned char *data = (const unsigned char *)view.buf;
+    uint32_t n = (uint32_t)view.len;
+    Py_ssize_t k = FAILED_MEMORY;
+    int32_t *out = (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (out) {
+        if (n >= RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, &w, out);
+            Py_END_ALLOW_THREADS
+        } else {
+            k = encode_all(self, data, n, &w, out);
+        }
     }
-    int32_t *out = (int32_t *)malloc(((size_t)view.len + 1) * sizeof(int32_t));
-    if (!out) {
+    if (k == FAILED_MEMORY) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t k = emit(self, (const unsigned char *)view.buf, &w, out);
-    if (k < 0) {
+    if (k == FAILED_BYTE) {
         result = Py_None;
         Py_INCREF(result);
         goto done;
@@ -517,12 +645,11 @@ static PyObject *Merger_spans(Merger *self, PyObject *arg)
         return NULL;
     if (ready > 0)
         Py_RETURN_NONE;
-    Work w;
-    if (run_merge(self, &view, &w) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    PyObject *result = PyList_New(0);
+    Work w = {0};
+    int failed;
+    Py_BEGIN_ALLOW_THREADS failed = merge(self, (const unsigned char *)view.buf, (uint32_t)view.len, &w);
+    Py_END_ALLOW_THREADS
+    PyObject *result = failed ? PyErr_NoMemory() : PyList_New(0);
     for (uint32_t i = 0; result && i < w.count; i = w.next[i]) {
         PyObject *span = Py_BuildValue("(kk)", (unsigned long)w.start[i], (unsigned long)w.size[i]);
         if (!span || PyList_Append(result, span) < 0)
@@ -534,9 +661,60 @@ static PyObject *Merger_spans(Merger *self, PyObject *arg)
     return result;
 }
 
+PyDoc_STRVAR(set_cache_budget_doc, "set_cache_budget(budget: int) -> None\n\n"
+                                   "Give the word cache ``budget`` bytes (0: none) and empty it.");
+
+static PyObject *Merger_set_cache_budget(Merger *self, PyObject *arg)
+{
+    Py_ssize_t budget = PyLong_AsSsize_t(arg);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "the cache budget must be >= 0");
+        return NULL;
+    }
+    if (!self->lock) {
+        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    word_cache_free(&self->cache);
+    self->cache.budget = self->words ? (size_t)budget : 0; /* no words, no cache */
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(cache_info_doc, "cache_info() -> dict: the word cache's entries, bytes and budget.");
+
+static PyObject *Merger_cache_info(Merger *self, PyObject *Py_UNUSED(ignored))
+{
+    WordCache c = {0};
+    if (self->lock) {
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+        c = self->cache;
+        PyThread_release_lock(self->lock);
+    }
+    return Py_BuildValue("{s:n,s:n,s:n}", "entries", (Py_ssize_t)c.count, "bytes", (Py_ssize_t)c.used, "budget",
+                         (Py_ssize_t)c.budget);
+}
+
+static PyObject *Merger_get_words(Merger *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->words);
+}
+
+static PyGetSetDef Merger_getset[] = {
+    {"words", (getter)Merger_get_words, NULL, "whether encode() merges word by word (and may cache words)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Merger_methods[] = {
     {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
+    {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
+    {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -554,13 +732,191 @@ static PyTypeObject MergerType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = Merger_doc,
     .tp_methods = Merger_methods,
+    .tp_getset = Merger_getset,
     .tp_init = (initproc)Merger_init,
     .tp_new = PyType_GenericNew,
 };
 
+/* -- SPM tables from the token index ------------------------------------------------------------ */
+
+/* A token's text -> its id, while the tables are built (the texts are the index's bytes). */
+typedef struct {
+    const unsigned char *text; /* NULL for a free slot */
+    uint32_t len, id;
+} TextSlot;
+
+typedef struct {
+    TextSlot *slots;
+    size_t mask;
+} TextTable;
+
+static inline size_t text_slot(const TextTable *t, const unsigned char *p, uint32_t n)
+{
+    return (size_t)word_hash(p, n) & t->mask;
+}
+
+static uint32_t text_find(const TextTable *t, const unsigned char *p, uint32_t n)
+{
+    for (size_t i = text_slot(t, p, n);; i = (i + 1) & t->mask) {
+        const TextSlot *s = &t->slots[i];
+        if (!s->text)
+            return NO_SYMBOL;
+        if (s->len == n && memcmp(s->text, p, n) == 0)
+            return s->id;
+    }
+}
+
+static inline int is_one_symbol(const unsigned char *p, uint32_t n)
+{
+    return n > 0 && n <= LENGTH_OF_NIBBLE[p[0] >> 4];
+}
+
+/* A cut half's symbol id: its token's, else (one character) its unit id, a new virtual one if it
+ * has none yet; NO_SYMBOL when it is neither (the cut forms no merge). -1 when out of memory. */
+static int half_id(Merger *self, const TextTable *texts, const unsigned char *p, uint32_t n, uint32_t *id)
+{
+    *id = text_find(texts, p, n);
+    if (*id != NO_SYMBOL || !is_one_symbol(p, n))
+        return 0;
+    uint64_t key = unit_key(p, n);
+    const Slot *s = table_find(&self->units, key);
+    if (s) {
+        *id = s->value;
+        return 0;
+    }
+    if (self->n_symbols >= (uint32_t)INT32_MAX - 1)
+        return -1;
+    *id = self->n_symbols++;
+    return table_put(&self->units, key, 0, *id);
+}
+
+/* Whether the token ``p[0..n)`` holds a ``▁`` right after a character other than ``▁``. */
+static int spans_a_word_start(const unsigned char *p, uint32_t n)
+{
+    int after_other = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t length = LENGTH_OF_NIBBLE[p[i] >> 4];
+        if (length > n - i)
+            length = n - i;
+        int space = is_space_symbol(p + i, length);
+        if (space && after_other)
+            return 1;
+        after_other = !space;
+        i += length;
+    }
+    return 0;
+}
+
+/* The tables of SentencePieceModel.merge: every cut of a token into two symbols, each a token or
+ * one character, merges them into that token at its priority; the first cut of a pair wins. */
+static int build_spm(Merger *self, PyObject *index, const uint32_t *priority)
+{
+    Py_ssize_t n = PyDict_Size(index);
+    TextTable texts = {NULL, 0};
+    size_t size = 16;
+    while (size < (size_t)n * 2 + 1)
+        size *= 2;
+    if (!(texts.slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || table_init(&self->units, 1024) < 0 ||
+        table_init(&self->merges, (size_t)n * 2) < 0) {
+        free(texts.slots);
+        PyErr_NoMemory();
+        return -1;
+    }
+    texts.mask = size - 1;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) >= (Py_ssize_t)INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
+            goto failed;
+        }
+        unsigned long long v = PyLong_AsUnsignedLongLong(value);
+        if (v == (unsigned long long)-1 && PyErr_Occurred())
+            goto failed;
+        if (v >= self->n_tokens) {
+            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
+            goto failed;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+        size_t i = text_slot(&texts, p, len);
+        while (texts.slots[i].text)
+            i = (i + 1) & texts.mask;
+        texts.slots[i] = (TextSlot){p, len, (uint32_t)v};
+        if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
+            goto no_memory;
+    }
+    self->words = 1;
+    pos = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key), id = (uint32_t)PyLong_AsUnsignedLong(value);
+        int formed = 0;
+        for (uint32_t cut = LENGTH_OF_NIBBLE[p[0] >> 4]; len && cut < len; cut += LENGTH_OF_NIBBLE[p[cut] >> 4]) {
+            uint32_t left, right;
+            if (half_id(self, &texts, p, cut, &left) < 0)
+                goto no_memory;
+            if (left == NO_SYMBOL)
+                continue;
+            if (half_id(self, &texts, p + cut, len - cut, &right) < 0)
+                goto no_memory;
+            if (right == NO_SYMBOL)
+                continue;
+            if (table_put(&self->merges, (uint64_t)left << 32 | right, priority[id], id) < 0)
+                goto no_memory;
+            formed = 1;
+        }
+        if (formed && spans_a_word_start(p, len))
+            self->words = 0;
+    }
+    free(texts.slots);
+    fill_ascii(self);
+    return 0;
+no_memory:
+    PyErr_NoMemory();
+failed:
+    free(texts.slots);
+    return -1;
+}
+
+PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, priority, n_tokens, byte_ids, missing_byte_fails) -> Merger\n\n"
+                             "SentencePieceModel's tables from its token index (text -> id): every cut of a token into two\n"
+                             "symbols, each a token or one character, merges them at ``priority[id]`` (a buffer of n_tokens\n"
+                             "uint32, lowest first). ``words`` is set when no token formed by a merge holds a ``▁`` right\n"
+                             "after another character.");
+
+static PyObject *spm_merger(PyObject *module, PyObject *args)
+{
+    PyObject *index, *priority, *byte_ids;
+    unsigned long n_tokens;
+    int missing_byte_fails;
+    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &priority, &n_tokens, &byte_ids, &missing_byte_fails))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(priority, &view, PyBUF_FORMAT) < 0)
+        return NULL;
+    Merger *self = NULL;
+    if (view.itemsize != 4 || !view.format || strcmp(view.format, "I") != 0 || view.len / 4 != (Py_ssize_t)n_tokens) {
+        PyErr_SetString(PyExc_ValueError, "priority must be an array('I') of n_tokens priorities");
+        goto done;
+    }
+    self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
+    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 ||
+        build_spm(self, index, (const uint32_t *)view.buf) < 0)
+        Py_CLEAR(self);
+done:
+    PyBuffer_Release(&view);
+    return (PyObject *)self;
+}
+
+static PyMethodDef module_methods[] = {
+    {"spm_merger", (PyCFunction)spm_merger, METH_VARARGS, spm_merger_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef symbols_module = {
     PyModuleDef_HEAD_INIT, "_symbols", "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
-    -1, NULL,
+    -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__symbols(void)

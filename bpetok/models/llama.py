@@ -89,16 +89,6 @@ def _is_one_symbol(text: bytes) -> bool:
     return 0 < len(text) <= _LENGTH_OF_NIBBLE[text[0] >> 4]
 
 
-def _unit_starts(text: bytes) -> list[int]:
-    """Where each symbol of ``text`` starts by the length rule alone (what :func:`_symbol_starts`
-    gives for well-formed UTF-8, without decoding)."""
-    starts, i, n = [], 0, len(text)
-    while i < n:
-        starts.append(i)
-        i += _LENGTH_OF_NIBBLE[text[i] >> 4]
-    return starts
-
-
 def build_merger(
     module,
     token_index: dict[bytes, int],
@@ -230,9 +220,9 @@ class SentencePieceModel(CompiledMergeLoop):
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
         # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
-        # The fragment is the unit: cutting it into words and caching those measured slower on
-        # new text than merging it whole in C (benchmarks/models_bench.py, docs/benchmarks.md).
+        # The C loop, where a vocabulary allows it, caches words instead (see use_cache).
         self._cache = IdCache(0)
+        self.merger()  # the tables are built at load, not by the first encode
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
@@ -243,18 +233,19 @@ class SentencePieceModel(CompiledMergeLoop):
             return None
         # Priorities: the scores' order, highest first; equal scores share one, so ties go leftmost.
         order = {score: rank for rank, score in enumerate(sorted(set(scores), reverse=True))}
-        index = self.ids
+        # Every cut of a token into two symbols, each a token or one character, merges into it at
+        # its priority: the tables merge() looks up token by token, built in C (a 262k-token
+        # vocabulary has 1.5M cuts).
+        priorities = array("I", map(order.__getitem__, scores))
+        return module.spm_merger(self.ids, priorities, self.n_tokens, self.byte_ids, True)
 
-        # Every cut of a token into two symbols, each a token or one character.
-        lefts, rights, priorities = [], [], []
-        for text, token_id in index.items():
-            for cut in _unit_starts(text)[1:]:
-                left, right = text[:cut], text[cut:]
-                if (left in index or _is_one_symbol(left)) and (right in index or _is_one_symbol(right)):
-                    lefts.append(left)
-                    rights.append(right)
-                    priorities.append(order[scores[token_id]])
-        return build_merger(module, index, self.n_tokens, lefts, rights, priorities, self.byte_ids, missing_byte_fails=True)
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache in ``cache`` (the Tokenizer's), or, when the C loop caches words, give it that budget."""
+        self._cache = cache
+        merger = self.merger()
+        if merger is not None and merger.words:
+            merger.set_cache_budget(cache.budget)
+            self._cache = IdCache(0)  # one cache: the C loop's, of words
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""
