@@ -9,7 +9,7 @@ Gemma 3's file is not in the repository; this one has its shape, for tests and b
 - 165 USER_DEFINED tokens: runs of 2-31 newlines, 2-31 spaces and 1-31 tabs (with real spaces, as
   the partition matches them against the raw text), and HTML tags;
 - the 256 ``<0xXX>`` BYTE tokens (byte fallback);
-- Llama 2's 31,741 NORMAL pieces with their scores (the ``--base`` vocabulary, llama.cpp's
+- Llama 2's NORMAL pieces with their scores (but its runs of ``▁``, user-defined here) (the ``--base`` vocabulary, llama.cpp's
   test file by default), then merged pieces up to ``--size``: each the concatenation of two
   existing pieces, the left one picked with Zipf-like weights by score rank and the right one
   never starting with ``▁`` (a piece never spans two words, as in SentencePiece's training),
@@ -68,7 +68,7 @@ def grow(pieces: list[bytes], scores: list[float], count: int, seed: int) -> tup
         left = rng.choices(lefts, cum_weights=left_weights)[0]
         right = rng.choices(rights, cum_weights=right_weights)[0]
         piece = left + right
-        if piece in known or len(piece) > 48:
+        if piece in known or piece.strip(SPACE) == b"" or len(piece) > 48:
             continue
         known.add(piece)
         new.append(piece)
@@ -90,9 +90,11 @@ def build(base: pathlib.Path, size: int, seed: int = 3):
     meta = gguf.metadata
     base_types = list(meta["tokenizer.ggml.token_type"])
     base_scores = [float(s) for s in meta["tokenizer.ggml.scores"]]
-    normal = [(t, s) for t, s, k in zip(meta["tokenizer.ggml.tokens"], base_scores, base_types) if k == NORMAL]
-    normal.sort(key=lambda ts: -ts[1])
     tokens, types = specials()
+    # Runs of spaces are USER_DEFINED only (sentencepiece, which spells them with ▁, has one of each).
+    taken = {t.replace(b" ", SPACE) for t, k in zip(tokens, types) if k == USER_DEFINED}
+    normal = [(t, s) for t, s, k in zip(meta["tokenizer.ggml.tokens"], base_scores, base_types) if k == NORMAL and t not in taken]
+    normal.sort(key=lambda ts: -ts[1])
     scores = [0.0] * len(tokens)
     tokens += [b"<0x%02X>" % b for b in range(256)]
     types += [BYTE] * 256

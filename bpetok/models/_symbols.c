@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_word_cache.h"
+
 #define NO_SYMBOL UINT32_MAX /* a character that is no token and takes part in no merge */
 #define EMPTY_KEY UINT64_MAX
 /* Indices into the input are uint32; longer inputs go to the Python twin. */
@@ -123,6 +125,46 @@ static int table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
     return 0;
 }
 
+/* -- open-addressing table: token text -> id (SPM merges look the merged text up) ---------------- */
+
+typedef struct {
+    uint32_t offset; /* into the arena */
+    uint32_t len, id;
+    uint32_t tag; /* the hash's high half; 0 for a free slot (tags are never 0) */
+} TextSlot;
+
+typedef struct {
+    TextSlot *slots;
+    size_t mask;
+    unsigned char *arena; /* every text, back to back */
+} TextTable;
+
+static inline uint32_t text_tag(uint64_t hash)
+{
+    uint32_t tag = (uint32_t)(hash >> 32);
+    return tag ? tag : 1;
+}
+
+static inline uint32_t text_find(const TextTable *t, const unsigned char *p, uint32_t n, uint64_t hash)
+{
+    uint32_t tag = text_tag(hash);
+    for (size_t i = (size_t)hash & t->mask;; i = (i + 1) & t->mask) {
+        const TextSlot *s = &t->slots[i];
+        if (!s->tag)
+            return NO_SYMBOL;
+        if (s->tag == tag && s->len == n && memcmp(t->arena + s->offset, p, n) == 0)
+            return s->id;
+    }
+}
+
+static void text_table_free(TextTable *t)
+{
+    free(t->slots);
+    free(t->arena);
+    t->slots = NULL;
+    t->arena = NULL;
+}
+
 /* -- symbols ---------------------------------------------------------------------------------------- */
 
 /* unicode_len_utf8: a sequence's length from its first byte's high nibble (continuation bytes: 1). */
@@ -138,7 +180,8 @@ static inline uint64_t unit_key(const unsigned char *p, uint32_t length)
 }
 
 typedef struct {
-    uint32_t priority, left, right, size; /* compared in this order, as Python compares its tuples */
+    uint64_t priority; /* then left, right, size: compared in this order, as Python compares its tuples */
+    uint32_t left, right, size;
     uint32_t merged;                      /* the id the pair merges into */
 } Pair;
 
@@ -203,13 +246,15 @@ static Pair heap_pop(Heap *h)
     return top;
 }
 
-#include "_word_cache.h"
-
 typedef struct {
     PyObject_HEAD
     Table units;  /* character -> symbol id */
     uint32_t ascii[128]; /* the same for one-byte characters, without hashing */
     Table merges; /* left << 32 | right -> (priority, merged id) */
+    /* SPM's tables instead of merges (spm_merger): two adjacent symbols merge when their text is
+     * a token, at that token's priority. */
+    TextTable texts;
+    uint64_t *priority; /* by token id: its score's order, highest first (see score_priority) */
     uint32_t n_symbols, n_tokens;
     int32_t byte_ids[256]; /* each byte's fallback token, -1 for none */
     int missing_byte_fails;
@@ -252,14 +297,23 @@ static int work_reserve(Work *w, uint32_t n)
     return 0;
 }
 
-static inline int queue_pair(const Merger *m, Work *w, uint32_t left, uint32_t right)
+static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right)
 {
+    uint32_t size = w->size[left] + w->size[right];
+    if (m->texts.slots) {
+        const unsigned char *p = data + w->start[left];
+        uint32_t id = text_find(&m->texts, p, size, word_hash(p, size));
+        if (id == NO_SYMBOL)
+            return 0;
+        Pair p2 = {m->priority[id], left, right, size, id};
+        return heap_push(&w->heap, p2);
+    }
     if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
         return 0;
     const Slot *s = table_find(&m->merges, (uint64_t)w->id[left] << 32 | w->id[right]);
     if (!s)
         return 0;
-    Pair p = {s->priority, left, right, w->size[left] + w->size[right], s->value};
+    Pair p = {s->priority, left, right, size, s->value};
     return heap_push(&w->heap, p);
 }
 
@@ -295,7 +349,7 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         w->prev[i] = i - 1; /* UINT32_MAX for the first: no symbol before it */
     }
     for (uint32_t i = 0; i + 1 < count; i++)
-        if (queue_pair(m, w, i, i + 1) < 0)
+        if (queue_pair(m, data, w, i, i + 1) < 0)
             return -1;
     while (w->heap.count) {
         Pair p = heap_pop(&w->heap);
@@ -310,9 +364,9 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         if (after < count)
             w->prev[after] = left;
         uint32_t before = w->prev[left];
-        if (before != UINT32_MAX && queue_pair(m, w, before, left) < 0)
+        if (before != UINT32_MAX && queue_pair(m, data, w, before, left) < 0)
             return -1;
-        if (after < count && queue_pair(m, w, left, after) < 0)
+        if (after < count && queue_pair(m, data, w, left, after) < 0)
             return -1;
     }
     return 0;
@@ -419,6 +473,8 @@ static void Merger_dealloc(Merger *self)
 {
     free(self->units.slots);
     free(self->merges.slots);
+    text_table_free(&self->texts);
+    free(self->priority);
     word_cache_free(&self->cache);
     if (self->lock)
         PyThread_free_lock(self->lock);
@@ -584,20 +640,16 @@ PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
                          "is set); None when a byte has no token and missing_byte_fails is set, or the input is too\n"
                          "long (2 GiB): the Python twin then says what happened.");
 
-static PyObject *Merger_encode(Merger *self, PyObject *arg)
+/* Inputs up to this many bytes are escaped and encoded in stack buffers, without malloc. */
+#define SMALL_INPUT 512
+
+/* encode_all on ``data`` (the GIL released when it is long) as a list; None for FAILED_BYTE. */
+static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_t n)
 {
-    Py_buffer view;
-    int ready = take_input(self, arg, "encode", &view);
-    if (ready < 0)
-        return NULL;
-    if (ready > 0)
-        Py_RETURN_NONE;
-    PyObject *result = NULL;
+    int32_t small[SMALL_INPUT + 1];
     Work w = {0};
-    const unsigned char *data = (const unsigned char *)view.buf;
-    uint32_t n = (uint32_t)view.len;
     Py_ssize_t k = FAILED_MEMORY;
-    int32_t *out = (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *out = n <= SMALL_INPUT ? small : (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
     if (out) {
         if (n >= RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, &w, out);
@@ -606,30 +658,91 @@ static PyObject *Merger_encode(Merger *self, PyObject *arg)
             k = encode_all(self, data, n, &w, out);
         }
     }
+    work_free(&w);
+    PyObject *result = NULL;
     if (k == FAILED_MEMORY) {
         PyErr_NoMemory();
-        goto done;
-    }
-    if (k == FAILED_BYTE) {
+    } else if (k == FAILED_BYTE) {
         result = Py_None;
         Py_INCREF(result);
-        goto done;
-    }
-    result = PyList_New(k);
-    if (!result)
-        goto done;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        PyObject *id = PyLong_FromLong(out[i]);
-        if (!id) {
-            Py_CLEAR(result);
-            goto done;
+    } else if ((result = PyList_New(k))) {
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *id = PyLong_FromLong(out[i]);
+            if (!id) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyList_SET_ITEM(result, i, id);
         }
-        PyList_SET_ITEM(result, i, id);
     }
-done:
-    free(out);
-    work_free(&w);
+    if (out != small)
+        free(out);
+    return result;
+}
+
+static PyObject *Merger_encode(Merger *self, PyObject *arg)
+{
+    Py_buffer view;
+    int ready = take_input(self, arg, "encode", &view);
+    if (ready < 0)
+        return NULL;
+    if (ready > 0)
+        Py_RETURN_NONE;
+    PyObject *result = encode_to_list(self, (const unsigned char *)view.buf, (uint32_t)view.len);
     PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
+                              "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
+                              "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
+                              "that is no UTF-8 (lone surrogates) or too long: the caller escapes it in Python.");
+
+static PyObject *Merger_encode_text(Merger *self, PyObject *args)
+{
+    PyObject *text;
+    int prefix;
+    if (!PyArg_ParseTuple(args, "Up", &text, &prefix))
+        return NULL;
+    if (!self->units.slots || !self->merges.slots) {
+        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (!utf8) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t spaces = (prefix ? 1 : 0);
+    for (Py_ssize_t i = 0; i < n; i++)
+        spaces += utf8[i] == ' ';
+    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
+        Py_RETURN_NONE;
+    size_t size = (size_t)n + 2 * (size_t)spaces;
+    unsigned char small[3 * SMALL_INPUT];
+    unsigned char *data = size <= sizeof small ? small : (unsigned char *)malloc(size + 1);
+    if (!data)
+        return PyErr_NoMemory();
+    size_t k = 0;
+    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
+    if (prefix) {
+        memcpy(data, SPACE_UTF8, 3);
+        k = 3;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (utf8[i] == ' ') {
+            memcpy(data + k, SPACE_UTF8, 3);
+            k += 3;
+        } else {
+            data[k++] = (unsigned char)utf8[i];
+        }
+    }
+    PyObject *result = encode_to_list(self, data, (uint32_t)k);
+    if (data != small)
+        free(data);
     return result;
 }
 
@@ -712,6 +825,7 @@ static PyGetSetDef Merger_getset[] = {
 
 static PyMethodDef Merger_methods[] = {
     {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
+    {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
     {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
     {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},
@@ -739,58 +853,12 @@ static PyTypeObject MergerType = {
 
 /* -- SPM tables from the token index ------------------------------------------------------------ */
 
-/* A token's text -> its id, while the tables are built (the texts are the index's bytes). */
-typedef struct {
-    const unsigned char *text; /* NULL for a free slot */
-    uint32_t len, id;
-} TextSlot;
-
-typedef struct {
-    TextSlot *slots;
-    size_t mask;
-} TextTable;
-
-static inline size_t text_slot(const TextTable *t, const unsigned char *p, uint32_t n)
-{
-    return (size_t)word_hash(p, n) & t->mask;
-}
-
-static uint32_t text_find(const TextTable *t, const unsigned char *p, uint32_t n)
-{
-    for (size_t i = text_slot(t, p, n);; i = (i + 1) & t->mask) {
-        const TextSlot *s = &t->slots[i];
-        if (!s->text)
-            return NO_SYMBOL;
-        if (s->len == n && memcmp(s->text, p, n) == 0)
-            return s->id;
-    }
-}
-
 static inline int is_one_symbol(const unsigned char *p, uint32_t n)
 {
     return n > 0 && n <= LENGTH_OF_NIBBLE[p[0] >> 4];
 }
 
-/* A cut half's symbol id: its token's, else (one character) its unit id, a new virtual one if it
- * has none yet; NO_SYMBOL when it is neither (the cut forms no merge). -1 when out of memory. */
-static int half_id(Merger *self, const TextTable *texts, const unsigned char *p, uint32_t n, uint32_t *id)
-{
-    *id = text_find(texts, p, n);
-    if (*id != NO_SYMBOL || !is_one_symbol(p, n))
-        return 0;
-    uint64_t key = unit_key(p, n);
-    const Slot *s = table_find(&self->units, key);
-    if (s) {
-        *id = s->value;
-        return 0;
-    }
-    if (self->n_symbols >= (uint32_t)INT32_MAX - 1)
-        return -1;
-    *id = self->n_symbols++;
-    return table_put(&self->units, key, 0, *id);
-}
-
-/* Whether the token ``p[0..n)`` holds a ``▁`` right after a character other than ``▁``. */
+/* Whether the text ``p[0..n)`` holds a ``▁`` right after a character other than ``▁``. */
 static int spans_a_word_start(const unsigned char *p, uint32_t n)
 {
     int after_other = 0;
@@ -807,105 +875,138 @@ static int spans_a_word_start(const unsigned char *p, uint32_t n)
     return 0;
 }
 
-/* The tables of SentencePieceModel.merge: every cut of a token into two symbols, each a token or
- * one character, merges them into that token at its priority; the first cut of a pair wins. */
-static int build_spm(Merger *self, PyObject *index, const uint32_t *priority)
+/* Whether merges can form the token ``p[0..n)``: some cut of it into two symbols, each a token or
+ * one character (what SentencePieceModel.merge's lookups can ever join). */
+static int can_form(const TextTable *t, const unsigned char *p, uint32_t n)
 {
-    Py_ssize_t n = PyDict_Size(index);
-    TextTable texts = {NULL, 0};
+    for (uint32_t cut = LENGTH_OF_NIBBLE[p[0] >> 4]; cut < n; cut += LENGTH_OF_NIBBLE[p[cut] >> 4]) {
+        int left = is_one_symbol(p, cut) || text_find(t, p, cut, word_hash(p, cut)) != NO_SYMBOL;
+        if (left && (is_one_symbol(p + cut, n - cut) || text_find(t, p + cut, n - cut, word_hash(p + cut, n - cut)) != NO_SYMBOL))
+            return 1;
+    }
+    return 0;
+}
+
+/* The tables of SentencePieceModel.merge: each token's text (a copy) -> its id, and the units
+ * (the tokens of one character). ``words`` is set unless a token merges can form spans a word start. */
+/* A score as a priority: the higher the score the lower the priority, equal scores (0.0 and -0.0
+ * too) equal, as Python orders -score; the bits of a double made to sort as unsigned integers. */
+static uint64_t score_priority(double score)
+{
+    if (score == 0.0)
+        score = 0.0;
+    uint64_t bits;
+    memcpy(&bits, &score, sizeof bits);
+    uint64_t ascending = (bits & 0x8000000000000000ULL) ? ~bits : bits | 0x8000000000000000ULL;
+    return ~ascending;
+}
+
+static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
+{
+    Py_ssize_t n = PyDict_Size(index), pos = 0;
+    PyObject *key, *value;
+    size_t total = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
+            return -1;
+        }
+        total += (size_t)PyBytes_GET_SIZE(key);
+    }
+    if (total >= (size_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the token texts are too long (4 GiB)");
+        return -1;
+    }
     size_t size = 16;
     while (size < (size_t)n * 2 + 1)
         size *= 2;
-    if (!(texts.slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || table_init(&self->units, 1024) < 0 ||
-        table_init(&self->merges, (size_t)n * 2) < 0) {
-        free(texts.slots);
-        PyErr_NoMemory();
-        return -1;
-    }
-    texts.mask = size - 1;
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
+    TextTable *t = &self->texts;
+    if (!(self->priority = (uint64_t *)malloc(((size_t)self->n_tokens + 1) * sizeof(uint64_t))) ||
+        !(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
+        table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
+        goto no_memory;
+    memcpy(self->priority, priority, (size_t)self->n_tokens * sizeof(uint64_t));
+    t->mask = size - 1;
+    uint32_t offset = 0;
+    pos = 0;
     while (PyDict_Next(index, &pos, &key, &value)) {
-        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) >= (Py_ssize_t)INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
-            goto failed;
-        }
         unsigned long long v = PyLong_AsUnsignedLongLong(value);
         if (v == (unsigned long long)-1 && PyErr_Occurred())
-            goto failed;
+            return -1;
         if (v >= self->n_tokens) {
             PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
-            goto failed;
+            return -1;
         }
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
         uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        size_t i = text_slot(&texts, p, len);
-        while (texts.slots[i].text)
-            i = (i + 1) & texts.mask;
-        texts.slots[i] = (TextSlot){p, len, (uint32_t)v};
+        uint64_t hash = word_hash(p, len);
+        size_t i = (size_t)hash & t->mask;
+        while (t->slots[i].tag)
+            i = (i + 1) & t->mask;
+        memcpy(t->arena + offset, p, len);
+        t->slots[i] = (TextSlot){offset, len, (uint32_t)v, text_tag(hash)};
+        offset += len;
         if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
             goto no_memory;
     }
     self->words = 1;
-    pos = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key), id = (uint32_t)PyLong_AsUnsignedLong(value);
-        int formed = 0;
-        for (uint32_t cut = LENGTH_OF_NIBBLE[p[0] >> 4]; len && cut < len; cut += LENGTH_OF_NIBBLE[p[cut] >> 4]) {
-            uint32_t left, right;
-            if (half_id(self, &texts, p, cut, &left) < 0)
-                goto no_memory;
-            if (left == NO_SYMBOL)
-                continue;
-            if (half_id(self, &texts, p + cut, len - cut, &right) < 0)
-                goto no_memory;
-            if (right == NO_SYMBOL)
-                continue;
-            if (table_put(&self->merges, (uint64_t)left << 32 | right, priority[id], id) < 0)
-                goto no_memory;
-            formed = 1;
-        }
-        if (formed && spans_a_word_start(p, len))
+    for (size_t i = 0; i < size && self->words; i++) {
+        const TextSlot *s = &t->slots[i];
+        const unsigned char *p = t->arena + s->offset;
+        if (s->tag && s->len && spans_a_word_start(p, s->len) && can_form(t, p, s->len))
             self->words = 0;
     }
-    free(texts.slots);
     fill_ascii(self);
     return 0;
 no_memory:
     PyErr_NoMemory();
-failed:
-    free(texts.slots);
     return -1;
 }
 
-PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, priority, n_tokens, byte_ids, missing_byte_fails) -> Merger\n\n"
-                             "SentencePieceModel's tables from its token index (text -> id): every cut of a token into two\n"
-                             "symbols, each a token or one character, merges them at ``priority[id]`` (a buffer of n_tokens\n"
-                             "uint32, lowest first). ``words`` is set when no token formed by a merge holds a ``▁`` right\n"
-                             "after another character.");
+PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails) -> Merger | None\n\n"
+                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
+                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
+                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
+                             "right after another character.");
 
-static PyObject *spm_merger(PyObject *module, PyObject *args)
+static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *index, *priority, *byte_ids;
+    PyObject *index, *scores, *byte_ids;
     unsigned long n_tokens;
     int missing_byte_fails;
-    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &priority, &n_tokens, &byte_ids, &missing_byte_fails))
+    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &scores, &n_tokens, &byte_ids, &missing_byte_fails))
         return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(priority, &view, PyBUF_FORMAT) < 0)
+    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
+    if (!seq)
         return NULL;
     Merger *self = NULL;
-    if (view.itemsize != 4 || !view.format || strcmp(view.format, "I") != 0 || view.len / 4 != (Py_ssize_t)n_tokens) {
-        PyErr_SetString(PyExc_ValueError, "priority must be an array('I') of n_tokens priorities");
+    uint64_t *priority = NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens || n_tokens >= (unsigned long)INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
         goto done;
     }
+    if (!(priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (unsigned long i = 0; i < n_tokens; i++) {
+        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (score == -1.0 && PyErr_Occurred())
+            goto done;
+        if (score != score) { /* NaN: llama.cpp's heap has no order either; the Python twin runs */
+            Py_INCREF(Py_None);
+            Py_DECREF(seq);
+            free(priority);
+            return Py_None;
+        }
+        priority[i] = score_priority(score);
+    }
     self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
-    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 ||
-        build_spm(self, index, (const uint32_t *)view.buf) < 0)
+    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 || build_spm(self, index, priority) < 0)
         Py_CLEAR(self);
 done:
-    PyBuffer_Release(&view);
+    free(priority);
+    Py_DECREF(seq);
     return (PyObject *)self;
 }
 

@@ -23,7 +23,6 @@ holds the two equal). The C one runs when it is built and ``BPETOK_PURE_PYTHON``
 from __future__ import annotations
 
 import heapq
-import math
 from array import array
 from itertools import accumulate, chain, repeat
 from typing import Any
@@ -222,33 +221,33 @@ class SentencePieceModel(CompiledMergeLoop):
         # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
         # The C loop, where a vocabulary allows it, caches words instead (see use_cache).
         self._cache = IdCache(0)
-        self.merger()  # the tables are built at load, not by the first encode
+        merger = self.merger()  # the tables are built at load, not by the first encode
+        # The C loop that merges word by word, caching words: it takes the whole fragment.
+        self._word_merger = merger if merger is not None and merger.words else None
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
         if module is None:
             return None
-        scores = self.scores
-        if any(map(math.isnan, scores)):  # no order to reproduce (nor does llama.cpp's heap have one)
-            return None
-        # Priorities: the scores' order, highest first; equal scores share one, so ties go leftmost.
-        order = {score: rank for rank, score in enumerate(sorted(set(scores), reverse=True))}
-        # Every cut of a token into two symbols, each a token or one character, merges into it at
-        # its priority: the tables merge() looks up token by token, built in C (a 262k-token
-        # vocabulary has 1.5M cuts).
-        priorities = array("I", map(order.__getitem__, scores))
-        return module.spm_merger(self.ids, priorities, self.n_tokens, self.byte_ids, True)
+        # Two adjacent symbols merge when their text is a token, the highest score first (equal
+        # scores: the leftmost); the tables, a 262k-token vocabulary's too, are built in C. None
+        # for a NaN score: no order to reproduce (nor does llama.cpp's heap have one).
+        return module.spm_merger(self.ids, self.scores, self.n_tokens, self.byte_ids, True)
 
     def use_cache(self, cache: IdCache) -> None:
         """Cache in ``cache`` (the Tokenizer's), or, when the C loop caches words, give it that budget."""
         self._cache = cache
-        merger = self.merger()
-        if merger is not None and merger.words:
-            merger.set_cache_budget(cache.budget)
+        if self._word_merger is not None:
+            self._word_merger.set_cache_budget(cache.budget)
             self._cache = IdCache(0)  # one cache: the C loop's, of words
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""
+        if self._word_merger is not None:
+            found = self._word_merger.encode_text(text, self.add_space_prefix and at_start)
+            if found is not None:
+                return found
+            # None: lone surrogates, or a byte without a token (the reference below says which)
         if self.add_space_prefix and at_start:
             text = " " + text
         text = text.replace(" ", SPACE)
