@@ -15,8 +15,9 @@ temporary directory. For each vocabulary and corpus (its first ``--limit-mb`` MB
   as ``add_space_prefix`` says, user-defined pieces with their spaces as ``▁``. Its ids are held
   to bpetok's (``ids`` column: paragraphs equal / all, and the one text).
 - llama.cpp through llama-cpp-python when it is importable (else the column is skipped, with a note).
-- for paragraphs, bpetok with ``parse_special=True`` too: the special-token partition's cost
-  (thousands of CONTROL tokens in the Gemma-3-like vocabulary).
+- for paragraphs, bpetok with ``parse_special=True`` too, and its model alone
+  (``model.encode_fragment``, no special-token partition; ids not compared): the partition's
+  cost, which the Gemma-3-like vocabulary's thousands of specials make large.
 
 Then load + first encode of each engine (and of bpetok on Qwen3's 151k BPE, for scale). CPU time
 (``time.process_time``), the median of ``--repeat`` runs, MB/s of UTF-8.
@@ -161,6 +162,8 @@ def bench_vocab(engines: Engines, text: str, repeat: int) -> dict:
         add("bpetok paragraphs warm", cpu(lambda: [tok.encode(p, parse_special=False) for p in paragraphs])[0])
         tok = engines.bpetok()
         add("bpetok paragraphs cold, parse_special", cpu(lambda: [tok.encode(p) for p in paragraphs])[0])
+        model = engines.bpetok().model  # no partition at all: the model's own cost
+        add("bpetok paragraphs cold, model alone", cpu(lambda: [model.encode_fragment(p, True) for p in paragraphs])[0])
         sp = engines.sentencepiece()
         seconds, ids["sentencepiece"] = cpu(sp.encode, text)
         add("sentencepiece text", seconds)
@@ -213,8 +216,10 @@ def report(results: dict, loads: dict, qwen3_load: float, llama_cpp: bool) -> st
             same = ("yes" if r["same text"] else "NO") if key == "text" else f"{r['same paragraphs']:,} / {r['paragraphs']:,}"
             lines.append(f"| {vocab} | {corpus} | {kind} | " + " | ".join(cells) + f" | {same} |")
     lines.append("")
-    lines.append("Paragraphs cold with parse_special=True (MB/s): " + ", ".join(
-        f"{vocab} {corpus} {r['rates']['bpetok paragraphs cold, parse_special']:.1f}" for (vocab, corpus), r in results.items()))
+    for variant in ("parse_special", "model alone"):
+        lines.append(f"bpetok paragraphs cold, {variant} (MB/s): " + ", ".join(
+            f"{vocab} {corpus} {r['rates'][f'bpetok paragraphs cold, {variant}']:.1f}" for (vocab, corpus), r in results.items()))
+        lines.append("")
     lines.append("")
     lines.append("Load + first encode (CPU s): " + "; ".join(
         f"{vocab}: " + ", ".join(f"{engine} {s:.3f}" for engine, s in times.items()) for vocab, times in loads.items()))

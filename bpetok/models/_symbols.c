@@ -128,7 +128,9 @@ static int table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
 /* -- open-addressing table: token text -> id (SPM merges look the merged text up) ---------------- */
 
 typedef struct {
-    uint32_t offset; /* into the arena */
+    uint64_t head;     /* the text's first 8 bytes, zero-padded: most lookups compare nothing else */
+    uint64_t priority; /* the token's (score_priority), beside it: one cache line per lookup */
+    uint32_t offset;   /* of the rest, past those 8 bytes, in the arena */
     uint32_t len, id;
     uint32_t tag; /* the hash's high half; 0 for a free slot (tags are never 0) */
 } TextSlot;
@@ -136,7 +138,7 @@ typedef struct {
 typedef struct {
     TextSlot *slots;
     size_t mask;
-    unsigned char *arena; /* every text, back to back */
+    unsigned char *arena; /* every text's bytes past its first 8, back to back */
 } TextTable;
 
 static inline uint32_t text_tag(uint64_t hash)
@@ -145,16 +147,30 @@ static inline uint32_t text_tag(uint64_t hash)
     return tag ? tag : 1;
 }
 
-static inline uint32_t text_find(const TextTable *t, const unsigned char *p, uint32_t n, uint64_t hash)
+static inline uint64_t text_head(const unsigned char *p, uint32_t n)
+{
+    uint64_t head = 0;
+    memcpy(&head, p, n < 8 ? n : 8);
+    return head;
+}
+
+static inline const TextSlot *text_slot_find(const TextTable *t, const unsigned char *p, uint32_t n, uint64_t hash)
 {
     uint32_t tag = text_tag(hash);
+    uint64_t head = text_head(p, n);
     for (size_t i = (size_t)hash & t->mask;; i = (i + 1) & t->mask) {
         const TextSlot *s = &t->slots[i];
         if (!s->tag)
-            return NO_SYMBOL;
-        if (s->tag == tag && s->len == n && memcmp(t->arena + s->offset, p, n) == 0)
-            return s->id;
+            return NULL;
+        if (s->tag == tag && s->len == n && s->head == head && (n <= 8 || memcmp(t->arena + s->offset, p + 8, n - 8) == 0))
+            return s;
     }
+}
+
+static inline uint32_t text_find(const TextTable *t, const unsigned char *p, uint32_t n, uint64_t hash)
+{
+    const TextSlot *s = text_slot_find(t, p, n, hash);
+    return s ? s->id : NO_SYMBOL;
 }
 
 static void text_table_free(TextTable *t)
@@ -254,7 +270,6 @@ typedef struct {
     /* SPM's tables instead of merges (spm_merger): two adjacent symbols merge when their text is
      * a token, at that token's priority. */
     TextTable texts;
-    uint64_t *priority; /* by token id: its score's order, highest first (see score_priority) */
     uint32_t n_symbols, n_tokens;
     int32_t byte_ids[256]; /* each byte's fallback token, -1 for none */
     int missing_byte_fails;
@@ -302,10 +317,10 @@ static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w
     uint32_t size = w->size[left] + w->size[right];
     if (m->texts.slots) {
         const unsigned char *p = data + w->start[left];
-        uint32_t id = text_find(&m->texts, p, size, word_hash(p, size));
-        if (id == NO_SYMBOL)
+        const TextSlot *s = text_slot_find(&m->texts, p, size, word_hash(p, size));
+        if (!s)
             return 0;
-        Pair p2 = {m->priority[id], left, right, size, id};
+        Pair p2 = {s->priority, left, right, size, s->id};
         return heap_push(&w->heap, p2);
     }
     if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
@@ -474,7 +489,6 @@ static void Merger_dealloc(Merger *self)
     free(self->units.slots);
     free(self->merges.slots);
     text_table_free(&self->texts);
-    free(self->priority);
     word_cache_free(&self->cache);
     if (self->lock)
         PyThread_free_lock(self->lock);
@@ -921,11 +935,9 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
     while (size < (size_t)n * 2 + 1)
         size *= 2;
     TextTable *t = &self->texts;
-    if (!(self->priority = (uint64_t *)malloc(((size_t)self->n_tokens + 1) * sizeof(uint64_t))) ||
-        !(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
+    if (!(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
         table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
         goto no_memory;
-    memcpy(self->priority, priority, (size_t)self->n_tokens * sizeof(uint64_t));
     t->mask = size - 1;
     uint32_t offset = 0;
     pos = 0;
@@ -943,17 +955,19 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
         size_t i = (size_t)hash & t->mask;
         while (t->slots[i].tag)
             i = (i + 1) & t->mask;
-        memcpy(t->arena + offset, p, len);
-        t->slots[i] = (TextSlot){offset, len, (uint32_t)v, text_tag(hash)};
-        offset += len;
+        uint32_t rest = len > 8 ? len - 8 : 0;
+        memcpy(t->arena + offset, p + 8, rest);
+        t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
+        offset += rest;
         if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
             goto no_memory;
     }
     self->words = 1;
-    for (size_t i = 0; i < size && self->words; i++) {
-        const TextSlot *s = &t->slots[i];
-        const unsigned char *p = t->arena + s->offset;
-        if (s->tag && s->len && spans_a_word_start(p, s->len) && can_form(t, p, s->len))
+    pos = 0;
+    while (self->words && PyDict_Next(index, &pos, &key, &value)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+        if (len && spans_a_word_start(p, len) && can_form(t, p, len))
             self->words = 0;
     }
     fill_ascii(self);
