@@ -312,12 +312,28 @@ static int work_reserve(Work *w, uint32_t n)
     return 0;
 }
 
-static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right)
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* The hash of two adjacent symbols' text (SPM's lookup key), with its slot fetched ahead: the
+ * table of a large vocabulary is far bigger than the CPU's caches, so the lookups of a word's
+ * pairs are started together rather than one after the other. */
+static inline uint64_t pair_hash(const Merger *m, const unsigned char *data, const Work *w, uint32_t left, uint32_t right)
+{
+    uint64_t hash = word_hash(data + w->start[left], w->size[left] + w->size[right]);
+    PREFETCH(&m->texts.slots[(size_t)hash & m->texts.mask]);
+    return hash;
+}
+
+/* Queue the pair (left, right) if it merges; ``hash``: its pair_hash (SPM only). */
+static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right, uint64_t hash)
 {
     uint32_t size = w->size[left] + w->size[right];
     if (m->texts.slots) {
-        const unsigned char *p = data + w->start[left];
-        const TextSlot *s = text_slot_find(&m->texts, p, size, word_hash(p, size));
+        const TextSlot *s = text_slot_find(&m->texts, data + w->start[left], size, hash);
         if (!s)
             return 0;
         Pair p2 = {s->priority, left, right, size, s->id};
@@ -331,6 +347,9 @@ static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w
     Pair p = {s->priority, left, right, size, s->value};
     return heap_push(&w->heap, p);
 }
+
+/* How many of a word's first pairs are looked up together (see pair_hash). */
+#define PAIR_BATCH 16
 
 /* Merge ``data``'s symbols into ``w`` (zeroed, or left by an earlier call); returns 0, or -1
  * when out of memory. Runs without the GIL. */
@@ -363,9 +382,16 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         w->next[i] = i + 1;
         w->prev[i] = i - 1; /* UINT32_MAX for the first: no symbol before it */
     }
-    for (uint32_t i = 0; i + 1 < count; i++)
-        if (queue_pair(m, data, w, i, i + 1) < 0)
-            return -1;
+    int by_text = m->texts.slots != NULL;
+    for (uint32_t i = 0; i + 1 < count; i += PAIR_BATCH) {
+        uint64_t hashes[PAIR_BATCH];
+        uint32_t batch = count - 1 - i < PAIR_BATCH ? count - 1 - i : PAIR_BATCH;
+        for (uint32_t j = 0; by_text && j < batch; j++)
+            hashes[j] = pair_hash(m, data, w, i + j, i + j + 1);
+        for (uint32_t j = 0; j < batch; j++)
+            if (queue_pair(m, data, w, i + j, i + j + 1, by_text ? hashes[j] : 0) < 0)
+                return -1;
+    }
     while (w->heap.count) {
         Pair p = heap_pop(&w->heap);
         uint32_t left = p.left, right = p.right;
@@ -379,9 +405,14 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         if (after < count)
             w->prev[after] = left;
         uint32_t before = w->prev[left];
-        if (before != UINT32_MAX && queue_pair(m, data, w, before, left) < 0)
+        uint64_t hash_before = 0, hash_after = 0;
+        if (by_text && before != UINT32_MAX)
+            hash_before = pair_hash(m, data, w, before, left);
+        if (by_text && after < count)
+            hash_after = pair_hash(m, data, w, left, after);
+        if (before != UINT32_MAX && queue_pair(m, data, w, before, left, hash_before) < 0)
             return -1;
-        if (after < count && queue_pair(m, data, w, left, after) < 0)
+        if (after < count && queue_pair(m, data, w, left, after, hash_after) < 0)
             return -1;
     }
     return 0;
