@@ -4,16 +4,20 @@
  * Both models split their input into UTF-8 characters (llama.cpp's ``unicode_len_utf8`` rule:
  * a symbol is as long as its first byte says, cut short at the end of the input) and merge
  * adjacent symbols, the pair of lowest priority first, the leftmost on ties, until no pair
- * merges; SPM's priority is the merged token's score order, gemma4's the merge rank. Here
- * symbols are ids: the Python model builds, once per vocabulary, the ids of the single
- * characters that can take part in a merge or are tokens, and the table (left id, right id) ->
- * (priority, merged id). Ids below ``n_tokens`` are tokens; the others ("virtual") are texts that
- * are not tokens, which fall back to their bytes' tokens when they end up as a final symbol.
+ * merges; SPM's priority is the merged token's score, gemma4's the merge rank. gemma4's symbols
+ * are ids: the Python model builds, once per vocabulary, the ids of the single characters that
+ * can take part in a merge or are tokens, and the table (left id, right id) -> (priority, merged
+ * id). Ids below ``n_tokens`` are tokens; the others ("virtual") are texts that are not tokens,
+ * which fall back to their bytes' tokens when they end up as a final symbol. SPM's tables
+ * (spm_merger, built at load) are the token texts (_text_table.h): a pair merges when its span of
+ * the input is a token. Where no token merges can form spans a word start, SPM merges word by
+ * word and caches words (_word_cache.h; see encode_all).
  *
  * Memory safety: every id and priority in the tables is checked when they are built, every read
  * of the input is within its length and every write within a buffer sized for the worst case.
- * The GIL is released while merging: the tables are read-only once built and the input is a
- * bytes object (immutable) the call holds a reference to.
+ * The GIL is released while merging: the tables are read-only once built, the word cache is
+ * guarded by its lock, and the input is a bytes object (immutable) the call holds a reference to
+ * or a copy.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -125,66 +129,12 @@ static int table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
     return 0;
 }
 
-/* -- open-addressing table: token text -> id (SPM merges look the merged text up) ---------------- */
-
-typedef struct {
-    uint64_t head;     /* the text's first 8 bytes, zero-padded: most lookups compare nothing else */
-    uint64_t priority; /* the token's (score_priority), beside it: one cache line per lookup */
-    uint32_t offset;   /* of the rest, past those 8 bytes, in the arena */
-    uint32_t len, id;
-    uint32_t tag; /* the hash's high half; 0 for a free slot (tags are never 0) */
-} TextSlot;
-
-typedef struct {
-    TextSlot *slots;
-    size_t mask;
-    unsigned char *arena; /* every text's bytes past its first 8, back to back */
-} TextTable;
-
-static inline uint32_t text_tag(uint64_t hash)
-{
-    uint32_t tag = (uint32_t)(hash >> 32);
-    return tag ? tag : 1;
-}
-
-static inline uint64_t text_head(const unsigned char *p, uint32_t n)
-{
-    uint64_t head = 0;
-    memcpy(&head, p, n < 8 ? n : 8);
-    return head;
-}
-
-static inline const TextSlot *text_slot_find(const TextTable *t, const unsigned char *p, uint32_t n, uint64_t hash)
-{
-    uint32_t tag = text_tag(hash);
-    uint64_t head = text_head(p, n);
-    for (size_t i = (size_t)hash & t->mask;; i = (i + 1) & t->mask) {
-        const TextSlot *s = &t->slots[i];
-        if (!s->tag)
-            return NULL;
-        if (s->tag == tag && s->len == n && s->head == head && (n <= 8 || memcmp(t->arena + s->offset, p + 8, n - 8) == 0))
-            return s;
-    }
-}
-
-static inline uint32_t text_find(const TextTable *t, const unsigned char *p, uint32_t n, uint64_t hash)
-{
-    const TextSlot *s = text_slot_find(t, p, n, hash);
-    return s ? s->id : NO_SYMBOL;
-}
-
-static void text_table_free(TextTable *t)
-{
-    free(t->slots);
-    free(t->arena);
-    t->slots = NULL;
-    t->arena = NULL;
-}
-
 /* -- symbols ---------------------------------------------------------------------------------------- */
 
 /* unicode_len_utf8: a sequence's length from its first byte's high nibble (continuation bytes: 1). */
 static const uint8_t LENGTH_OF_NIBBLE[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+
+#include "_text_table.h"
 
 /* A character of 1-4 bytes as a key: its length above its bytes (never EMPTY_KEY). */
 static inline uint64_t unit_key(const unsigned char *p, uint32_t length)
@@ -468,10 +418,6 @@ static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, 
     return k < 0 ? FAILED_BYTE : k;
 }
 
-static inline int is_space_symbol(const unsigned char *p, uint32_t length)
-{
-    return length == 3 && p[0] == 0xE2 && p[1] == 0x96 && p[2] == 0x81;
-}
 
 /* All of ``data``'s ids into ``out`` (room for n ids). Where ``words`` is set, word by word: a
  * word starts at each ``▁`` symbol that follows a symbol other than ``▁`` (symbols cut by the
@@ -897,54 +843,6 @@ static PyTypeObject MergerType = {
 };
 
 /* -- SPM tables from the token index ------------------------------------------------------------ */
-
-static inline int is_one_symbol(const unsigned char *p, uint32_t n)
-{
-    return n > 0 && n <= LENGTH_OF_NIBBLE[p[0] >> 4];
-}
-
-/* Whether the text ``p[0..n)`` holds a ``▁`` right after a character other than ``▁``. */
-static int spans_a_word_start(const unsigned char *p, uint32_t n)
-{
-    int after_other = 0;
-    for (uint32_t i = 0; i < n;) {
-        uint32_t length = LENGTH_OF_NIBBLE[p[i] >> 4];
-        if (length > n - i)
-            length = n - i;
-        int space = is_space_symbol(p + i, length);
-        if (space && after_other)
-            return 1;
-        after_other = !space;
-        i += length;
-    }
-    return 0;
-}
-
-/* Whether merges can form the token ``p[0..n)``: some cut of it into two symbols, each a token or
- * one character (what SentencePieceModel.merge's lookups can ever join). */
-static int can_form(const TextTable *t, const unsigned char *p, uint32_t n)
-{
-    for (uint32_t cut = LENGTH_OF_NIBBLE[p[0] >> 4]; cut < n; cut += LENGTH_OF_NIBBLE[p[cut] >> 4]) {
-        int left = is_one_symbol(p, cut) || text_find(t, p, cut, word_hash(p, cut)) != NO_SYMBOL;
-        if (left && (is_one_symbol(p + cut, n - cut) || text_find(t, p + cut, n - cut, word_hash(p + cut, n - cut)) != NO_SYMBOL))
-            return 1;
-    }
-    return 0;
-}
-
-/* The tables of SentencePieceModel.merge: each token's text (a copy) -> its id, and the units
- * (the tokens of one character). ``words`` is set unless a token merges can form spans a word start. */
-/* A score as a priority: the higher the score the lower the priority, equal scores (0.0 and -0.0
- * too) equal, as Python orders -score; the bits of a double made to sort as unsigned integers. */
-static uint64_t score_priority(double score)
-{
-    if (score == 0.0)
-        score = 0.0;
-    uint64_t bits;
-    memcpy(&bits, &score, sizeof bits);
-    uint64_t ascending = (bits & 0x8000000000000000ULL) ? ~bits : bits | 0x8000000000000000ULL;
-    return ~ascending;
-}
 
 static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
 {

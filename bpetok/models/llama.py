@@ -15,9 +15,12 @@ text and after a special token), its spaces become ``▁`` (U+2581), and then:
 llama.cpp keeps a reverse-merge map to re-split a merged symbol that is not a token, but a merge
 only ever forms a token, so that branch never runs; this module has no such map.
 
-:func:`merge_symbols` is the readable merge loop; ``bpetok/models/_symbols.c`` runs the same loop
-over symbol ids, with tables :func:`build_merger` makes once per vocabulary (tests/test_symbols.py
-holds the two equal). The C one runs when it is built and ``BPETOK_PURE_PYTHON`` is unset.
+:func:`merge_symbols` is the readable merge loop; ``bpetok/models/_symbols.c`` runs the same loop,
+with tables built at load (``spm_merger`` for this model: the token texts, a pair merging when its
+span of the input is a token; :func:`build_merger`'s id tables for gemma4). Where no token that
+merges can form holds a ``▁`` after another character, checked at load, no merge joins two words:
+the C loop then merges and caches word by word (tests/test_symbols.py and tests/test_spm_words.py
+hold it equal to the Python loop). The C one runs when it is built and ``BPETOK_PURE_PYTHON`` is unset.
 """
 
 from __future__ import annotations
