@@ -30,7 +30,7 @@ export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:mall
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 unset BPETOK_PURE_PYTHON
 python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf.gz'); assert t.engine == 'C kernel', t.engine; print(bpetok.__file__, t.engine)"
-python -m pytest -q -p no:cacheprovider --capture=sys tests/test_kernel.py tests/test_symbols.py tests/test_exact.py \
+python -m pytest -q -p no:cacheprovider --capture=sys tests/test_kernel.py tests/test_symbols.py tests/test_spm_words.py tests/test_exact.py \
     tests/test_properties.py tests/test_gguf.py tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py tests/test_split.py \
     tests/test_llama3.py tests/test_more_models.py "$@"
 echo "sanitized run: no finding"

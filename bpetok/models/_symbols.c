@@ -4,23 +4,30 @@
  * Both models split their input into UTF-8 characters (llama.cpp's ``unicode_len_utf8`` rule:
  * a symbol is as long as its first byte says, cut short at the end of the input) and merge
  * adjacent symbols, the pair of lowest priority first, the leftmost on ties, until no pair
- * merges; SPM's priority is the merged token's score order, gemma4's the merge rank. Here
- * symbols are ids: the Python model builds, once per vocabulary, the ids of the single
- * characters that can take part in a merge or are tokens, and the table (left id, right id) ->
- * (priority, merged id). Ids below ``n_tokens`` are tokens; the others ("virtual") are texts that
- * are not tokens, which fall back to their bytes' tokens when they end up as a final symbol.
+ * merges; SPM's priority is the merged token's score, gemma4's the merge rank. gemma4's symbols
+ * are ids: the Python model builds, once per vocabulary, the ids of the single characters that
+ * can take part in a merge or are tokens, and the table (left id, right id) -> (priority, merged
+ * id). Ids below ``n_tokens`` are tokens; the others ("virtual") are texts that are not tokens,
+ * which fall back to their bytes' tokens when they end up as a final symbol. SPM's tables
+ * (spm_merger, built at load) are the token texts (_text_table.h): a pair merges when its span of
+ * the input is a token. Where no token merges can form spans a word start, SPM merges word by
+ * word and caches words (_word_cache.h; see encode_all).
  *
  * Memory safety: every id and priority in the tables is checked when they are built, every read
  * of the input is within its length and every write within a buffer sized for the worst case.
- * The GIL is released while merging: the tables are read-only once built and the input is a
- * bytes object (immutable) the call holds a reference to.
+ * The GIL is released while merging: the tables are read-only once built, the word cache is
+ * guarded by its lock, and the input is a bytes object (immutable) the call holds a reference to
+ * or a copy.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pythread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_word_cache.h"
 
 #define NO_SYMBOL UINT32_MAX /* a character that is no token and takes part in no merge */
 #define EMPTY_KEY UINT64_MAX
@@ -50,7 +57,22 @@ typedef struct {
 typedef struct {
     Slot *slots;
     uint64_t mask;
+    size_t count;
 } Table;
+
+static int table_alloc(Table *t, size_t size)
+{
+    if (size > SIZE_MAX / sizeof(Slot))
+        return -1;
+    t->slots = (Slot *)malloc(size * sizeof(Slot));
+    if (!t->slots)
+        return -1;
+    for (size_t i = 0; i < size; i++)
+        t->slots[i].key = EMPTY_KEY;
+    t->mask = size - 1;
+    t->count = 0;
+    return 0;
+}
 
 static int table_init(Table *t, size_t entries)
 {
@@ -60,13 +82,7 @@ static int table_init(Table *t, size_t entries)
             return -1;
         size *= 2;
     }
-    t->slots = (Slot *)malloc(size * sizeof(Slot));
-    if (!t->slots)
-        return -1;
-    for (size_t i = 0; i < size; i++)
-        t->slots[i].key = EMPTY_KEY;
-    t->mask = size - 1;
-    return 0;
+    return table_alloc(t, size);
 }
 
 static inline const Slot *table_find(const Table *t, uint64_t key)
@@ -82,24 +98,43 @@ static inline const Slot *table_find(const Table *t, uint64_t key)
     }
 }
 
-/* Insert ``key`` unless present (the first value stays, as the Python tables keep one per key). */
-static void table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
+static void table_insert(Table *t, uint64_t key, uint32_t priority, uint32_t value)
 {
     uint64_t i = mix64(key) & t->mask;
     while (t->slots[i].key != EMPTY_KEY) {
         if (t->slots[i].key == key)
-            return;
+            return; /* the first value stays, as the Python tables keep one per key */
         i = (i + 1) & t->mask;
     }
     t->slots[i].key = key;
     t->slots[i].priority = priority;
     t->slots[i].value = value;
+    t->count++;
+}
+
+/* Insert ``key`` unless present, doubling the table past half full; -1 when out of memory. */
+static int table_put(Table *t, uint64_t key, uint32_t priority, uint32_t value)
+{
+    if ((t->count + 1) * 2 > t->mask + 1) {
+        Table bigger;
+        if (t->mask + 1 > SIZE_MAX / 2 || table_alloc(&bigger, (size_t)(t->mask + 1) * 2) < 0)
+            return -1;
+        for (uint64_t i = 0; i <= t->mask; i++)
+            if (t->slots[i].key != EMPTY_KEY)
+                table_insert(&bigger, t->slots[i].key, t->slots[i].priority, t->slots[i].value);
+        free(t->slots);
+        *t = bigger;
+    }
+    table_insert(t, key, priority, value);
+    return 0;
 }
 
 /* -- symbols ---------------------------------------------------------------------------------------- */
 
 /* unicode_len_utf8: a sequence's length from its first byte's high nibble (continuation bytes: 1). */
 static const uint8_t LENGTH_OF_NIBBLE[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+
+#include "_text_table.h"
 
 /* A character of 1-4 bytes as a key: its length above its bytes (never EMPTY_KEY). */
 static inline uint64_t unit_key(const unsigned char *p, uint32_t length)
@@ -111,7 +146,8 @@ static inline uint64_t unit_key(const unsigned char *p, uint32_t length)
 }
 
 typedef struct {
-    uint32_t priority, left, right, size; /* compared in this order, as Python compares its tuples */
+    uint64_t priority; /* then left, right, size: compared in this order, as Python compares its tuples */
+    uint32_t left, right, size;
     uint32_t merged;                      /* the id the pair merges into */
 } Pair;
 
@@ -181,15 +217,24 @@ typedef struct {
     Table units;  /* character -> symbol id */
     uint32_t ascii[128]; /* the same for one-byte characters, without hashing */
     Table merges; /* left << 32 | right -> (priority, merged id) */
+    /* SPM's tables instead of merges (spm_merger): two adjacent symbols merge when their text is
+     * a token, at that token's priority. */
+    TextTable texts;
     uint32_t n_symbols, n_tokens;
     int32_t byte_ids[256]; /* each byte's fallback token, -1 for none */
     int missing_byte_fails;
+    /* Whether no merged symbol can span a word boundary (see split_words): then encode() merges
+     * word by word and caches each word's ids, which gives the same ids as merging it whole. */
+    int words;
+    WordCache cache;
+    PyThread_type_lock lock; /* guards cache: encode() runs without the GIL */
 } Merger;
 
 /* The merge state of one input: symbol i starts at start[i], is size[i] bytes long (0 once
- * merged into its left neighbour) and has the id id[i]; next/prev link the live symbols. */
+ * merged into its left neighbour) and has the id id[i]; next/prev link the live symbols. The
+ * buffers are kept from one word to the next (capacity symbols). */
 typedef struct {
-    uint32_t count;
+    uint32_t count, capacity;
     uint32_t *start, *size, *id, *next, *prev; /* five arrays in one allocation, at start */
     Heap heap;
 } Work;
@@ -200,31 +245,72 @@ static void work_free(Work *w)
     free(w->heap.items);
 }
 
-static inline int queue_pair(const Merger *m, Work *w, uint32_t left, uint32_t right)
+static int work_reserve(Work *w, uint32_t n)
 {
+    if (n < w->capacity)
+        return 0;
+    size_t cells = (size_t)n + 1; /* n < 2**31: no overflow below */
+    uint32_t *start = (uint32_t *)realloc(w->start, 5 * cells * sizeof(uint32_t));
+    if (!start)
+        return -1;
+    w->start = start;
+    w->size = w->start + cells;
+    w->id = w->size + cells;
+    w->next = w->id + cells;
+    w->prev = w->next + cells;
+    w->capacity = (uint32_t)cells;
+    return 0;
+}
+
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* The hash of two adjacent symbols' text (SPM's lookup key), with its slot fetched ahead: the
+ * table of a large vocabulary is far bigger than the CPU's caches, so the lookups of a word's
+ * pairs are started together rather than one after the other. */
+static inline uint64_t pair_hash(const Merger *m, const unsigned char *data, const Work *w, uint32_t left, uint32_t right)
+{
+    uint64_t hash = word_hash(data + w->start[left], w->size[left] + w->size[right]);
+    PREFETCH(&m->texts.slots[(size_t)hash & m->texts.mask]);
+    return hash;
+}
+
+/* Queue the pair (left, right) if it merges; ``hash``: its pair_hash (SPM only). */
+static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right, uint64_t hash)
+{
+    uint32_t size = w->size[left] + w->size[right];
+    if (m->texts.slots) {
+        const TextSlot *s = text_slot_find(&m->texts, data + w->start[left], size, hash);
+        if (!s)
+            return 0;
+        Pair p2 = {s->priority, left, right, size, s->id};
+        return heap_push(&w->heap, p2);
+    }
     if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
         return 0;
     const Slot *s = table_find(&m->merges, (uint64_t)w->id[left] << 32 | w->id[right]);
     if (!s)
         return 0;
-    Pair p = {s->priority, left, right, w->size[left] + w->size[right], s->value};
+    Pair p = {s->priority, left, right, size, s->value};
     return heap_push(&w->heap, p);
 }
 
-/* Merge ``data``'s symbols; returns 0, or -1 when out of memory. Runs without the GIL. */
+/* How many of a word's first pairs are looked up together (see pair_hash). */
+#define PAIR_BATCH 16
+
+/* Merge ``data``'s symbols into ``w`` (zeroed, or left by an earlier call); returns 0, or -1
+ * when out of memory. Runs without the GIL. */
 static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w)
 {
-    memset(w, 0, sizeof(*w));
+    w->count = 0;
+    w->heap.count = 0;
     if (n == 0)
         return 0;
-    size_t cells = (size_t)n + 1; /* n < 2**31: no overflow below */
-    w->start = (uint32_t *)malloc(5 * cells * sizeof(uint32_t));
-    if (!w->start)
+    if (work_reserve(w, n) < 0)
         return -1;
-    w->size = w->start + cells;
-    w->id = w->size + cells;
-    w->next = w->id + cells;
-    w->prev = w->next + cells;
     uint32_t count = 0;
     for (uint32_t i = 0; i < n;) {
         uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
@@ -246,9 +332,16 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         w->next[i] = i + 1;
         w->prev[i] = i - 1; /* UINT32_MAX for the first: no symbol before it */
     }
-    for (uint32_t i = 0; i + 1 < count; i++)
-        if (queue_pair(m, w, i, i + 1) < 0)
-            return -1;
+    int by_text = m->texts.slots != NULL;
+    for (uint32_t i = 0; i + 1 < count; i += PAIR_BATCH) {
+        uint64_t hashes[PAIR_BATCH];
+        uint32_t batch = count - 1 - i < PAIR_BATCH ? count - 1 - i : PAIR_BATCH;
+        for (uint32_t j = 0; by_text && j < batch; j++)
+            hashes[j] = pair_hash(m, data, w, i + j, i + j + 1);
+        for (uint32_t j = 0; j < batch; j++)
+            if (queue_pair(m, data, w, i + j, i + j + 1, by_text ? hashes[j] : 0) < 0)
+                return -1;
+    }
     while (w->heap.count) {
         Pair p = heap_pop(&w->heap);
         uint32_t left = p.left, right = p.right;
@@ -262,9 +355,14 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         if (after < count)
             w->prev[after] = left;
         uint32_t before = w->prev[left];
-        if (before != UINT32_MAX && queue_pair(m, w, before, left) < 0)
+        uint64_t hash_before = 0, hash_after = 0;
+        if (by_text && before != UINT32_MAX)
+            hash_before = pair_hash(m, data, w, before, left);
+        if (by_text && after < count)
+            hash_after = pair_hash(m, data, w, left, after);
+        if (before != UINT32_MAX && queue_pair(m, data, w, before, left, hash_before) < 0)
             return -1;
-        if (after < count && queue_pair(m, w, left, after) < 0)
+        if (after < count && queue_pair(m, data, w, left, after, hash_after) < 0)
             return -1;
     }
     return 0;
@@ -292,12 +390,85 @@ static Py_ssize_t emit(const Merger *m, const unsigned char *data, const Work *w
     return k;
 }
 
+#define FAILED_BYTE (-1)
+#define FAILED_MEMORY (-2)
+
+/* One word's ids into ``out``: from the cache, or merged (and then cached). Returns how many,
+ * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. */
+static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+{
+    int cached = m->cache.budget > 0 && n <= WORD_CACHE_LONGEST;
+    uint64_t hash = 0;
+    if (cached) {
+        hash = word_hash(data, n);
+        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        Py_ssize_t found = word_cache_get(&m->cache, hash, data, n, out);
+        PyThread_release_lock(m->lock);
+        if (found >= 0)
+            return found;
+    }
+    if (merge(m, data, n, w) < 0)
+        return FAILED_MEMORY;
+    Py_ssize_t k = emit(m, data, w, out);
+    if (k >= 0 && cached) {
+        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        word_cache_put(&m->cache, hash, data, n, out, (uint32_t)k); /* a cache: when full or out of memory, skipped */
+        PyThread_release_lock(m->lock);
+    }
+    return k < 0 ? FAILED_BYTE : k;
+}
+
+
+/* All of ``data``'s ids into ``out`` (room for n ids). Where ``words`` is set, word by word: a
+ * word starts at each ``▁`` symbol that follows a symbol other than ``▁`` (symbols cut by the
+ * length rule from the start of the input, so the words' symbols are the input's); no merged
+ * symbol spans such a start, so no merge joins two words and each word merges as it would
+ * whole. Otherwise all at once. Returns as encode_word does. */
+static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+{
+    if (!m->words) {
+        if (merge(m, data, n, w) < 0)
+            return FAILED_MEMORY;
+        Py_ssize_t k = emit(m, data, w, out);
+        return k < 0 ? FAILED_BYTE : k;
+    }
+    Py_ssize_t k = 0;
+    uint32_t word = 0;
+    int after_space = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
+        if (length > n - i)
+            length = n - i;
+        int space = is_space_symbol(data + i, length);
+        if (space && !after_space && i > word) {
+            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k);
+            if (got < 0)
+                return got;
+            k += got;
+            word = i;
+        }
+        after_space = space;
+        i += length;
+    }
+    if (word < n) {
+        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k);
+        if (got < 0)
+            return got;
+        k += got;
+    }
+    return k;
+}
+
 /* -- the Python type ------------------------------------------------------------------------------ */
 
 static void Merger_dealloc(Merger *self)
 {
     free(self->units.slots);
     free(self->merges.slots);
+    text_table_free(&self->texts);
+    word_cache_free(&self->cache);
+    if (self->lock)
+        PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -315,17 +486,10 @@ static int read_u32(PyObject *seq, Py_ssize_t i, uint32_t below, const char *wha
     return 0;
 }
 
-static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
+/* What both constructors set first: the id counts, the byte fallbacks and the cache's lock. */
+static int setup(Merger *self, unsigned long n_symbols, unsigned long n_tokens, PyObject *byte_ids, int missing_byte_fails)
 {
-    static char *kwlist[] = {"units", "left", "right", "priority", "merged", "n_symbols", "n_tokens", "byte_ids",
-                             "missing_byte_fails", NULL};
-    PyObject *units, *left, *right, *priority, *merged, *byte_ids;
-    unsigned long n_symbols, n_tokens;
-    int missing_byte_fails;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOkkOp", kwlist, &PyDict_Type, &units, &left, &right, &priority,
-                                     &merged, &n_symbols, &n_tokens, &byte_ids, &missing_byte_fails))
-        return -1;
-    if (self->units.slots || self->merges.slots) {
+    if (self->units.slots || self->merges.slots || self->lock) {
         PyErr_SetString(PyExc_TypeError, "Merger is already initialised");
         return -1;
     }
@@ -336,7 +500,6 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
     self->n_symbols = (uint32_t)n_symbols;
     self->n_tokens = (uint32_t)n_tokens;
     self->missing_byte_fails = missing_byte_fails;
-
     PyObject *bytes_seq = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
     if (!bytes_seq)
         return -1;
@@ -357,6 +520,35 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
         }
     }
     Py_DECREF(bytes_seq);
+    if (!(self->lock = PyThread_allocate_lock())) {
+        PyErr_SetString(PyExc_RuntimeError, "could not create the word cache's lock");
+        return -1;
+    }
+    return 0;
+}
+
+static void fill_ascii(Merger *self)
+{
+    for (unsigned b = 0; b < 128; b++) {
+        unsigned char c = (unsigned char)b;
+        const Slot *s = table_find(&self->units, unit_key(&c, 1));
+        self->ascii[b] = s ? s->value : NO_SYMBOL;
+    }
+}
+
+static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"units", "left", "right", "priority", "merged", "n_symbols", "n_tokens", "byte_ids",
+                             "missing_byte_fails", "words", NULL};
+    PyObject *units, *left, *right, *priority, *merged, *byte_ids;
+    unsigned long n_symbols, n_tokens;
+    int missing_byte_fails, words = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOkkOp|p", kwlist, &PyDict_Type, &units, &left, &right, &priority,
+                                     &merged, &n_symbols, &n_tokens, &byte_ids, &missing_byte_fails, &words))
+        return -1;
+    if (setup(self, n_symbols, n_tokens, byte_ids, missing_byte_fails) < 0)
+        return -1;
+    self->words = words;
 
     if (table_init(&self->units, (size_t)PyDict_Size(units)) < 0) {
         PyErr_NoMemory();
@@ -377,13 +569,9 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
             return -1;
         }
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        table_put(&self->units, unit_key(p, (uint32_t)PyBytes_GET_SIZE(key)), 0, (uint32_t)v);
+        table_insert(&self->units, unit_key(p, (uint32_t)PyBytes_GET_SIZE(key)), 0, (uint32_t)v); /* sized for all */
     }
-    for (unsigned b = 0; b < 128; b++) {
-        unsigned char c = (unsigned char)b;
-        const Slot *s = table_find(&self->units, unit_key(&c, 1));
-        self->ascii[b] = s ? s->value : NO_SYMBOL;
-    }
+    fill_ascii(self);
 
     PyObject *seqs[4] = {NULL, NULL, NULL, NULL};
     PyObject *given[4] = {left, right, priority, merged};
@@ -408,7 +596,7 @@ static int Merger_init(Merger *self, PyObject *args, PyObject *kwds)
             read_u32(seqs[2], i, UINT32_MAX, "priority", &pr) < 0 ||
             read_u32(seqs[3], i, self->n_symbols, "merged id", &mg) < 0)
             goto done;
-        table_put(&self->merges, (uint64_t)l << 32 | r, pr, mg);
+        table_insert(&self->merges, (uint64_t)l << 32 | r, pr, mg); /* sized for all */
     }
     status = 0;
 done:
@@ -438,29 +626,50 @@ static int take_input(Merger *self, PyObject *arg, const char *method, Py_buffer
     return 0;
 }
 
-/* Merge ``view`` with the GIL released when it is long; -1 (MemoryError set) on failure. */
-static int run_merge(Merger *self, Py_buffer *view, Work *w)
-{
-    int failed;
-    const unsigned char *data = (const unsigned char *)view->buf;
-    uint32_t n = (uint32_t)view->len;
-    if (n >= RELEASE_GIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS failed = merge(self, data, n, w);
-        Py_END_ALLOW_THREADS
-    } else {
-        failed = merge(self, data, n, w);
-    }
-    if (failed) {
-        work_free(w);
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
-                         "The ids of ``data`` after merging; None when a byte has no token and missing_byte_fails\n"
-                         "is set, or the input is too long (2 GiB): the Python twin then says what happened.");
+                         "The ids of ``data`` after merging (word by word through the word cache where ``words``\n"
+                         "is set); None when a byte has no token and missing_byte_fails is set, or the input is too\n"
+                         "long (2 GiB): the Python twin then says what happened.");
+
+/* Inputs up to this many bytes are escaped and encoded in stack buffers, without malloc. */
+#define SMALL_INPUT 512
+
+/* encode_all on ``data`` (the GIL released when it is long) as a list; None for FAILED_BYTE. */
+static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_t n)
+{
+    int32_t small[SMALL_INPUT + 1];
+    Work w = {0};
+    Py_ssize_t k = FAILED_MEMORY;
+    int32_t *out = n <= SMALL_INPUT ? small : (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (out) {
+        if (n >= RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, &w, out);
+            Py_END_ALLOW_THREADS
+        } else {
+            k = encode_all(self, data, n, &w, out);
+        }
+    }
+    work_free(&w);
+    PyObject *result = NULL;
+    if (k == FAILED_MEMORY) {
+        PyErr_NoMemory();
+    } else if (k == FAILED_BYTE) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else if ((result = PyList_New(k))) {
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *id = PyLong_FromLong(out[i]);
+            if (!id) {
+                Py_CLEAR(result);
+                break;
+            }
+            PyList_SET_ITEM(result, i, id);
+        }
+    }
+    if (out != small)
+        free(out);
+    return result;
+}
 
 static PyObject *Merger_encode(Merger *self, PyObject *arg)
 {
@@ -470,38 +679,61 @@ static PyObject *Merger_encode(Merger *self, PyObject *arg)
         return NULL;
     if (ready > 0)
         Py_RETURN_NONE;
-    PyObject *result = NULL;
-    Work w;
-    if (run_merge(self, &view, &w) < 0) {
-        PyBuffer_Release(&view);
+    PyObject *result = encode_to_list(self, (const unsigned char *)view.buf, (uint32_t)view.len);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
+                              "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
+                              "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
+                              "that is no UTF-8 (lone surrogates) or too long: the caller escapes it in Python.");
+
+static PyObject *Merger_encode_text(Merger *self, PyObject *args)
+{
+    PyObject *text;
+    int prefix;
+    if (!PyArg_ParseTuple(args, "Up", &text, &prefix))
+        return NULL;
+    if (!self->units.slots || !self->merges.slots) {
+        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
         return NULL;
     }
-    int32_t *out = (int32_t *)malloc(((size_t)view.len + 1) * sizeof(int32_t));
-    if (!out) {
-        PyErr_NoMemory();
-        goto done;
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (!utf8) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
     }
-    Py_ssize_t k = emit(self, (const unsigned char *)view.buf, &w, out);
-    if (k < 0) {
-        result = Py_None;
-        Py_INCREF(result);
-        goto done;
+    Py_ssize_t spaces = (prefix ? 1 : 0);
+    for (Py_ssize_t i = 0; i < n; i++)
+        spaces += utf8[i] == ' ';
+    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
+        Py_RETURN_NONE;
+    size_t size = (size_t)n + 2 * (size_t)spaces;
+    unsigned char small[3 * SMALL_INPUT];
+    unsigned char *data = size <= sizeof small ? small : (unsigned char *)malloc(size + 1);
+    if (!data)
+        return PyErr_NoMemory();
+    size_t k = 0;
+    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
+    if (prefix) {
+        memcpy(data, SPACE_UTF8, 3);
+        k = 3;
     }
-    result = PyList_New(k);
-    if (!result)
-        goto done;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        PyObject *id = PyLong_FromLong(out[i]);
-        if (!id) {
-            Py_CLEAR(result);
-            goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (utf8[i] == ' ') {
+            memcpy(data + k, SPACE_UTF8, 3);
+            k += 3;
+        } else {
+            data[k++] = (unsigned char)utf8[i];
         }
-        PyList_SET_ITEM(result, i, id);
     }
-done:
-    free(out);
-    work_free(&w);
-    PyBuffer_Release(&view);
+    PyObject *result = encode_to_list(self, data, (uint32_t)k);
+    if (data != small)
+        free(data);
     return result;
 }
 
@@ -517,12 +749,11 @@ static PyObject *Merger_spans(Merger *self, PyObject *arg)
         return NULL;
     if (ready > 0)
         Py_RETURN_NONE;
-    Work w;
-    if (run_merge(self, &view, &w) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    PyObject *result = PyList_New(0);
+    Work w = {0};
+    int failed;
+    Py_BEGIN_ALLOW_THREADS failed = merge(self, (const unsigned char *)view.buf, (uint32_t)view.len, &w);
+    Py_END_ALLOW_THREADS
+    PyObject *result = failed ? PyErr_NoMemory() : PyList_New(0);
     for (uint32_t i = 0; result && i < w.count; i = w.next[i]) {
         PyObject *span = Py_BuildValue("(kk)", (unsigned long)w.start[i], (unsigned long)w.size[i]);
         if (!span || PyList_Append(result, span) < 0)
@@ -534,9 +765,61 @@ static PyObject *Merger_spans(Merger *self, PyObject *arg)
     return result;
 }
 
+PyDoc_STRVAR(set_cache_budget_doc, "set_cache_budget(budget: int) -> None\n\n"
+                                   "Give the word cache ``budget`` bytes (0: none) and empty it.");
+
+static PyObject *Merger_set_cache_budget(Merger *self, PyObject *arg)
+{
+    Py_ssize_t budget = PyLong_AsSsize_t(arg);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "the cache budget must be >= 0");
+        return NULL;
+    }
+    if (!self->lock) {
+        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    word_cache_free(&self->cache);
+    self->cache.budget = self->words ? (size_t)budget : 0; /* no words, no cache */
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(cache_info_doc, "cache_info() -> dict: the word cache's entries, bytes and budget.");
+
+static PyObject *Merger_cache_info(Merger *self, PyObject *Py_UNUSED(ignored))
+{
+    WordCache c = {0};
+    if (self->lock) {
+        Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+        c = self->cache;
+        PyThread_release_lock(self->lock);
+    }
+    return Py_BuildValue("{s:n,s:n,s:n}", "entries", (Py_ssize_t)c.count, "bytes", (Py_ssize_t)c.used, "budget",
+                         (Py_ssize_t)c.budget);
+}
+
+static PyObject *Merger_get_words(Merger *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->words);
+}
+
+static PyGetSetDef Merger_getset[] = {
+    {"words", (getter)Merger_get_words, NULL, "whether encode() merges word by word (and may cache words)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Merger_methods[] = {
     {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
+    {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
+    {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
+    {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -554,13 +837,130 @@ static PyTypeObject MergerType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = Merger_doc,
     .tp_methods = Merger_methods,
+    .tp_getset = Merger_getset,
     .tp_init = (initproc)Merger_init,
     .tp_new = PyType_GenericNew,
 };
 
+/* -- SPM tables from the token index ------------------------------------------------------------ */
+
+static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
+{
+    Py_ssize_t n = PyDict_Size(index), pos = 0;
+    PyObject *key, *value;
+    size_t total = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
+            return -1;
+        }
+        total += (size_t)PyBytes_GET_SIZE(key);
+    }
+    if (total >= (size_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the token texts are too long (4 GiB)");
+        return -1;
+    }
+    size_t size = 16;
+    while (size < (size_t)n * 2 + 1)
+        size *= 2;
+    TextTable *t = &self->texts;
+    if (!(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
+        table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
+        goto no_memory;
+    t->mask = size - 1;
+    uint32_t offset = 0;
+    pos = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(value);
+        if (v == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        if (v >= self->n_tokens) {
+            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
+            return -1;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+        uint64_t hash = word_hash(p, len);
+        size_t i = (size_t)hash & t->mask;
+        while (t->slots[i].tag)
+            i = (i + 1) & t->mask;
+        uint32_t rest = len > 8 ? len - 8 : 0;
+        memcpy(t->arena + offset, p + 8, rest);
+        t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
+        offset += rest;
+        if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
+            goto no_memory;
+    }
+    self->words = 1;
+    pos = 0;
+    while (self->words && PyDict_Next(index, &pos, &key, &value)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+        if (len && spans_a_word_start(p, len) && can_form(t, p, len))
+            self->words = 0;
+    }
+    fill_ascii(self);
+    return 0;
+no_memory:
+    PyErr_NoMemory();
+    return -1;
+}
+
+PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails) -> Merger | None\n\n"
+                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
+                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
+                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
+                             "right after another character.");
+
+static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *index, *scores, *byte_ids;
+    unsigned long n_tokens;
+    int missing_byte_fails;
+    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &scores, &n_tokens, &byte_ids, &missing_byte_fails))
+        return NULL;
+    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
+    if (!seq)
+        return NULL;
+    Merger *self = NULL;
+    uint64_t *priority = NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens || n_tokens >= (unsigned long)INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
+        goto done;
+    }
+    if (!(priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (unsigned long i = 0; i < n_tokens; i++) {
+        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (score == -1.0 && PyErr_Occurred())
+            goto done;
+        if (score != score) { /* NaN: llama.cpp's heap has no order either; the Python twin runs */
+            Py_INCREF(Py_None);
+            Py_DECREF(seq);
+            free(priority);
+            return Py_None;
+        }
+        priority[i] = score_priority(score);
+    }
+    self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
+    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 || build_spm(self, index, priority) < 0)
+        Py_CLEAR(self);
+done:
+    free(priority);
+    Py_DECREF(seq);
+    return (PyObject *)self;
+}
+
+static PyMethodDef module_methods[] = {
+    {"spm_merger", (PyCFunction)spm_merger, METH_VARARGS, spm_merger_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef symbols_module = {
     PyModuleDef_HEAD_INIT, "_symbols", "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
-    -1, NULL,
+    -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__symbols(void)

@@ -15,15 +15,17 @@ text and after a special token), its spaces become ``▁`` (U+2581), and then:
 llama.cpp keeps a reverse-merge map to re-split a merged symbol that is not a token, but a merge
 only ever forms a token, so that branch never runs; this module has no such map.
 
-:func:`merge_symbols` is the readable merge loop; ``bpetok/models/_symbols.c`` runs the same loop
-over symbol ids, with tables :func:`build_merger` makes once per vocabulary (tests/test_symbols.py
-holds the two equal). The C one runs when it is built and ``BPETOK_PURE_PYTHON`` is unset.
+:func:`merge_symbols` is the readable merge loop; ``bpetok/models/_symbols.c`` runs the same loop,
+with tables built at load (``spm_merger`` for this model: the token texts, a pair merging when its
+span of the input is a token; :func:`build_merger`'s id tables for gemma4). Where no token that
+merges can form holds a ``▁`` after another character, checked at load, no merge joins two words:
+the C loop then merges and caches word by word (tests/test_symbols.py and tests/test_spm_words.py
+hold it equal to the Python loop). The C one runs when it is built and ``BPETOK_PURE_PYTHON`` is unset.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from array import array
 from itertools import accumulate, chain, repeat
 from typing import Any
@@ -87,16 +89,6 @@ def merger_module():
 def _is_one_symbol(text: bytes) -> bool:
     """Whether ``text`` is a single initial symbol (one character, by llama.cpp's length rule)."""
     return 0 < len(text) <= _LENGTH_OF_NIBBLE[text[0] >> 4]
-
-
-def _unit_starts(text: bytes) -> list[int]:
-    """Where each symbol of ``text`` starts by the length rule alone (what :func:`_symbol_starts`
-    gives for well-formed UTF-8, without decoding)."""
-    starts, i, n = [], 0, len(text)
-    while i < n:
-        starts.append(i)
-        i += _LENGTH_OF_NIBBLE[text[i] >> 4]
-    return starts
 
 
 def build_merger(
@@ -230,34 +222,35 @@ class SentencePieceModel(CompiledMergeLoop):
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
         # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
-        # The fragment is the unit: cutting it into words and caching those measured slower on
-        # new text than merging it whole in C (benchmarks/models_bench.py, docs/benchmarks.md).
+        # The C loop, where a vocabulary allows it, caches words instead (see use_cache).
         self._cache = IdCache(0)
+        merger = self.merger()  # the tables are built at load, not by the first encode
+        # The C loop that merges word by word, caching words: it takes the whole fragment.
+        self._word_merger = merger if merger is not None and merger.words else None
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
         if module is None:
             return None
-        scores = self.scores
-        if any(map(math.isnan, scores)):  # no order to reproduce (nor does llama.cpp's heap have one)
-            return None
-        # Priorities: the scores' order, highest first; equal scores share one, so ties go leftmost.
-        order = {score: rank for rank, score in enumerate(sorted(set(scores), reverse=True))}
-        index = self.ids
+        # Two adjacent symbols merge when their text is a token, the highest score first (equal
+        # scores: the leftmost); the tables, a 262k-token vocabulary's too, are built in C. None
+        # for a NaN score: no order to reproduce (nor does llama.cpp's heap have one).
+        return module.spm_merger(self.ids, self.scores, self.n_tokens, self.byte_ids, True)
 
-        # Every cut of a token into two symbols, each a token or one character.
-        lefts, rights, priorities = [], [], []
-        for text, token_id in index.items():
-            for cut in _unit_starts(text)[1:]:
-                left, right = text[:cut], text[cut:]
-                if (left in index or _is_one_symbol(left)) and (right in index or _is_one_symbol(right)):
-                    lefts.append(left)
-                    rights.append(right)
-                    priorities.append(order[scores[token_id]])
-        return build_merger(module, index, self.n_tokens, lefts, rights, priorities, self.byte_ids, missing_byte_fails=True)
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache in ``cache`` (the Tokenizer's), or, when the C loop caches words, give it that budget."""
+        self._cache = cache
+        if self._word_merger is not None:
+            self._word_merger.set_cache_budget(cache.budget)
+            self._cache = IdCache(0)  # one cache: the C loop's, of words
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""
+        if self._word_merger is not None:
+            found = self._word_merger.encode_text(text, self.add_space_prefix and at_start)
+            if found is not None:
+                return found
+            # None: lone surrogates, or a byte without a token (the reference below says which)
         if self.add_space_prefix and at_start:
             text = " " + text
         text = text.replace(" ", SPACE)
