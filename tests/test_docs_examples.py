@@ -49,7 +49,6 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/benchmarks.md", "python3 -m pip install -e '.[dev,bench]'"): INSTALLS,
     ("docs/benchmarks.md", "python3 benchmarks/bench.py VOCAB.gguf"): NEEDS_CORPUS + "; " + LONG,
     ("docs/benchmarks.md", "python3 benchmarks/pretok_bench.py CORPUS"): NEEDS_CORPUS,
-    ("docs/benchmarks.md", "gunzip -c tests/data/llama.cpp-tests/ggml-vocab-llama-spm"): NEEDS_CORPUS + " and llama-cpp-python",
     ("docs/benchmarks.md", "python3 benchmarks/specials_bench.py"): NEEDS_CORPUS,
     ("docs/benchmarks.md", "python3 benchmarks/more_models_bench.py"): NEEDS_CORPUS + " and the rwkv sdist's files",
     ("docs/datasets.md", "pip install 'bpetok[jsonl"): INSTALLS,
