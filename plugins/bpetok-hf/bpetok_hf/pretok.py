@@ -114,13 +114,22 @@ def _pattern_text(item: dict, path: str, at: str) -> str:
         raise bad(path, f"{at}.pattern.{key}", text, f"a pattern of at most {MAX_PATTERN_CHARS} characters")
     if key == "String":
         return regex.escape(text)
+    return checked_regex(text, path, f"{at}.pattern.Regex")
+
+
+def checked_regex(text: str, path: str, where: str) -> str:
+    """A tokenizer.json regex the ``regex`` package compiles within bounds (see MAX_REPEAT_PRODUCT)."""
+    import regex
+
+    if len(text) > MAX_PATTERN_CHARS:
+        raise bad(path, where, text, f"a pattern of at most {MAX_PATTERN_CHARS} characters")
     if _repeat_product(text) > MAX_REPEAT_PRODUCT:
-        raise bad(path, f"{at}.pattern.Regex", text, f"a pattern whose counted repeats ({{m,n}}) multiply to at most "
+        raise bad(path, where, text, f"a pattern whose counted repeats ({{m,n}}) multiply to at most "
                   f"{MAX_REPEAT_PRODUCT:,} (the regex package copies the repeated part that many times)")
     try:
         regex.compile(text)
     except regex.error as e:
-        raise _refuse(path, f"{at}.pattern", f"a regex the regex package cannot compile ({e})") from e
+        raise _refuse(path, where.removesuffix(".Regex"), f"a regex the regex package cannot compile ({e})") from e
     return text
 
 
@@ -266,17 +275,23 @@ def timeout_from_env() -> float | None:
 class HFPreTokenizer:
     """Split text as HF tokenizers' pre-tokenizer of a tokenizer.json does (its passes in order).
 
+    ``normalizer``: a callable run on the text first (the file's normalizer), or None.
     ``timeout``: CPU seconds one text may take to split, plus as many per :data:`CHARS_PER_TIMEOUT`
     characters, past which :class:`bpetok.errors.RegexTimeoutError` is raised; 0 for no limit,
     None for :func:`timeout_from_env`. The ``timeout`` attribute (None: no limit) can be changed.
     """
 
-    def __init__(self, passes: list[SplitPass], timeout: float | None = None):
+    def __init__(self, passes: list[SplitPass], timeout: float | None = None, normalizer=None):
         self.passes = list(passes)
+        # The file's normalizer (bpetok_hf.normalize.Normalizer), run on each fragment before the
+        # passes: the Tokenizer hands over the text between added tokens, HF's unit of normalization.
+        self.normalizer = normalizer
         self.timeout = timeout_from_env() if timeout is None else (timeout or None)
         self._compiled = [(p.compile(), p.behavior, p.invert) for p in self.passes]
 
     def split(self, text: str) -> list[str]:
+        if self.normalizer is not None:
+            text = self.normalizer(text)
         pieces = [text] if text else []
         # Seconds of the process's CPU time, the clock the regex package's timeout counts.
         budget = None if self.timeout is None else self.timeout * (1 + len(text) / CHARS_PER_TIMEOUT)
