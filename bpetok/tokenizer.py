@@ -68,8 +68,12 @@ def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginMan
 
     pm = plugin_manager or get_plugin_manager()
     path = os.fspath(path)
-    _check_regular_file(path)
+    is_dir = os.path.isdir(path)  # a loader plugin may read a folder (bpetok-hf: a Hugging Face model's)
+    if not is_dir:
+        _check_regular_file(path)
     vocab = pm.hook.bpetok_load_vocabulary(path=path)
+    if vocab is None and is_dir:
+        _check_regular_file(path)  # no loader reads this folder: refused as a directory
     if vocab is None:
         raise BpetokError(
             f"{path}: no installed vocabulary loader recognises this file; bpetok reads GGUF files "

@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import os
+
 from bpetok import PreTokenizerSpec, TokenAttr, TokenType, Vocabulary, hookimpl
 
 from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass, family_of, patterns_of
-from bpetok_hf.reader import ADDED, MARK, PASSES, is_tokenizer_json, read_tokenizer_json
+from bpetok_hf.reader import ADDED, MARK, NORMALIZER, PASSES, folder_tokenizer_json, is_tokenizer_json, read_tokenizer_json
 
 __version__ = "0.1.0"
 __all__ = ["HF_PRE", "HF_PRE_IGNORE_MERGES", "make_pretokenizer", "pretokenizer_for", "__version__"]
@@ -38,7 +40,7 @@ def make_pretokenizer() -> HFPreTokenizer:
 
 def pretokenizer_for(vocabulary: Vocabulary) -> HFPreTokenizer:
     """The passes the tokenizer.json of ``vocabulary`` describes."""
-    return HFPreTokenizer(vocabulary.metadata[PASSES])
+    return HFPreTokenizer(vocabulary.metadata[PASSES], normalizer=vocabulary.metadata.get(NORMALIZER))
 
 
 def _registered_patterns(registry) -> dict[tuple[str, ...], str]:
@@ -65,6 +67,8 @@ def _choose_pre(vocabulary: Vocabulary) -> str:
     from bpetok.plugins import get_registry
 
     ignore_merges = vocabulary.metadata["hf.ignore_merges"]
+    if vocabulary.metadata.get(NORMALIZER) is not None:  # the families' splitters do not normalize
+        return HF_PRE_IGNORE_MERGES if ignore_merges else HF_PRE
     registry = get_registry()
     pre = family_of(vocabulary.metadata[PASSES], _registered_patterns(registry))
     if pre is not None:
@@ -76,7 +80,12 @@ def _choose_pre(vocabulary: Vocabulary) -> str:
 
 @hookimpl
 def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
-    if not is_tokenizer_json(path):
+    if os.path.isdir(path):  # a Hugging Face model folder: its tokenizer.json, with the configs beside it
+        found = folder_tokenizer_json(path)
+        if found is None:
+            return None
+        path = found
+    elif not is_tokenizer_json(path):
         return None
     vocabulary = read_tokenizer_json(path)
     if vocabulary is not None:

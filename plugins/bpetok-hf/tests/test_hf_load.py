@@ -147,7 +147,11 @@ def _mutate(data, change):
 
 
 REFUSALS = {
-    "normalizer": (lambda d: d.update(normalizer={"type": "NFC"}), "normalizer"),
+    "normalizer": (lambda d: d.update(normalizer={"type": "BertNormalizer"}), "'BertNormalizer'"),
+    "normalized_added_token": (
+        lambda d: (d.update(normalizer={"type": "NFC"}), d["added_tokens"][0].update(normalized=True)),
+        "normalized: true under normalizer NFC",
+    ),
     "wordpiece": (lambda d: d["model"].update(type="WordPiece"), "model.type"),
     "unigram": (lambda d: d.update(model={"type": "Unigram", "vocab": []}), "model.type"),
     "decoder": (lambda d: d.update(decoder={"type": "Metaspace"}), "decoder"),
