@@ -680,11 +680,13 @@ class Tokenizer:
         ``encode_fragment``; :meth:`encode_bytes` passes raw bytes to ``encode_fragment_bytes``)."""
         ids: list[int] = []
         encode_fragment = encode_fragment or self.model.encode_fragment
+        # A model may count only the text's start as a start (HF's Metaspace "first", bpetok-hf).
+        after_special = getattr(self.model, "start_after_special", True)
         at_start = True
         for fragment in fragments:
             if isinstance(fragment, int):
                 ids.append(fragment)
-                at_start = True
+                at_start = after_special
             else:
                 ids += encode_fragment(fragment, at_start)
                 at_start = False

@@ -27,6 +27,8 @@ HF_PRE_IGNORE_MERGES = "hf-regex-ignore-merges"
 
 _ATTR_OF_TYPE = {
     TokenType.NORMAL: TokenAttr.NORMAL,
+    TokenType.BYTE: TokenAttr.BYTE,
+    TokenType.UNKNOWN: TokenAttr.UNKNOWN,
     TokenType.CONTROL: TokenAttr.CONTROL,
     TokenType.USER_DEFINED: TokenAttr.USER_DEFINED,
     TokenType.UNUSED: TokenAttr.UNUSED,
@@ -88,9 +90,16 @@ def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
     elif not is_tokenizer_json(path):
         return None
     vocabulary = read_tokenizer_json(path)
-    if vocabulary is not None:
+    if vocabulary is not None and vocabulary.model == "gpt2":
         vocabulary.pre = _choose_pre(vocabulary)
     return vocabulary
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    from bpetok_hf.reader_spm import metaspace_spec
+
+    register(metaspace_spec())
 
 
 @hookimpl

@@ -15,6 +15,7 @@ from bpetok import TokenType, Vocabulary, VocabularyError
 
 from bpetok_hf.normalize import check_added_tokens, read_normalizer
 from bpetok_hf.pretok import read_passes
+from bpetok_hf.reader_spm import METASPACE_MODEL, PREPEND_FIRST, spm_layout, spm_scores
 from bpetok_hf.schema import array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
 
 __all__ = ["read_tokenizer_json", "folder_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "NORMALIZER", "ADDED", "CHAT_TEMPLATE"]
@@ -72,8 +73,6 @@ def _check_model(model: dict, path: str) -> None:
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if text_of(model, key, path, "model."):
             raise _refuse(path, f"model.{key}", repr(model[key]))
-    if flag(model, "byte_fallback", path, "model."):
-        raise _refuse(path, "model.byte_fallback", "true (a SentencePiece-style BPE)")
 
 
 def _check_decoder(node: dict | None, path: str) -> None:
@@ -225,9 +224,14 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     if not isinstance(model, dict):
         raise bad(path, "model", model, "an object (the BPE model)")
     _check_model(model, path)
-    normalizer = read_normalizer(section(data, "normalizer", path, ""), path)
-    _check_decoder(section(data, "decoder", path, ""), path)
-    passes = read_passes(section(data, "pre_tokenizer", path, ""), path)
+    spm = flag(model, "byte_fallback", path, "model.")  # SentencePiece-style: bpetok_hf.reader_spm
+    if spm:
+        spm_model_name, add_space_prefix = spm_layout(data, path)
+        normalizer, passes = None, []
+    else:
+        normalizer = read_normalizer(section(data, "normalizer", path, ""), path)
+        _check_decoder(section(data, "decoder", path, ""), path)
+        passes = read_passes(section(data, "pre_tokenizer", path, ""), path)
     post_processor = section(data, "post_processor", path, "")
 
     vocab = model.get("vocab")
@@ -318,6 +322,11 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     template = _chat_template(config, path)
     if template is not None:
         metadata[CHAT_TEMPLATE] = template
+    if spm:
+        if spm_model_name == METASPACE_MODEL:  # the flag was Metaspace's "first"; the decoder drops a leading ▁
+            metadata[PREPEND_FIRST], add_space_prefix = add_space_prefix, True
+        return _spm_vocabulary(path, texts, types, index, merges, added_info, special_id_keys,
+                               {**flags, "add_space_prefix": add_space_prefix}, metadata, spm_model_name)
     vocabulary = Vocabulary(
         path=path,
         model="gpt2",
@@ -331,4 +340,32 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     )
     vocabulary.adopt_token_index(index)
     vocabulary.metadata["hf.ignore_merges"] = ignore_merges
+    return vocabulary
+
+
+def _spm_vocabulary(path, texts, types, index, merges, added_info, special_id_keys, flags, metadata, model_name):
+    """A SentencePiece-style file's vocabulary for bpetok's llama model (see bpetok_hf.reader_spm)."""
+    for byte in range(256):
+        token_id = index.get(b"<0x%02X>" % byte)
+        if token_id is None:
+            raise VocabularyError(f"{path}: model.vocab has no '<0x{byte:02X}>' token, which byte_fallback needs; "
+                                  "bpetok-hf reads SentencePiece-style files with all 256 byte tokens")
+        if token_id not in added_info:
+            types[token_id] = TokenType.BYTE
+    scores = spm_scores(texts, index, merges, set(added_info), path)
+    # An added token's merges never run (it is cut out first): llama.cpp's SPM never sees them.
+    metadata = {**metadata, "hf.ignore_merges": False}
+    vocabulary = Vocabulary(
+        path=path,
+        model=model_name,
+        pre="",
+        tokens=texts,
+        token_types=[int(t) for t in types],
+        merges=[],
+        scores=scores,
+        special_id_keys=special_id_keys,
+        flags=flags,
+        metadata=metadata,
+    )
+    vocabulary.adopt_token_index(index)
     return vocabulary
