@@ -1,11 +1,13 @@
 """bpetok-hf: Hugging Face ``tokenizer.json`` in and out, as a bpetok plugin.
 
-- In: a ``bpetok_load_vocabulary`` implementation reads byte-level BPE ``tokenizer.json`` files,
-  so ``bpetok.from_file("tokenizer.json")`` gives Hugging Face tokenizers' ids. The pre-tokenizer
-  is a registered llama.cpp family when the file's pattern is one of theirs, else the file's own
-  passes (``hf-regex``), registered here through ``bpetok_register_pretokenizers``.
+- In: a ``bpetok_load_vocabulary`` implementation reads byte-level BPE ``tokenizer.json`` files
+  (normalizers included) and SentencePiece-style ones (into the ``llama`` model, or ``hf-metaspace``
+  registered here), alone or in a Hugging Face model folder, so ``bpetok.from_file(...)`` gives
+  Hugging Face tokenizers' ids. The pre-tokenizer is the file's own passes (``hf-regex``),
+  registered here through ``bpetok_register_pretokenizers``.
 - Out: :func:`bpetok_hf.writer.export_hf` (``bpetok export MODEL.gguf --format hf -o DIR``)
-  writes ``tokenizer.json`` and ``tokenizer_config.json`` for a byte-level BPE vocabulary.
+  writes ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` for a
+  byte-level BPE or SentencePiece-style (llama) vocabulary.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 
 from bpetok import PreTokenizerSpec, TokenAttr, TokenType, Vocabulary, hookimpl
 
-from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass, family_of, patterns_of
+from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass
 from bpetok_hf.reader import ADDED, MARK, NORMALIZER, PASSES, folder_tokenizer_json, is_tokenizer_json, read_tokenizer_json
 
 __version__ = "0.1.0"
@@ -45,39 +47,11 @@ def pretokenizer_for(vocabulary: Vocabulary) -> HFPreTokenizer:
     return HFPreTokenizer(vocabulary.metadata[PASSES], normalizer=vocabulary.metadata.get(NORMALIZER))
 
 
-def _registered_patterns(registry) -> dict[tuple[str, ...], str]:
-    """Passes' pattern texts -> a pre name, for registered pre-tokenizers that expose them."""
-    cached = getattr(registry, "_bpetok_hf_patterns", None)
-    if cached is not None:
-        return cached
-    patterns: dict[tuple[str, ...], str] = {}
-    for row in registry.rows():
-        if row.spec.for_vocabulary is not None or row.model != "gpt2":
-            continue
-        texts = patterns_of(row.spec.factory())
-        if texts is not None and (texts not in patterns or row.pre == row.spec.name):
-            patterns[texts] = row.pre  # the family's own name when it is a pre name
-    try:
-        registry._bpetok_hf_patterns = patterns
-    except AttributeError:
-        pass
-    return patterns
-
-
 def _choose_pre(vocabulary: Vocabulary) -> str:
-    """A registered llama.cpp family with the file's pattern and ignore_merges, else hf-regex."""
-    from bpetok.plugins import get_registry
-
-    ignore_merges = vocabulary.metadata["hf.ignore_merges"]
-    if vocabulary.metadata.get(NORMALIZER) is not None:  # the families' splitters do not normalize
-        return HF_PRE_IGNORE_MERGES if ignore_merges else HF_PRE
-    registry = get_registry()
-    pre = family_of(vocabulary.metadata[PASSES], _registered_patterns(registry))
-    if pre is not None:
-        row = registry.get("gpt2", pre)
-        if row is not None and row.spec.ignore_merges == ignore_merges:
-            return pre
-    return HF_PRE_IGNORE_MERGES if ignore_merges else HF_PRE
+    """The file's own passes, with or without ignore_merges. Never a llama.cpp family's splitter,
+    even for the same pattern: those use llama.cpp's Unicode tables (15.1), which class thousands of
+    newer codepoints (Unicode 16's scripts) otherwise than HF's Oniguruma does."""
+    return HF_PRE_IGNORE_MERGES if vocabulary.metadata["hf.ignore_merges"] else HF_PRE
 
 
 @hookimpl

@@ -3,8 +3,7 @@
 A byte-level BPE ``pre_tokenizer`` is a list of passes, each splitting every piece the previous
 pass left: ``Split`` (a regex, a delimiter behaviour, ``invert``), ``Digits`` and the regex of a
 ``ByteLevel`` with ``use_regex``. :func:`read_passes` turns the JSON into :class:`SplitPass`
-values, refusing what cannot be reproduced; :func:`family_of` names the registered llama.cpp
-family whose pattern is the same text; :class:`HFPreTokenizer` runs the passes with the ``regex``
+values, refusing what cannot be reproduced; :class:`HFPreTokenizer` runs the passes with the ``regex``
 package (``\\p{..}`` classes, as Oniguruma, the regex engine of HF tokenizers, has them).
 """
 
@@ -25,7 +24,7 @@ from bpetok_hf.schema import array, bad, describe, flag
 if TYPE_CHECKING:
     import regex
 
-__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "family_of", "patterns_of", "GPT2_PATTERN", "BEHAVIORS"]
+__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "patterns_of", "GPT2_PATTERN", "BEHAVIORS"]
 
 # The regex of HF's ByteLevel pre-tokenizer with use_regex=true (GPT-2's).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -35,6 +34,7 @@ BEHAVIORS = ("Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 # Patterns as Hugging Face's hub files write them, for llama.cpp families whose registered
 # pattern is llama.cpp's adapted form of the same regex (src/llama-vocab.cpp keeps the original
 # in a comment). Keys: the passes' regex texts; values: a tokenizer.ggml.pre name of the family.
+# (scripts/regex_time_limit.py times them; a loaded tokenizer.json always runs its own passes.)
 HUB_PATTERNS = {
     (
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
@@ -187,21 +187,6 @@ def patterns_of(pretokenizer) -> tuple[str, ...] | None:
         if len(texts) == len(patterns):
             return tuple(texts)
     return None
-
-
-def family_of(passes: list[SplitPass], registered: dict[tuple[str, ...], str]) -> str | None:
-    """The pre name of a registered llama.cpp family splitting as ``passes`` do, by pattern text.
-
-    ``registered`` maps a registered pre-tokenizer's passes (see :func:`patterns_of`) to one of
-    its pre names; :data:`HUB_PATTERNS` adds the hub's spelling of theirs.
-    """
-    if any(p.behavior != "Isolated" or p.invert for p in passes):
-        return None
-    texts = tuple(p.pattern for p in passes)
-    if texts in registered:
-        return registered[texts]
-    pre = HUB_PATTERNS.get(texts)
-    return pre if pre is not None and pre in registered.values() else None
 
 
 def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str, timeout: float | None = None) -> list[str]:
