@@ -17,7 +17,7 @@ from bpetok import BpetokError, TokenAttr, Tokenizer
 
 from bpetok_hf.pretok import patterns_of
 from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
-from bpetok_hf.writer_spm import spm_decoder, spm_model, spm_normalizer, spm_refusal
+from bpetok_hf.writer_spm import GEMMA4_SPLIT, gemma4_model, gemma4_refusal, spm_decoder, spm_model, spm_normalizer, spm_refusal
 
 __all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
 
@@ -99,12 +99,12 @@ def _template(tok: Tokenizer, added_text: dict[int, str]) -> dict | None:
 def tokenizer_json(tok: Tokenizer) -> dict:
     """The tokenizer.json of a loaded byte-level BPE tokenizer, as a dict."""
     vocab = tok.vocabulary
-    if vocab.model == "llama":
+    if vocab.model in ("llama", "gemma4"):
         return _spm_tokenizer_json(tok)
     if vocab.model != "gpt2":
         raise ExportError(
-            f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2) and "
-            "SentencePiece-style BPE (llama) vocabularies only"
+            f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2), "
+            "SentencePiece-style BPE (llama) and Gemma 4 (gemma4) vocabularies only"
         )
     if tok.spec is not None and not tok.spec.byte_encode:
         # llama.cpp runs BPE over raw UTF-8 for this pre (gemma4, mmbert, whitespace...): a
@@ -184,22 +184,24 @@ def _vocab_and_added(tok: Tokenizer, normalized: bool) -> tuple[dict[str, int], 
 
 
 def _spm_tokenizer_json(tok: Tokenizer) -> dict:
-    """The tokenizer.json of a SentencePiece-style (llama) vocabulary (see bpetok_hf.writer_spm)."""
-    why = spm_refusal(tok)
-    if why is not None:
-        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 'llama' and {why}; it cannot be exported")
-    _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
+    """The tokenizer.json of a SentencePiece-style (llama) or gemma4 vocabulary (see bpetok_hf.writer_spm)."""
+    gemma4 = tok.vocabulary.model == "gemma4"
     texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
+    why = gemma4_refusal(tok, texts) if gemma4 else spm_refusal(tok)
+    if why is not None:
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is {tok.vocabulary.model!r} and {why}; "
+                          "it cannot be exported")
+    _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": spm_normalizer(tok),
-        "pre_tokenizer": None,
+        "pre_tokenizer": GEMMA4_SPLIT if gemma4 else None,
         "post_processor": _template(tok, added_text),
         "decoder": spm_decoder(tok),
-        "model": spm_model(tok, texts),
+        "model": gemma4_model(tok, texts) if gemma4 else spm_model(tok, texts),
     }
 
 

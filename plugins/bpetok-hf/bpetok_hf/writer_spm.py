@@ -7,6 +7,10 @@ a pair HF merges is exactly a pair llama.cpp could merge, in the same order. Wha
 is llama.cpp's leftmost rule between *different* tokens of one score whose pairs overlap; the tests
 hold the result to llama.cpp's recorded ids.
 
+Gemma 4 (``gemma4``) merges by rank already, as HF does; its runs of newlines are a ``Split``, and
+llama.cpp's rule that a run of newlines that is a token is taken whole holds when the merges make
+each such run that token, which the export checks.
+
 The rest is HF's legacy Llama layout: a normalizer ``Prepend("▁")`` (when llama.cpp adds a space
 prefix: at the start of each piece of text between added tokens, as llama.cpp does after a special
 token) and ``Replace(" ", "▁")``, no pre-tokenizer, ``byte_fallback`` to the ``<0xXX>`` tokens, and
@@ -19,7 +23,10 @@ import math
 
 from bpetok import TokenAttr, Tokenizer
 
-__all__ = ["spm_model", "spm_normalizer", "spm_decoder", "spm_refusal"]
+__all__ = ["spm_model", "spm_normalizer", "spm_decoder", "spm_refusal", "gemma4_model", "gemma4_refusal", "GEMMA4_SPLIT"]
+
+# llama.cpp's gemma4 split: runs of newlines and the text between them (as a Split, Isolated).
+GEMMA4_SPLIT = {"type": "Split", "pattern": {"Regex": "\n+"}, "behavior": "Isolated", "invert": False}
 
 SPACE = "\u2581"
 
@@ -89,3 +96,45 @@ def spm_decoder(tok: Tokenizer) -> dict:
     if tok.add_space_prefix:
         decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
     return {"type": "Sequence", "decoders": decoders}
+
+
+def gemma4_refusal(tok: Tokenizer, texts: list[str]) -> str | None:
+    """Why this gemma4 vocabulary cannot be a tokenizer.json with llama.cpp's ids, or None."""
+    from bpetok.models.llama import merge_symbols
+
+    vocab = tok.vocabulary
+    index = {text: i for i, text in enumerate(texts)}
+    for b in range(256):
+        if f"<0x{b:02X}>" not in index:
+            return f"it has no <0x{b:02X}> token (llama.cpp drops such a byte; HF's byte_fallback cannot)"
+    ranks = {}
+    for rank, merge in enumerate(vocab.merges):
+        left, _, right = merge.decode("utf-8", "surrogatepass").partition(" ")
+        if left + right not in index:
+            return f"its merge {rank} makes {left + right!r:.40}, which is no token (HF's BPE merges only into tokens)"
+        ranks.setdefault((left.encode(), right.encode()), rank)
+    for text in texts:
+        if text and set(text) == {"\n"}:
+            data = text.encode()
+            spans = merge_symbols(data, lambda a, b: ranks.get((a, b)))
+            if len(spans) != 1:
+                return (f"its merges do not make the newline-run token {text!r} whole, which llama.cpp takes whole "
+                        "(HF's BPE would split it)")
+    return None
+
+
+def gemma4_model(tok: Tokenizer, texts: list[str]) -> dict:
+    """HF's BPE model of a gemma4 vocabulary: its vocab and ranked merges, byte_fallback."""
+    merges = [m.decode("utf-8", "surrogatepass").partition(" ") for m in tok.vocabulary.merges]
+    return {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": True,
+        "byte_fallback": True,
+        "ignore_merges": False,
+        "vocab": {text: i for i, text in enumerate(texts)},
+        "merges": [[left, right] for left, _, right in merges],
+    }
