@@ -15,7 +15,7 @@ from bpetok import TokenType, Vocabulary, VocabularyError
 
 from bpetok_hf.normalize import check_added_tokens, read_normalizer
 from bpetok_hf.pretok import read_passes
-from bpetok_hf.reader_spm import METASPACE_MODEL, PREPEND_FIRST, spm_layout, spm_scores
+from bpetok_hf.reader_spm import GEMMA4_MODEL, METASPACE_MODEL, PREPEND_FIRST, check_newline_runs, spm_layout, spm_scores
 from bpetok_hf.schema import array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
 
 __all__ = ["read_tokenizer_json", "folder_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "NORMALIZER", "ADDED", "CHAT_TEMPLATE"]
@@ -352,7 +352,12 @@ def _spm_vocabulary(path, texts, types, index, merges, added_info, special_id_ke
                                   "bpetok-hf reads SentencePiece-style files with all 256 byte tokens")
         if token_id not in added_info:
             types[token_id] = TokenType.BYTE
-    scores = spm_scores(texts, index, merges, set(added_info), path)
+    if model_name == GEMMA4_MODEL:  # merges by rank, as HF's BPE
+        check_newline_runs(texts, merges, path)
+        scores: list[float] = []
+    else:
+        scores = spm_scores(texts, index, merges, set(added_info), path)
+        merges = []
     # An added token's merges never run (it is cut out first): llama.cpp's SPM never sees them.
     metadata = {**metadata, "hf.ignore_merges": False}
     vocabulary = Vocabulary(
@@ -361,7 +366,7 @@ def _spm_vocabulary(path, texts, types, index, merges, added_info, special_id_ke
         pre="",
         tokens=texts,
         token_types=[int(t) for t in types],
-        merges=[],
+        merges=merges,
         scores=scores,
         special_id_keys=special_id_keys,
         flags=flags,

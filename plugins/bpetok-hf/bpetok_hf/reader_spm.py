@@ -13,6 +13,9 @@ The text layouts, each piece of text between added tokens being one HF segment:
   llama.cpp's space prefix at the start and after each added token: model ``llama``;
 - normalizer ``Replace(" ", "▁")`` alone, or with Gemma's ``Split(" ")``, which finds no space
   left to split at: model ``llama`` without a space prefix;
+- normalizer ``Replace(" ", "▁")`` with a ``Split`` at runs of newlines (``\n+``, Isolated), as
+  bpetok exports Gemma 4: model ``gemma4``, which merges by rank as HF does (its rule that a run of
+  newlines that is a token is taken whole is checked to be what the merges do);
 - pre-tokenizer ``Metaspace(prepend_scheme="always" | "first", split=false)`` (what transformers
   writes for Llama, legacy or not): ``▁`` is put before a segment (``first``: only the one that
   starts the text) when it does not already start with one: model ``hf-metaspace``, registered by
@@ -27,9 +30,10 @@ from bpetok.models.llama import SPACE, SentencePieceModel
 
 from bpetok_hf.schema import describe, flag, text_of
 
-__all__ = ["PREPEND_FIRST", "spm_layout", "spm_scores", "MetaspaceModel", "METASPACE_MODEL", "metaspace_spec"]
+__all__ = ["GEMMA4_MODEL", "check_newline_runs", "PREPEND_FIRST", "spm_layout", "spm_scores", "MetaspaceModel", "METASPACE_MODEL", "metaspace_spec"]
 
 METASPACE_MODEL = "hf-metaspace"
+GEMMA4_MODEL = "gemma4"
 PREPEND_FIRST = "hf.metaspace_first"  # Vocabulary.metadata: Metaspace's prepend_scheme is "first"
 _DECODERS = ("Replace", "ByteFallback", "Fuse", "Strip")
 
@@ -58,6 +62,10 @@ def spm_layout(data: dict, path: str) -> tuple[str, bool]:
         if item is not None and not (isinstance(item, dict) and item.get("type") in _DECODERS):
             kind = item.get("type") if isinstance(item, dict) else item
             raise _refuse(path, f"decoder item {i}", f"{describe(kind)}, not one of {', '.join(_DECODERS)}")
+    if (isinstance(pre, dict) and pre.get("type") == "Split" and pre.get("pattern") == {"Regex": "\n+"}
+            and pre.get("behavior", "Isolated") == "Isolated" and not flag(pre, "invert", path, "pre_tokenizer.")
+            and _is_space_replace(normalizer)):
+        return GEMMA4_MODEL, False  # llama.cpp's gemma4: ▁ for spaces, newline runs apart, merges by rank
     if (isinstance(pre, dict) and pre.get("type") == "Split" and pre.get("pattern") == {"String": " "}
             and not flag(pre, "invert", path, "pre_tokenizer.") and _is_space_replace(normalizer)):
         pre = None  # Gemma's: a split at spaces after the normalizer made every space ▁, so never one
@@ -158,3 +166,18 @@ def metaspace_spec() -> ModelSpec:
         add_space_prefix=False,
         description="a Metaspace tokenizer.json's SentencePiece BPE (bpetok-hf): llama's merges, ▁ before each segment",
     )
+
+
+def check_newline_runs(tokens: list[bytes], merges: list[bytes], path: str) -> None:
+    """Refuse a gemma4-layout file whose merges do not make each newline-run token whole: llama.cpp's
+    gemma4 takes such a run whole, HF's BPE merges it."""
+    from bpetok.models.llama import merge_symbols
+
+    ranks: dict[tuple[bytes, bytes], int] = {}
+    for rank, merge in enumerate(merges):
+        left, _, right = merge.partition(b" ")
+        ranks.setdefault((left, right), rank)
+    for token_id, text in enumerate(tokens):
+        if text and set(text) == {10} and len(merge_symbols(text, lambda a, b: ranks.get((a, b)))) != 1:
+            raise _refuse(path, "model.merges", f"without the merges that make newline-run token {token_id} "
+                          f"({len(text)} newlines) whole, which llama.cpp's gemma4 takes whole")

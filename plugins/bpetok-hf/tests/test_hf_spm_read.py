@@ -2,7 +2,7 @@
 
 The files are what transformers' LlamaTokenizer / GemmaTokenizer write when converting a
 SentencePiece model of the llama-spm GGUF (scripts/make_hf_references.py), and bpetok's own export
-of llama GGUFs (transformers' legacy layout), whose ids must stay llama.cpp's."""
+of llama GGUFs (transformers' legacy layout) and Gemma 4, whose ids must stay llama.cpp's."""
 
 from __future__ import annotations
 
@@ -59,13 +59,15 @@ def test_transformers_files_give_hf_ids(name, folder, corpus):
     assert tok.decode(tok.encode(" Hello  world")) == hf.decode(hf.encode(" Hello  world", add_special_tokens=False).ids)
 
 
-@pytest.mark.parametrize("name, gguf", [("llama-spm", "ggml-vocab-llama-spm.gguf.gz"), ("phi-3", "ggml-vocab-phi-3.gguf.gz")])
-def test_exported_files_read_back_with_llama_cpp_ids(name, gguf, tmp_path):
+@pytest.mark.parametrize("name, gguf, model", [("llama-spm", "ggml-vocab-llama-spm.gguf.gz", "llama"),
+                                               ("phi-3", "ggml-vocab-phi-3.gguf.gz", "llama"),
+                                               ("gemma-4", "ggml-vocab-gemma-4.gguf.gz", "gemma4")])
+def test_exported_files_read_back_with_llama_cpp_ids(name, gguf, model, tmp_path):
     from bpetok_hf.writer import export_hf
 
     export_hf(bpetok.from_file(ROOT / "tests/data/llama.cpp-tests" / gguf), tmp_path)
     tok = bpetok.from_file(tmp_path)
-    assert tok.vocabulary.model == "llama" and tok.add_bos
+    assert tok.vocabulary.model == model and tok.add_bos
     cases = [c for c in _jsonl(ROOT / f"tests/data/{name}.jsonl.gz") if c["special"]]
     differ = [c["text"] for c in cases if tok.encode(c["text"]) != c["ids"]]
     assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[0]!r:.200}"
