@@ -67,8 +67,12 @@ def load_vocabulary(path: str | os.PathLike, *, plugin_manager: pluggy.PluginMan
 
     pm = plugin_manager or get_plugin_manager()
     path = os.fspath(path)
-    _check_regular_file(path)
+    is_dir = os.path.isdir(path)  # a loader plugin may read a folder (bpetok-hf: a Hugging Face model's)
+    if not is_dir:
+        _check_regular_file(path)
     vocab = pm.hook.bpetok_load_vocabulary(path=path)
+    if vocab is None and is_dir:
+        _check_regular_file(path)  # no loader reads this folder: refused as a directory
     if vocab is None:
         raise BpetokError(
             f"{path}: no installed vocabulary loader recognises this file; bpetok reads GGUF files "
@@ -622,12 +626,14 @@ class Tokenizer:
         encode_fragment = encode_fragment or self.model.encode_fragment
         # llama.cpp's plamo2 drops the special tokens it finds in the text.
         keep_specials = getattr(self.model, "emits_special_tokens", True)
+        # A model may count only the text's start as a start (HF's Metaspace "first", bpetok-hf).
+        after_special = getattr(self.model, "start_after_special", True)
         at_start = True
         for fragment in fragments:
             if isinstance(fragment, int):
                 if keep_specials:
                     ids.append(fragment)
-                at_start = True
+                at_start = after_special
             else:
                 ids += encode_fragment(fragment, at_start)
                 at_start = False

@@ -318,6 +318,8 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
 
 @hookimpl
 def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
+    if os.path.isdir(path):
+        return None  # a folder: another loader's, if any
     with open(path, "rb") as f:
         magic = f.read(4)
     name = os.fspath(path).lower()

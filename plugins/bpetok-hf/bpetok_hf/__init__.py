@@ -1,19 +1,23 @@
 """bpetok-hf: Hugging Face ``tokenizer.json`` in and out, as a bpetok plugin.
 
-- In: a ``bpetok_load_vocabulary`` implementation reads byte-level BPE ``tokenizer.json`` files,
-  so ``bpetok.from_file("tokenizer.json")`` gives Hugging Face tokenizers' ids. The pre-tokenizer
-  is a registered llama.cpp family when the file's pattern is one of theirs, else the file's own
-  passes (``hf-regex``), registered here through ``bpetok_register_pretokenizers``.
+- In: a ``bpetok_load_vocabulary`` implementation reads byte-level BPE ``tokenizer.json`` files
+  (normalizers included) and SentencePiece-style ones (into the ``llama`` model, or ``hf-metaspace``
+  registered here), alone or in a Hugging Face model folder, so ``bpetok.from_file(...)`` gives
+  Hugging Face tokenizers' ids. The pre-tokenizer is the file's own passes (``hf-regex``),
+  registered here through ``bpetok_register_pretokenizers``.
 - Out: :func:`bpetok_hf.writer.export_hf` (``bpetok export MODEL.gguf --format hf -o DIR``)
-  writes ``tokenizer.json`` and ``tokenizer_config.json`` for a byte-level BPE vocabulary.
+  writes ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` for a
+  byte-level BPE or SentencePiece-style (llama) vocabulary.
 """
 
 from __future__ import annotations
 
+import os
+
 from bpetok import PreTokenizerSpec, TokenAttr, TokenType, Vocabulary, hookimpl
 
-from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass, family_of, patterns_of
-from bpetok_hf.reader import ADDED, MARK, PASSES, is_tokenizer_json, read_tokenizer_json
+from bpetok_hf.pretok import GPT2_PATTERN, HFPreTokenizer, SplitPass
+from bpetok_hf.reader import ADDED, MARK, NORMALIZER, PASSES, folder_tokenizer_json, is_tokenizer_json, read_tokenizer_json
 
 __version__ = "0.1.0"
 __all__ = ["HF_PRE", "HF_PRE_IGNORE_MERGES", "make_pretokenizer", "pretokenizer_for", "__version__"]
@@ -25,6 +29,8 @@ HF_PRE_IGNORE_MERGES = "hf-regex-ignore-merges"
 
 _ATTR_OF_TYPE = {
     TokenType.NORMAL: TokenAttr.NORMAL,
+    TokenType.BYTE: TokenAttr.BYTE,
+    TokenType.UNKNOWN: TokenAttr.UNKNOWN,
     TokenType.CONTROL: TokenAttr.CONTROL,
     TokenType.USER_DEFINED: TokenAttr.USER_DEFINED,
     TokenType.UNUSED: TokenAttr.UNUSED,
@@ -38,50 +44,36 @@ def make_pretokenizer() -> HFPreTokenizer:
 
 def pretokenizer_for(vocabulary: Vocabulary) -> HFPreTokenizer:
     """The passes the tokenizer.json of ``vocabulary`` describes."""
-    return HFPreTokenizer(vocabulary.metadata[PASSES])
-
-
-def _registered_patterns(registry) -> dict[tuple[str, ...], str]:
-    """Passes' pattern texts -> a pre name, for registered pre-tokenizers that expose them."""
-    cached = getattr(registry, "_bpetok_hf_patterns", None)
-    if cached is not None:
-        return cached
-    patterns: dict[tuple[str, ...], str] = {}
-    for row in registry.rows():
-        if row.spec.for_vocabulary is not None or row.model != "gpt2":
-            continue
-        texts = patterns_of(row.spec.factory())
-        if texts is not None and (texts not in patterns or row.pre == row.spec.name):
-            patterns[texts] = row.pre  # the family's own name when it is a pre name
-    try:
-        registry._bpetok_hf_patterns = patterns
-    except AttributeError:
-        pass
-    return patterns
+    return HFPreTokenizer(vocabulary.metadata[PASSES], normalizer=vocabulary.metadata.get(NORMALIZER))
 
 
 def _choose_pre(vocabulary: Vocabulary) -> str:
-    """A registered llama.cpp family with the file's pattern and ignore_merges, else hf-regex."""
-    from bpetok.plugins import get_registry
-
-    ignore_merges = vocabulary.metadata["hf.ignore_merges"]
-    registry = get_registry()
-    pre = family_of(vocabulary.metadata[PASSES], _registered_patterns(registry))
-    if pre is not None:
-        row = registry.get("gpt2", pre)
-        if row is not None and row.spec.ignore_merges == ignore_merges:
-            return pre
-    return HF_PRE_IGNORE_MERGES if ignore_merges else HF_PRE
+    """The file's own passes, with or without ignore_merges. Never a llama.cpp family's splitter,
+    even for the same pattern: those use llama.cpp's Unicode tables (15.1), which class thousands of
+    newer codepoints (Unicode 16's scripts) otherwise than HF's Oniguruma does."""
+    return HF_PRE_IGNORE_MERGES if vocabulary.metadata["hf.ignore_merges"] else HF_PRE
 
 
 @hookimpl
 def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
-    if not is_tokenizer_json(path):
+    if os.path.isdir(path):  # a Hugging Face model folder: its tokenizer.json, with the configs beside it
+        found = folder_tokenizer_json(path)
+        if found is None:
+            return None
+        path = found
+    elif not is_tokenizer_json(path):
         return None
     vocabulary = read_tokenizer_json(path)
-    if vocabulary is not None:
+    if vocabulary is not None and vocabulary.model == "gpt2":
         vocabulary.pre = _choose_pre(vocabulary)
     return vocabulary
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    from bpetok_hf.reader_spm import metaspace_spec
+
+    register(metaspace_spec())
 
 
 @hookimpl

@@ -3,8 +3,7 @@
 A byte-level BPE ``pre_tokenizer`` is a list of passes, each splitting every piece the previous
 pass left: ``Split`` (a regex, a delimiter behaviour, ``invert``), ``Digits`` and the regex of a
 ``ByteLevel`` with ``use_regex``. :func:`read_passes` turns the JSON into :class:`SplitPass`
-values, refusing what cannot be reproduced; :func:`family_of` names the registered llama.cpp
-family whose pattern is the same text; :class:`HFPreTokenizer` runs the passes with the ``regex``
+values, refusing what cannot be reproduced; :class:`HFPreTokenizer` runs the passes with the ``regex``
 package (``\\p{..}`` classes, as Oniguruma, the regex engine of HF tokenizers, has them).
 """
 
@@ -25,7 +24,7 @@ from bpetok_hf.schema import array, bad, describe, flag
 if TYPE_CHECKING:
     import regex
 
-__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "family_of", "patterns_of", "GPT2_PATTERN", "BEHAVIORS"]
+__all__ = ["SplitPass", "HFPreTokenizer", "read_passes", "patterns_of", "GPT2_PATTERN", "BEHAVIORS"]
 
 # The regex of HF's ByteLevel pre-tokenizer with use_regex=true (GPT-2's).
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -35,6 +34,7 @@ BEHAVIORS = ("Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 # Patterns as Hugging Face's hub files write them, for llama.cpp families whose registered
 # pattern is llama.cpp's adapted form of the same regex (src/llama-vocab.cpp keeps the original
 # in a comment). Keys: the passes' regex texts; values: a tokenizer.ggml.pre name of the family.
+# (scripts/regex_time_limit.py times them; a loaded tokenizer.json always runs its own passes.)
 HUB_PATTERNS = {
     (
         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
@@ -114,13 +114,22 @@ def _pattern_text(item: dict, path: str, at: str) -> str:
         raise bad(path, f"{at}.pattern.{key}", text, f"a pattern of at most {MAX_PATTERN_CHARS} characters")
     if key == "String":
         return regex.escape(text)
+    return checked_regex(text, path, f"{at}.pattern.Regex")
+
+
+def checked_regex(text: str, path: str, where: str) -> str:
+    """A tokenizer.json regex the ``regex`` package compiles within bounds (see MAX_REPEAT_PRODUCT)."""
+    import regex
+
+    if len(text) > MAX_PATTERN_CHARS:
+        raise bad(path, where, text, f"a pattern of at most {MAX_PATTERN_CHARS} characters")
     if _repeat_product(text) > MAX_REPEAT_PRODUCT:
-        raise bad(path, f"{at}.pattern.Regex", text, f"a pattern whose counted repeats ({{m,n}}) multiply to at most "
+        raise bad(path, where, text, f"a pattern whose counted repeats ({{m,n}}) multiply to at most "
                   f"{MAX_REPEAT_PRODUCT:,} (the regex package copies the repeated part that many times)")
     try:
         regex.compile(text)
     except regex.error as e:
-        raise _refuse(path, f"{at}.pattern", f"a regex the regex package cannot compile ({e})") from e
+        raise _refuse(path, where.removesuffix(".Regex"), f"a regex the regex package cannot compile ({e})") from e
     return text
 
 
@@ -178,21 +187,6 @@ def patterns_of(pretokenizer) -> tuple[str, ...] | None:
         if len(texts) == len(patterns):
             return tuple(texts)
     return None
-
-
-def family_of(passes: list[SplitPass], registered: dict[tuple[str, ...], str]) -> str | None:
-    """The pre name of a registered llama.cpp family splitting as ``passes`` do, by pattern text.
-
-    ``registered`` maps a registered pre-tokenizer's passes (see :func:`patterns_of`) to one of
-    its pre names; :data:`HUB_PATTERNS` adds the hub's spelling of theirs.
-    """
-    if any(p.behavior != "Isolated" or p.invert for p in passes):
-        return None
-    texts = tuple(p.pattern for p in passes)
-    if texts in registered:
-        return registered[texts]
-    pre = HUB_PATTERNS.get(texts)
-    return pre if pre is not None and pre in registered.values() else None
 
 
 def _split_once(compiled: regex.Pattern, behavior: str, invert: bool, text: str, timeout: float | None = None) -> list[str]:
@@ -266,17 +260,23 @@ def timeout_from_env() -> float | None:
 class HFPreTokenizer:
     """Split text as HF tokenizers' pre-tokenizer of a tokenizer.json does (its passes in order).
 
+    ``normalizer``: a callable run on the text first (the file's normalizer), or None.
     ``timeout``: CPU seconds one text may take to split, plus as many per :data:`CHARS_PER_TIMEOUT`
     characters, past which :class:`bpetok.errors.RegexTimeoutError` is raised; 0 for no limit,
     None for :func:`timeout_from_env`. The ``timeout`` attribute (None: no limit) can be changed.
     """
 
-    def __init__(self, passes: list[SplitPass], timeout: float | None = None):
+    def __init__(self, passes: list[SplitPass], timeout: float | None = None, normalizer=None):
         self.passes = list(passes)
+        # The file's normalizer (bpetok_hf.normalize.Normalizer), run on each fragment before the
+        # passes: the Tokenizer hands over the text between added tokens, HF's unit of normalization.
+        self.normalizer = normalizer
         self.timeout = timeout_from_env() if timeout is None else (timeout or None)
         self._compiled = [(p.compile(), p.behavior, p.invert) for p in self.passes]
 
     def split(self, text: str) -> list[str]:
+        if self.normalizer is not None:
+            text = self.normalizer(text)
         pieces = [text] if text else []
         # Seconds of the process's CPU time, the clock the regex package's timeout counts.
         budget = None if self.timeout is None else self.timeout * (1 + len(text) / CHARS_PER_TIMEOUT)

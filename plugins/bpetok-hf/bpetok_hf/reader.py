@@ -13,14 +13,17 @@ import os
 
 from bpetok import TokenType, Vocabulary, VocabularyError
 
+from bpetok_hf.normalize import check_added_tokens, read_normalizer
 from bpetok_hf.pretok import read_passes
+from bpetok_hf.reader_spm import GEMMA4_MODEL, METASPACE_MODEL, PREPEND_FIRST, check_newline_runs, spm_layout, spm_scores
 from bpetok_hf.schema import array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
 
-__all__ = ["read_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "ADDED", "CHAT_TEMPLATE"]
+__all__ = ["read_tokenizer_json", "folder_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "NORMALIZER", "ADDED", "CHAT_TEMPLATE"]
 
 # Vocabulary.metadata keys this plugin sets.
 MARK = "hf.tokenizer_json"  # the path of the file read: this vocabulary follows HF's rules
 PASSES = "hf.pre_tokenizer"  # list[SplitPass]: the file's own passes
+NORMALIZER = "hf.normalizer"  # bpetok_hf.normalize.Normalizer or None
 ADDED = "hf.added_tokens"  # id -> (special, lstrip, rstrip): the tokens HF cuts out of the text
 CHAT_TEMPLATE = "tokenizer.chat_template"  # the key the GGUF loader uses too
 
@@ -53,7 +56,7 @@ def is_tokenizer_json(path: str) -> bool:
 def _refuse(path: str, where: str, what: str, why: str = "") -> VocabularyError:
     return VocabularyError(
         f"{path}: {where} is {what}{why}; bpetok-hf reads only byte-level BPE tokenizer.json files (a BPE "
-        "model, a ByteLevel decoder, no normalizer): convert this model to GGUF with llama.cpp's "
+        "model, a ByteLevel decoder): convert this model to GGUF with llama.cpp's "
         "convert_hf_to_gguf.py instead"
     )
 
@@ -70,16 +73,6 @@ def _check_model(model: dict, path: str) -> None:
     for key in ("continuing_subword_prefix", "end_of_word_suffix"):
         if text_of(model, key, path, "model."):
             raise _refuse(path, f"model.{key}", repr(model[key]))
-    if flag(model, "byte_fallback", path, "model."):
-        raise _refuse(path, "model.byte_fallback", "true (a SentencePiece-style BPE)")
-
-
-def _check_normalizer(node: dict | None, path: str) -> None:
-    if node is None:
-        return
-    if node.get("type") == "Sequence" and not array(node, "normalizers", path, "normalizer."):
-        return
-    raise _refuse(path, "normalizer", describe(node.get("type")), " (a normalizer changes the text before splitting)")
 
 
 def _check_decoder(node: dict | None, path: str) -> None:
@@ -157,14 +150,64 @@ def _token_text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _read_config(path: str) -> dict:
-    config_path = os.path.join(os.path.dirname(os.path.abspath(path)), "tokenizer_config.json")
-    if not os.path.isfile(config_path):
+def _read_json_beside(path: str, name: str, what: str) -> dict:
+    other = os.path.join(os.path.dirname(os.path.abspath(path)), name)
+    if not os.path.isfile(other):
         return {}
-    config = load_json(config_path, "a tokenizer_config.json")
-    return config if isinstance(config, dict) else {}
+    data = load_json(other, what)
+    if not isinstance(data, dict):
+        raise VocabularyError(f"{other}: {describe(data)}, not an object; is it {what}? Fix or remove it")
+    return data
 
 
+def _chat_template(config: dict, path: str) -> str | None:
+    """transformers' chat template: tokenizer_config.json's ``chat_template`` (a string, or a list of
+    named ones: the ``default``), else ``chat_template.jinja`` beside it (transformers >= 4.43 saves it so)."""
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    if isinstance(template, str):
+        return template
+    jinja = os.path.join(os.path.dirname(os.path.abspath(path)), "chat_template.jinja")
+    if os.path.isfile(jinja):
+        if os.path.getsize(jinja) > MAX_TEMPLATE_BYTES:
+            raise VocabularyError(f"{jinja}: more than {MAX_TEMPLATE_BYTES} bytes; is it a chat template?")
+        try:
+            with open(jinja, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise VocabularyError(f"{jinja}: cannot read it as a UTF-8 chat template ({e})") from e
+    return None
+
+
+def _read_config(path: str) -> dict:
+    """tokenizer_config.json beside ``path``, with special_tokens_map.json's tokens over its own
+    (transformers' order: the map is read last)."""
+    config = _read_json_beside(path, "tokenizer_config.json", "a tokenizer_config.json")
+    tokens_map = _read_json_beside(path, "special_tokens_map.json", "a special_tokens_map.json")
+    for name, _role, _key in _CONFIG_ROLES:
+        if _token_text(tokens_map.get(name)) is not None:
+            config = {**config, name: tokens_map[name]}
+    return config
+
+
+def folder_tokenizer_json(folder: str) -> str | None:
+    """The tokenizer.json of a Hugging Face model folder; None for a folder that is not one."""
+    path = os.path.join(folder, "tokenizer.json")
+    if os.path.isfile(path):
+        return path
+    if any(os.path.isfile(os.path.join(folder, name)) for name in ("tokenizer_config.json", "tokenizer.model", "vocab.json")):
+        raise VocabularyError(
+            f"{folder}: a Hugging Face model folder without tokenizer.json; bpetok-hf reads tokenizer.json (save one "
+            "with transformers: AutoTokenizer.from_pretrained(FOLDER).save_pretrained(FOLDER), or convert the model "
+            "to GGUF with llama.cpp's convert_hf_to_gguf.py)"
+        )
+    return None
+
+
+# A chat template is a few kB; Gemma's are the longest at ~20 kB.
+MAX_TEMPLATE_BYTES = 1 << 20
 _ADDED_FLAGS = ("special", "lstrip", "rstrip", "single_word", "normalized")
 
 
@@ -181,9 +224,14 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     if not isinstance(model, dict):
         raise bad(path, "model", model, "an object (the BPE model)")
     _check_model(model, path)
-    _check_normalizer(section(data, "normalizer", path, ""), path)
-    _check_decoder(section(data, "decoder", path, ""), path)
-    passes = read_passes(section(data, "pre_tokenizer", path, ""), path)
+    spm = flag(model, "byte_fallback", path, "model.")  # SentencePiece-style: bpetok_hf.reader_spm
+    if spm:
+        spm_model_name, add_space_prefix = spm_layout(data, path)
+        normalizer, passes = None, []
+    else:
+        normalizer = read_normalizer(section(data, "normalizer", path, ""), path)
+        _check_decoder(section(data, "decoder", path, ""), path)
+        passes = read_passes(section(data, "pre_tokenizer", path, ""), path)
     post_processor = section(data, "post_processor", path, "")
 
     vocab = model.get("vocab")
@@ -215,6 +263,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         owner[token_id_] = where
         types[token_id_] = TokenType.NORMAL
     added_info = {}
+    normalized_added: dict[int, str] = {}  # added tokens HF matches in normalized text
     for i, token in enumerate(added):
         at = f"added_tokens[{i}]"
         if not isinstance(token, dict):
@@ -223,7 +272,10 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         content = token.get("content")
         if not isinstance(content, str) or not content:
             raise bad(path, f"{at}.content", content, "a non-empty string")
-        special, lstrip, rstrip, single_word, _ = (flag(token, key, path, f"{at}.") for key in _ADDED_FLAGS)
+        special, lstrip, rstrip, single_word = (flag(token, key, path, f"{at}.") for key in _ADDED_FLAGS[:4])
+        # HF's AddedToken default: normalized unless special.
+        if flag(token, "normalized", path, f"{at}.", default=not special):
+            normalized_added.setdefault(token_id_, content)
         if single_word:
             raise _refuse(path, f"{at} ({content!r:.40}).single_word", "true", " (not reproduced)")
         if token_id_ in added_info:
@@ -232,6 +284,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         tokens[token_id_] = content.encode("utf-8", "surrogatepass")  # raw text, as the converter keeps it
         types[token_id_] = TokenType.CONTROL if special else TokenType.USER_DEFINED
         added_info[token_id_] = (special, lstrip, rstrip)
+    check_added_tokens(normalizer, normalized_added, path)
     texts = [f"[PAD{i}]".encode() if text is None else text for i, text in enumerate(tokens)]
     index: dict[bytes, int] = {}
     for token_id_, text in enumerate(texts):
@@ -261,12 +314,19 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         special_id_keys.insert(0, ("bos", "tokenizer.ggml.bos_token_id", bos))
     if eos is not None and "eos" not in roles:
         special_id_keys.append(("eos", "tokenizer.ggml.eos_token_id", eos))
-    # What HF adds with add_special_tokens=True is the post-processor's template.
+    # What HF adds with add_special_tokens=True is the post-processor's template (transformers
+    # keeps a tokenizer.json's post-processor over tokenizer_config.json's add_bos_token/add_eos_token).
     flags = {"add_bos": bos is not None, "add_eos": eos is not None}
 
-    metadata = {MARK: path, PASSES: passes, ADDED: added_info}
-    if isinstance(config.get("chat_template"), str):
-        metadata[CHAT_TEMPLATE] = config["chat_template"]
+    metadata = {MARK: path, PASSES: passes, NORMALIZER: normalizer, ADDED: added_info}
+    template = _chat_template(config, path)
+    if template is not None:
+        metadata[CHAT_TEMPLATE] = template
+    if spm:
+        if spm_model_name == METASPACE_MODEL:  # the flag was Metaspace's "first"; the decoder drops a leading ▁
+            metadata[PREPEND_FIRST], add_space_prefix = add_space_prefix, True
+        return _spm_vocabulary(path, texts, types, index, merges, added_info, special_id_keys,
+                               {**flags, "add_space_prefix": add_space_prefix}, metadata, spm_model_name)
     vocabulary = Vocabulary(
         path=path,
         model="gpt2",
@@ -280,4 +340,37 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     )
     vocabulary.adopt_token_index(index)
     vocabulary.metadata["hf.ignore_merges"] = ignore_merges
+    return vocabulary
+
+
+def _spm_vocabulary(path, texts, types, index, merges, added_info, special_id_keys, flags, metadata, model_name):
+    """A SentencePiece-style file's vocabulary for bpetok's llama model (see bpetok_hf.reader_spm)."""
+    for byte in range(256):
+        token_id = index.get(b"<0x%02X>" % byte)
+        if token_id is None:
+            raise VocabularyError(f"{path}: model.vocab has no '<0x{byte:02X}>' token, which byte_fallback needs; "
+                                  "bpetok-hf reads SentencePiece-style files with all 256 byte tokens")
+        if token_id not in added_info:
+            types[token_id] = TokenType.BYTE
+    if model_name == GEMMA4_MODEL:  # merges by rank, as HF's BPE
+        check_newline_runs(texts, merges, path)
+        scores: list[float] = []
+    else:
+        scores = spm_scores(texts, index, merges, set(added_info), path)
+        merges = []
+    # An added token's merges never run (it is cut out first): llama.cpp's SPM never sees them.
+    metadata = {**metadata, "hf.ignore_merges": False}
+    vocabulary = Vocabulary(
+        path=path,
+        model=model_name,
+        pre="",
+        tokens=texts,
+        token_types=[int(t) for t in types],
+        merges=merges,
+        scores=scores,
+        special_id_keys=special_id_keys,
+        flags=flags,
+        metadata=metadata,
+    )
+    vocabulary.adopt_token_index(index)
     return vocabulary

@@ -17,6 +17,7 @@ from bpetok import BpetokError, TokenAttr, Tokenizer
 
 from bpetok_hf.pretok import patterns_of
 from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
+from bpetok_hf.writer_spm import GEMMA4_SPLIT, gemma4_model, gemma4_refusal, spm_decoder, spm_model, spm_normalizer, spm_refusal
 
 __all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
 
@@ -64,11 +65,19 @@ def _byte_level() -> dict:
 
 
 def _post_processor(tok: Tokenizer, added_text: dict[int, str]) -> dict:
+    template = _template(tok, added_text)
+    if template is None:
+        return _byte_level()
+    return {"type": "Sequence", "processors": [_byte_level(), template]}
+
+
+def _template(tok: Tokenizer, added_text: dict[int, str]) -> dict | None:
+    """A TemplateProcessing adding BOS/EOS as llama.cpp's add_special does; None when it adds neither."""
     bos, eos = tok.vocabulary.special_ids.get("bos"), tok.vocabulary.special_ids.get("eos")
     first = bos if tok.add_bos and bos is not None else None
     last = eos if tok.add_eos and eos is not None else None
     if first is None and last is None:
-        return _byte_level()
+        return None
 
     def names(token_id):
         return added_text.get(token_id) or _text(tok, token_id)
@@ -84,21 +93,18 @@ def _post_processor(tok: Tokenizer, added_text: dict[int, str]) -> dict:
     tail = [{"SpecialToken": {"id": names(last), "type_id": 0}}] if last is not None else []
     single = head + [a] + tail
     pair = head + [a] + tail + [{**x} for x in head] + [b] + [{**x} for x in tail]
-    return {
-        "type": "Sequence",
-        "processors": [
-            _byte_level(),
-            {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials},
-        ],
-    }
+    return {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials}
 
 
 def tokenizer_json(tok: Tokenizer) -> dict:
     """The tokenizer.json of a loaded byte-level BPE tokenizer, as a dict."""
     vocab = tok.vocabulary
+    if vocab.model in ("llama", "gemma4"):
+        return _spm_tokenizer_json(tok)
     if vocab.model != "gpt2":
         raise ExportError(
-            f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2) only"
+            f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2), "
+            "SentencePiece-style BPE (llama) and Gemma 4 (gemma4) vocabularies only"
         )
     if tok.spec is not None and not tok.spec.byte_encode:
         # llama.cpp runs BPE over raw UTF-8 for this pre (gemma4, mmbert, whitespace...): a
@@ -107,33 +113,7 @@ def tokenizer_json(tok: Tokenizer) -> dict:
             f"{vocab.path}: tokenizer.ggml.pre {vocab.pre!r} runs BPE over raw UTF-8, not bytes "
             f"(llama.cpp type {tok.spec.llama_type}); bpetok-hf writes byte-level BPE (gpt2) only"
         )
-    from_hf = vocab.metadata.get(ADDED) if vocab.metadata.get(MARK) else None
-    model_vocab: dict[str, int] = {}
-    added = []
-    added_text: dict[int, str] = {}
-    for token_id in range(vocab.n_tokens):
-        attr = vocab.attrs[token_id]
-        text = _text(tok, token_id)
-        if from_hf is not None:
-            cut, special = token_id in from_hf, from_hf.get(token_id, (False,))[0]
-        else:
-            cut, special = bool(attr & _CUT_OUT), bool(attr & _SPECIAL)
-        # Every token goes in the model's vocab, added ones too: HF gives an added token whose
-        # text the model lacks a fresh id past the model's size, not the id the file names.
-        model_vocab[text] = token_id
-        if cut:
-            added_text[token_id] = text
-            added.append(
-                {
-                    "id": token_id,
-                    "content": text,
-                    "single_word": False,
-                    "lstrip": bool(attr & TokenAttr.LSTRIP),
-                    "rstrip": bool(attr & TokenAttr.RSTRIP),
-                    "normalized": not special,
-                    "special": special,
-                }
-            )
+    model_vocab, added, added_text = _vocab_and_added(tok, normalized=True)
     merges = []
     for i, merge in enumerate(vocab.merges):
         left, _, right = merge.decode("utf-8", "surrogatepass").partition(" ")
@@ -162,6 +142,69 @@ def tokenizer_json(tok: Tokenizer) -> dict:
     }
 
 
+def _vocab_and_added(tok: Tokenizer, normalized: bool) -> tuple[dict[str, int], list[dict], dict[int, str]]:
+    """Every token's text -> id, and the added tokens (those bpetok cuts out of a text).
+
+    ``normalized``: whether a non-special added token is matched in normalized text (HF's
+    default); false where the file has a normalizer, which bpetok applies after cutting."""
+    vocab = tok.vocabulary
+    from_hf = vocab.metadata.get(ADDED) if vocab.metadata.get(MARK) else None
+    model_vocab: dict[str, int] = {}
+    added = []
+    added_text: dict[int, str] = {}
+    for token_id in range(vocab.n_tokens):
+        attr = vocab.attrs[token_id]
+        text = _text(tok, token_id)
+        if from_hf is not None:
+            cut, special = token_id in from_hf, from_hf.get(token_id, (False,))[0]
+        else:
+            cut, special = bool(attr & _CUT_OUT), bool(attr & _SPECIAL)
+        # Every token goes in the model's vocab, added ones too: HF gives an added token whose
+        # text the model lacks a fresh id past the model's size, not the id the file names.
+        if text in model_vocab:
+            raise ExportError(
+                f"{vocab.path}: tokens {model_vocab[text]} and {token_id} are both {text!r:.60}; a tokenizer.json "
+                "holds each token text once"
+            )
+        model_vocab[text] = token_id
+        if cut:
+            added_text[token_id] = text
+            added.append(
+                {
+                    "id": token_id,
+                    "content": text,
+                    "single_word": False,
+                    "lstrip": bool(attr & TokenAttr.LSTRIP),
+                    "rstrip": bool(attr & TokenAttr.RSTRIP),
+                    "normalized": normalized and not special,
+                    "special": special,
+                }
+            )
+    return model_vocab, added, added_text
+
+
+def _spm_tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json of a SentencePiece-style (llama) or gemma4 vocabulary (see bpetok_hf.writer_spm)."""
+    gemma4 = tok.vocabulary.model == "gemma4"
+    texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
+    why = gemma4_refusal(tok, texts) if gemma4 else spm_refusal(tok)
+    if why is not None:
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is {tok.vocabulary.model!r} and {why}; "
+                          "it cannot be exported")
+    _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": spm_normalizer(tok),
+        "pre_tokenizer": GEMMA4_SPLIT if gemma4 else None,
+        "post_processor": _template(tok, added_text),
+        "decoder": spm_decoder(tok),
+        "model": gemma4_model(tok, texts) if gemma4 else spm_model(tok, texts),
+    }
+
+
 def tokenizer_config(tok: Tokenizer) -> dict:
     """tokenizer_config.json for transformers: the special tokens, BOS/EOS flags, the chat template."""
     vocab = tok.vocabulary
@@ -182,15 +225,21 @@ def tokenizer_config(tok: Tokenizer) -> dict:
     return config
 
 
+def special_tokens_map(config: dict) -> dict:
+    """special_tokens_map.json: the special tokens of ``config`` (older transformers read them from here)."""
+    return {key: config[key] for key in ("bos_token", "eos_token", "unk_token", "pad_token") if key in config}
+
+
 def export_hf(tok: Tokenizer, directory: str | os.PathLike) -> list[Path]:
-    """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``directory``; returns their paths."""
+    """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` into
+    ``directory``; returns their paths."""
     out = Path(directory)
     data = tokenizer_json(tok)  # before touching the disk: a refusal leaves nothing behind
     config = tokenizer_config(tok)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        paths = [out / "tokenizer.json", out / "tokenizer_config.json"]
-        for path, content in zip(paths, (data, config)):
+        paths = [out / "tokenizer.json", out / "tokenizer_config.json", out / "special_tokens_map.json"]
+        for path, content in zip(paths, (data, config, special_tokens_map(config))):
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(content, f, ensure_ascii=False, indent=2 if path.name != "tokenizer.json" else None)
                 f.write("\n")

@@ -10,8 +10,12 @@ import pytest
 import bpetok
 
 NAMES = ["qwen3", "smollm2", "llama-bpe"]
-# The llama.cpp family each exported file is matched to (its registered pattern, same text).
-FAMILY = {"qwen3": "qwen2", "smollm2": "smollm", "llama-bpe": "llama3"}
+# The pre name a loaded export runs: its own passes (llama-bpe's BPE model has ignore_merges).
+PRE = {"qwen3": "hf-regex", "smollm2": "hf-regex", "llama-bpe": "hf-regex-ignore-merges"}
+# Codepoints of Unicode 16.0 that HF's Oniguruma classes and llama.cpp's 15.1 table do not:
+# letters (Cyrillic U+1C89, Todhri U+105E0, Garay U+10D5E, Tulu-Tigalari U+11386, Egyptian
+# U+13460), digits (Garay U+10D40, Gurung Khema U+16130), punctuation (Balinese U+1B4E).
+NEW_CODEPOINTS = "\u1c89\U000105e0\U00010d5e\U00011386\U00013460\U00010d40\U00016130\u1b4e"
 
 
 def _differ(texts, *encoders):
@@ -37,7 +41,7 @@ def test_exported_tokenizer_json_gives_llama_cpp_ids_in_hf(name, hf_tokenizer, o
 @pytest.mark.parametrize("name", NAMES)
 def test_loaded_tokenizer_json_gives_hf_ids_on_oracle_texts(name, exported, hf_tokenizer, oracle_texts, hf_ids):
     tok = bpetok.from_file(exported(name) / "tokenizer.json")
-    assert tok.spec.name == FAMILY[name]  # the pattern is a registered family's: its splitter runs
+    assert tok.vocabulary.pre == PRE[name]  # the file's own passes, even where a family has the pattern
     hf = hf_tokenizer(name)
     wrong = _differ([c["text"] for c in oracle_texts(name)], tok.encode, lambda t: hf_ids(hf, t))
     assert not wrong, f"{len(wrong)} differ, first: {wrong[0]!r}"
@@ -95,3 +99,19 @@ def test_ignore_merges_is_needed_for_llama_bpe(exported, hf_tokenizer, oracle_te
     assert not _differ(texts, tok.encode, lambda t: hf_ids(hf, t))
     with_merges = hf_tokenizer("llama-bpe")
     assert _differ(texts, tok.encode, lambda t: hf_ids(with_merges, t))  # the flag changes ids
+
+
+def _new_codepoint_texts() -> list[str]:
+    texts = []
+    for i, c in enumerate(NEW_CODEPOINTS):
+        texts += [f"ab{c}cd", f"{c}{c} x{c}", f" 12{c}3 {c}4", f"it's{c}'s", f"{c}\n\n {c}!", f"\u00e9{c}{NEW_CODEPOINTS[i - 1]}z"]
+    return texts + [NEW_CODEPOINTS, " ".join(NEW_CODEPOINTS)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unicode_16_codepoints_split_as_hf_does(name, exported, gguf_tokenizer, hf_tokenizer, hf_ids):
+    # The GGUF route keeps llama.cpp's split; a loaded tokenizer.json gives HF's ids.
+    hf, tok = hf_tokenizer(name), bpetok.from_file(exported(name) / "tokenizer.json")
+    texts = _new_codepoint_texts()
+    assert not _differ(texts, tok.encode, lambda t: hf_ids(hf, t))
+    assert _differ(texts, gguf_tokenizer(name).encode, lambda t: hf_ids(hf, t))  # the tables do disagree here
