@@ -114,7 +114,7 @@ def family_tokenizers():
 def test_every_family_round_trips(family_tokenizers, pre, text):
     """Each family's pieces concatenate to the text, and their ids' bytes give the text back."""
     tok = family_tokenizers[pre]
-    pieces = tok.pretokenizer.split(text)
+    pieces = tok.model.pretokenizer.split(text)
     assert "".join(pieces) == text and all(pieces)
     ids = tok.encode(text, parse_special=False)
     assert b"".join(map(tok.token_bytes, ids)) == text.encode("utf-8")

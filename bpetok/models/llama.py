@@ -33,6 +33,7 @@ from bpetok.compiled import compiled_module
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
+from bpetok.models.base import TokenizerModel
 
 __all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "build_merger", "merger_module"]
 
@@ -189,20 +190,26 @@ def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
     return spans
 
 
-class CompiledMergeLoop:
+class CompiledMergeLoop(TokenizerModel):
     """What the models on the C merge loop share: its tables, built on first use (:meth:`merger`),
-    and the cache the Tokenizer hands over. A model sets ``_cache`` and defines ``build_merger``."""
+    and one cache of ids, a quarter of the Tokenizer's byte budget (:meth:`use_cache_budget`). A
+    model defines ``build_merger``."""
 
     _merger: Any = None
     _merger_built = False
-    _cache: IdCache
+    _cache: IdCache = IdCache(0)
 
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """Cache ids within a quarter of ``cache_bytes`` (the share byte-level BPE gives its
+        piece cache; these models have no chunks or heads)."""
+        self._cache = IdCache(int(cache_bytes * 0.25))
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        cache = self._cache
+        return {"pieces": {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}}
 
     @property
-    def compiled(self) -> bool:
+    def compiled(self) -> bool:  # type: ignore[override]  # computed: the merger is built on first use
         """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
         return self.merger() is not None
 
@@ -229,10 +236,9 @@ class SentencePieceModel(CompiledMergeLoop):
         self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
-        # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
-        # The fragment is the unit: cutting it into words and caching those measured slower on
-        # new text than merging it whole in C (benchmarks/models_bench.py, docs/benchmarks.md).
-        self._cache = IdCache(0)
+        # Fragments' ids are cached (use_cache_budget). The fragment is the unit: cutting it into
+        # words and caching those measured slower on new text than merging it whole in C
+        # (benchmarks/models_bench.py, docs/benchmarks.md).
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""

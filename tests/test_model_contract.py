@@ -1,0 +1,146 @@
+"""The model contract (bpetok.models.TokenizerModel).
+
+A third-party model that writes only the two abstract methods gets every public API: the
+defaults of the base class do the rest. Its expected ids come from its own definition (one id per
+character), computed here without the Tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import bpetok
+import bpetok.plugins
+from bpetok import hookimpl
+from bpetok.gguf import GGUFValueType as T
+from bpetok.models import ModelSpec, TokenizerModel
+from bpetok.plugins import make_plugin_manager
+from ggufbuild import build
+
+SPECIALS = ["<unk>", "<|im_start|>", "<|im_end|>"]
+CHARACTERS = [chr(c) for c in range(32, 127)] + ["\n", "é", "日"]
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class CharacterModel(TokenizerModel):
+    """One id per character; a character that is no token is ``<unk>`` (id 0). Only the contract's
+    two abstract methods."""
+
+    def __init__(self, vocabulary, pretokenizer):
+        self.index = vocabulary.token_index()
+
+    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
+        index = self.index
+        return [index.get(c.encode("utf-8", "surrogatepass"), 0) for c in text]
+
+    def normal_piece(self, text: bytes) -> bytes:
+        return text
+
+
+class ToyModelPlugin:
+    @hookimpl
+    def bpetok_register_models(self, register):
+        register(ModelSpec(name="toy-chars", factory=CharacterModel, pretokenized=False, special_ids={"eos": 2}))
+
+
+def expected_ids(text: str) -> list[int]:
+    """The toy model's ids of ``text``, specials included, by its definition."""
+    ids: dict[str, int] = {c: i + len(SPECIALS) for i, c in enumerate(CHARACTERS)}
+    out, i = [], 0
+    while i < len(text):
+        for k, special in enumerate(SPECIALS[1:], 1):
+            if text.startswith(special, i):
+                out.append(k)
+                i += len(special)
+                break
+        else:
+            out.append(ids.get(text[i], 0))
+            i += 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def toy_gguf(tmp_path_factory):
+    tokens = [t.encode() for t in SPECIALS + CHARACTERS]
+    types = [2, 3, 3] + [1] * len(CHARACTERS)  # UNKNOWN, CONTROL, CONTROL, then NORMAL
+    built = build([
+        ("general.architecture", T.STRING, b"toy"),
+        ("tokenizer.ggml.model", T.STRING, b"toy-chars"),
+        ("tokenizer.ggml.tokens", T.ARRAY, (T.STRING, tokens)),
+        ("tokenizer.ggml.token_type", T.ARRAY, (T.INT32, types)),
+        ("tokenizer.chat_template", T.STRING, TEMPLATE.encode()),
+    ])
+    path = tmp_path_factory.mktemp("toy") / "toy.gguf"
+    path.write_bytes(built.data)
+    return path
+
+
+@pytest.fixture
+def toy_plugins(monkeypatch):
+    """The process-wide plugin manager, with the toy model's plugin (what an installed plugin gives)."""
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(ToyModelPlugin(), name="toy-plugin")
+    monkeypatch.setattr(bpetok.plugins, "_pm", pm)
+    return pm
+
+
+def new_words(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice("abcdefghijklmnopqrstuvwxyzé日") for _ in range(rng.randint(1, 9))) for _ in range(count)]
+
+
+def test_a_model_of_only_the_abstract_methods_gets_every_api(toy_gguf, toy_plugins, tmp_path):
+    tok = bpetok.from_file(toy_gguf)
+    assert tok.model_spec.plugin == "toy-plugin" and tok.engine == "pure Python" and not tok.encodes_without_gil
+    words = new_words(1, 5000)
+    text = " ".join(words) + " <|im_end|>\n\t~"
+    assert tok.encode(text) == expected_ids(text)
+    assert tok.encode_reference(text) == expected_ids(text)
+    assert tok.encode_bytes(text.encode() + b"\xff") == expected_ids(text) + [0]  # U+FFFD: no token
+    assert tok.count(text) == len(expected_ids(text))
+    batch = words[:2000] + ["", "a<|im_start|>b"]
+    assert tok.encode_batch(batch, workers=2) == [expected_ids(w) for w in batch]
+    ids, offsets = tok.encode_batch_to_numpy(batch)
+    assert ids.dtype == np.uint32 and offsets[-1] == len(ids)
+    assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == [expected_ids(w) for w in batch]
+    shown = text.replace("\t", "<unk>")  # no token for a tab: <unk>, which renders as its text
+    assert tok.decode(tok.encode(text)) == shown
+    assert tok.decode(tok.encode(text), skip_special=True) == shown.replace("<unk>", "").replace("<|im_end|>", "")
+    stream = tok.decode_stream()
+    assert "".join(stream.step(i) for i in tok.encode(text)) + stream.flush() == shown
+    messages = [{"role": "user", "content": words[0]}]
+    prompt = f"<|im_start|>user\n{words[0]}<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.apply_chat_template(messages, add_generation_prompt=True) == prompt
+    assert tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True) == expected_ids(prompt)
+
+    from bpetok.server import tokenize_request
+
+    assert tokenize_request(tok, {"content": words[1]}) == {"tokens": expected_ids(words[1])}
+    assert tokenize_request(tok, {"content": [words[2], 7]}) == {"tokens": expected_ids(words[2]) + [7]}
+
+    from bpetok.datasets import encode_dataset
+
+    docs = words[2000:2300]
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    result = encode_dataset(toy_gguf, [jsonl], tmp_path / "out", append_eos=True, progress=False)
+    assert result.documents == len(docs)
+    shard = result.manifest["shards"][0]["file"]
+    flat = np.load(tmp_path / "out" / shard)
+    assert flat.tolist() == [i for d in docs for i in expected_ids(d) + [2]]
+
+
+def test_the_base_class_refuses_a_model_missing_an_abstract_method():
+    class Half(TokenizerModel):
+        def encode_fragment(self, text, at_start):
+            return []
+
+    with pytest.raises(TypeError, match="normal_piece"):
+        Half()  # type: ignore[abstract]
