@@ -10,6 +10,7 @@ particular model.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -113,7 +114,9 @@ def from_file(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager |
     """
     with gc_paused():  # hundreds of thousands of objects that all live on: nothing to collect
         vocab = load_vocabulary(path, plugin_manager=plugin_manager)
-    return from_vocabulary(vocab, plugin_manager=plugin_manager)
+    tok = from_vocabulary(vocab, plugin_manager=plugin_manager)
+    tok._source = os.path.abspath(path)  # what a pickle of it names (Tokenizer.__reduce__)
+    return tok
 
 
 def from_gguf(path: str | os.PathLike, *, plugin_manager: pluggy.PluginManager | None = None) -> Tokenizer:
@@ -170,6 +173,7 @@ class Tokenizer:
 
         pm = plugin_manager or get_plugin_manager()
         self.model_spec = model_spec = _prepare(vocabulary, pm)
+        spec_given = spec
         if spec is None and model_spec.pretokenized:
             spec = _find_pretokenizer(vocabulary, pm)
         self.vocabulary = vocabulary
@@ -204,6 +208,10 @@ class Tokenizer:
         self._build_special_table()
         self._check_byte_tokens()
         self._pieces: dict[int, bytes] = {}  # id -> rendered bytes: bounded by the vocabulary
+        # What a pickle rebuilds this tokenizer from (__reduce__): the file from_file read, else
+        # the vocabulary itself; and the pre-tokenizer spec, if one was given.
+        self._source: str | None = None
+        self._spec_given = spec_given
 
     @property
     def engine(self) -> str:
@@ -673,6 +681,25 @@ class Tokenizer:
             tokenize=tokenize, **kwargs,
         )
 
+    # -- pickling ------------------------------------------------------------------------------
+
+    def __reduce__(self):
+        """Pickle the recipe, not the tables: the file's absolute path (or, for a tokenizer built
+        from an in-memory vocabulary, the vocabulary), the spec if one was given, the cache budget
+        and the flags. Unpickling loads the file again, through the process-wide plugin manager;
+        caches and the C kernel start empty. So a pickle is small and the same for the same
+        tokenizer however much it has encoded (``datasets.map`` fingerprints stay stable)."""
+        source: str | Vocabulary
+        if self._source is not None:
+            source = self._source
+        else:  # a copy without the token index (rebuilt on first use), the vocabulary's own cache
+            source = dataclasses.replace(self.vocabulary, attributes_adjusted=self.vocabulary.attributes_adjusted)
+        flags = {
+            "add_bos": self.add_bos, "add_eos": self.add_eos, "clean_spaces": self.clean_spaces,
+            "add_space_prefix": self.add_space_prefix,
+        }
+        return _unpickle_tokenizer, (source, self._spec_given, self.cache_bytes, flags)
+
     def __repr__(self) -> str:
         return f"<Tokenizer {self.vocabulary.path!r} model={self.vocabulary.model} pre={self.vocabulary.pre} n_tokens={self.n_tokens}>"
 
@@ -691,6 +718,19 @@ def _find_outside(text: str, protected: list[tuple[int, int]]):
         return at
 
     return find
+
+
+def _unpickle_tokenizer(source: str | Vocabulary, spec, cache_bytes: int, flags: dict[str, bool]) -> Tokenizer:
+    """A :class:`Tokenizer` rebuilt from what :meth:`Tokenizer.__reduce__` kept: ``source`` a
+    file's path or a vocabulary, ``flags`` the settings a caller may have changed after loading."""
+    with gc_paused():
+        vocab = load_vocabulary(source) if isinstance(source, str) else source
+    tok = Tokenizer(vocab, spec, cache_bytes=cache_bytes)
+    if isinstance(source, str):
+        tok._source = source
+    tok.add_bos, tok.add_eos = flags["add_bos"], flags["add_eos"]
+    tok.clean_spaces, tok.add_space_prefix = flags["clean_spaces"], flags["add_space_prefix"]
+    return tok
 
 
 def _ids_whose_attr(attrs: list[int], wanted) -> Iterator[int]:

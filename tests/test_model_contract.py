@@ -1,4 +1,4 @@
-"""The model contract (bpetok.models.TokenizerModel).
+"""The model contract (bpetok.models.TokenizerModel) and pickling.
 
 A third-party model that writes only the two abstract methods gets every public API: the
 defaults of the base class do the rest. Its expected ids come from its own definition (one id per
@@ -8,7 +8,11 @@ character), computed here without the Tokenizer.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import pickle
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,6 +24,7 @@ from bpetok.gguf import GGUFValueType as T
 from bpetok.models import ModelSpec, TokenizerModel
 from bpetok.plugins import make_plugin_manager
 from ggufbuild import build
+from helpers import QWEN3
 
 SPECIALS = ["<unk>", "<|im_start|>", "<|im_end|>"]
 CHARACTERS = [chr(c) for c in range(32, 127)] + ["\n", "é", "日"]
@@ -144,3 +149,63 @@ def test_the_base_class_refuses_a_model_missing_an_abstract_method():
 
     with pytest.raises(TypeError, match="normal_piece"):
         Half()  # type: ignore[abstract]
+
+
+# -- pickling --------------------------------------------------------------------------------------
+
+
+def _encode_in_worker(tok: bpetok.Tokenizer, text: str) -> list[int]:
+    return tok.encode(text)
+
+
+def test_a_tokenizer_pickles_as_its_file_not_its_tables(qwen3):
+    texts = ["Hello world <|im_end|>", " ".join(new_words(2, 300))]
+    qwen3.encode(texts[1])  # warm caches are not part of the pickle
+    data = pickle.dumps(qwen3)
+    assert len(data) < 1000  # the path and options; no vocabulary, no kernel
+    assert pickle.dumps(bpetok.from_gguf(QWEN3)) == data  # the same for the same tokenizer
+    copy = pickle.loads(data)
+    assert copy.engine == qwen3.engine and copy.cache_info()["chunks"]["entries"] == 0 < qwen3.cache_info()["chunks"]["entries"]
+    assert [copy.encode(t) for t in texts] == [qwen3.encode(t) for t in texts]
+
+
+def test_a_pickle_keeps_the_options_and_an_in_memory_vocabulary(qwen3):
+    tok = bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec, cache_bytes=0)
+    tok.add_bos = True
+    copy = pickle.loads(pickle.dumps(tok))
+    assert copy.cache_bytes == 0 and copy.add_bos and copy.spec.name == qwen3.spec.name
+    assert copy.vocabulary is not qwen3.vocabulary and copy.vocabulary.tokens == qwen3.vocabulary.tokens
+    text = "Hello world <|im_end|> " + " ".join(new_words(3, 50))
+    assert copy.encode(text, add_special=True) == tok.encode(text, add_special=True)
+
+
+def test_spawned_workers_get_the_same_ids(qwen3):
+    texts = [" ".join(new_words(seed, 200)) + " <|im_end|>" for seed in range(4)]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        ids = pool.starmap(_encode_in_worker, [(qwen3, t) for t in texts])
+    assert ids == [qwen3.encode(t) for t in texts]
+
+
+def test_datasets_fingerprint_of_a_map_is_stable(qwen3):
+    """``datasets`` fingerprints a map by hashing its function, tokenizer included: the hash is
+    the same across processes and however much the tokenizer has encoded, so its cache is reused."""
+    datasets = pytest.importorskip("datasets")  # the bench extra
+    from datasets.fingerprint import Hasher
+
+    before = Hasher.hash(qwen3)
+    qwen3.encode(" ".join(new_words(4, 500)))
+    assert Hasher.hash(qwen3) == before
+    script = f"import bpetok\nfrom datasets.fingerprint import Hasher\nprint(Hasher.hash(bpetok.from_gguf({str(QWEN3)!r})))"
+    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == before
+    data = datasets.Dataset.from_dict({"text": ["Hello world", "second text <|im_end|>"]})
+    first = data.map(_tokenize_with(qwen3), batched=True)
+    second = data.map(_tokenize_with(bpetok.from_gguf(QWEN3)), batched=True)
+    assert first._fingerprint == second._fingerprint and first["ids"] == [qwen3.encode(t) for t in data["text"]]
+
+
+def _tokenize_with(tok):
+    def tokenize(batch):
+        return {"ids": tok.encode_batch(batch["text"])}
+
+    return tokenize
