@@ -1,4 +1,4 @@
-"""The model contract (bpetok.models.TokenizerModel) and pickling.
+"""The model contract (bpetok.models.TokenizerModel), pickling, and the not-built warning.
 
 A third-party model that writes only the two abstract methods gets every public API: the
 defaults of the base class do the rest. Its expected ids come from its own definition (one id per
@@ -13,11 +13,13 @@ import pickle
 import random
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 
 import bpetok
+import bpetok.compiled
 import bpetok.plugins
 from bpetok import hookimpl
 from bpetok.gguf import GGUFValueType as T
@@ -209,3 +211,41 @@ def _tokenize_with(tok):
         return {"ids": tok.encode_batch(batch["text"])}
 
     return tokenize
+
+
+# -- the pure-Python engine because the kernel is not built ------------------------------------------
+
+
+@pytest.fixture
+def kernel_not_built(monkeypatch):
+    """As if setup.py had not built the C modules: importing them fails."""
+    monkeypatch.delenv("BPETOK_PURE_PYTHON", raising=False)
+    monkeypatch.setitem(sys.modules, "bpetok.models._bpe", None)
+    monkeypatch.setitem(sys.modules, "bpetok.models._symbols", None)
+    monkeypatch.setattr(bpetok.compiled, "_warned", False)
+
+
+def test_a_missing_kernel_is_said_once_with_how_to_build_it(kernel_not_built):
+    with pytest.warns(RuntimeWarning, match=r"C kernel .* not built.*pip install \..*build_ext --inplace"):
+        tok = bpetok.from_gguf(QWEN3)
+    assert tok.engine == "pure Python"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bpetok.from_gguf(QWEN3).encode("Hello world")  # once per process
+
+
+def test_info_says_the_kernel_is_not_built(kernel_not_built, capsys):
+    from bpetok.cli import main
+
+    with pytest.warns(RuntimeWarning):
+        assert main(["info", str(QWEN3), "--json"]) == 0
+    engine = json.loads(capsys.readouterr().out)["engine"]
+    assert engine.startswith("pure Python (the C kernel is not built") and "build_ext --inplace" in engine
+
+
+def test_asking_for_pure_python_warns_nothing(monkeypatch):
+    monkeypatch.setenv("BPETOK_PURE_PYTHON", "1")
+    monkeypatch.setattr(bpetok.compiled, "_warned", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bpetok.from_gguf(QWEN3).engine == "pure Python"

@@ -29,7 +29,7 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from bpetok.cache import IdCache, as_ids
-from bpetok.compiled import compiled_module
+from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -217,7 +217,10 @@ class CompiledMergeLoop(TokenizerModel):
         """The C merge loop for this vocabulary, or None (not built, BPETOK_PURE_PYTHON, or
         ``build_merger`` declined: NaN scores)."""
         if not self._merger_built:
-            self._merger = self.build_merger(merger_module())
+            module = merger_module()
+            if module is None:
+                warn_not_built("bpetok.models._symbols")
+            self._merger = self.build_merger(module)
             self._merger_built = True
         return self._merger
 

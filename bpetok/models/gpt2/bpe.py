@@ -16,7 +16,7 @@ import os
 from itertools import repeat
 from typing import cast
 
-from bpetok.compiled import compiled_module, pure_python_forced
+from bpetok.compiled import compiled_module, pure_python_reason
 from bpetok.errors import VocabularyError
 from bpetok.models.gpt2.batch import BatchMerge
 
@@ -30,11 +30,8 @@ def kernel_module():
 
 def engine() -> str:
     """Which BPE engine runs: ``"C kernel"``, or ``"pure Python: "`` and why."""
-    if kernel_module() is not None:
-        return "C kernel"
-    if pure_python_forced():
-        return "pure Python: BPETOK_PURE_PYTHON is set"
-    return "pure Python: the C kernel is not built"
+    reason = pure_python_reason("bpetok.models._bpe")
+    return "C kernel" if reason is None else f"pure Python: {reason}"
 
 
 def _gpt2_byte_chars() -> list[str]:

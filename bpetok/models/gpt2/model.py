@@ -26,6 +26,7 @@ from itertools import chain, compress, islice, repeat
 from typing import Any
 
 from bpetok.cache import IdCache, as_ids, cache_budget
+from bpetok.compiled import warn_not_built
 from bpetok.models.base import TokenizerModel, gc_paused
 from bpetok.models.gpt2.bpe import BytePairModel, decode_token_text, kernel_module
 
@@ -56,6 +57,8 @@ class ByteLevelModel(TokenizerModel):
         # The spec's fast-path promise (see bpetok.pretok.PreTokenizerSpec.space_chunks).
         self.space_chunks = bool(spec.space_chunks)
         module = kernel_module()
+        if module is None:
+            warn_not_built("bpetok.models._bpe")
         self.compiled = module is not None
         # With the kernel's own splitter, whole texts go to C (and run without the GIL).
         self._kernel_split = spec.kernel_split if module is not None and spec.kernel_split in module.SPLITTERS else ""
