@@ -64,16 +64,6 @@ def test_every_reference_piece(pair):
     assert kernel.encode(pieces[::-1] + pieces) == [i for ids in expected[::-1] + expected for i in ids]
 
 
-def test_grouped_pieces(pair):
-    name, tok, kernel = pair
-    pieces = tok.model.pretokenizer.split(" ".join(c["text"] for c in load_cases(name)[:300]))
-    stops = sorted(random.Random(0).sample(range(len(pieces)), 50)) + [len(pieces)]
-    groups = kernel.encode_groups(pieces, stops)
-    starts = [0] + stops[:-1]
-    assert [g.tolist() for g in groups] == [kernel.encode(pieces[a:b]) for a, b in zip(starts, stops)]
-    assert all(g.typecode == "I" for g in groups)
-
-
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=80))
 def test_any_bytes_merge_like_the_reference(qwen3, smollm2, data):
@@ -175,15 +165,7 @@ def test_hostile_calls_raise_clean_errors(qwen3):
         kernel.encode(None)
     with pytest.raises(TypeError):
         kernel.encode_piece("not bytes")
-    with pytest.raises(ValueError, match="non-decreasing"):
-        kernel.encode_groups(["a", "b"], [2, 1])
-    with pytest.raises(ValueError, match="non-decreasing"):
-        kernel.encode_groups(["a", "b"], [3])
-    with pytest.raises(ValueError, match="last stop"):
-        kernel.encode_groups(["a", "b"], [1])
-    with pytest.raises(ValueError, match="non-decreasing"):
-        kernel.encode_groups(["a"], [-1, 1])
-    assert kernel.encode([]) == [] and kernel.encode_groups([], []) == []
+    assert kernel.encode([]) == []
     assert kernel.encode(["", "", "a"]) == kernel.encode(["a"])
 
 
