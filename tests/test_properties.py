@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bpetok
-from bpetok.models.gpt2 import BYTE_TO_CHAR
+from bpetok.models.gpt2 import BYTE_TO_CHAR, ByteLevelModel
 from bpetok.plugins import get_registry
 from helpers import LLAMA_TESTS, sharing_bpe_models, with_pre
 
@@ -33,7 +33,8 @@ def _bytes_have_tokens(tok, text: str) -> bool:
         return False
     if tok.clean_spaces and re.search(r" [?!.,]| '", text):  # the detokenizer drops those spaces
         return False
-    byte_ids = tok.model.byte_ids
+    model = tok.model.bpe if isinstance(tok.model, ByteLevelModel) else tok.model  # byte-level: its merge tables
+    byte_ids = model.byte_ids
     return all(byte_ids[b] is not None and byte_ids[b] < tok.n_tokens for b in text.encode("utf-8", "surrogatepass"))
 
 
