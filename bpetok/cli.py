@@ -117,6 +117,7 @@ def _cmd_info(args) -> int:
         "eog_ids": sorted(tok.eog_ids),
         "add_bos": tok.add_bos,
         "add_eos": tok.add_eos,
+        "add_sep": tok.add_sep,
         "add_space_prefix": tok.add_space_prefix,
         "engine": _engine_of(tok),
         "chat_templates": sorted(chat_templates(vocab)),

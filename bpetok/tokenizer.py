@@ -198,11 +198,20 @@ class Tokenizer:
             # (a new dict, so a vocabulary shared with another tokenizer keeps its own).
             vocabulary.special_ids = {**vocabulary.special_ids, "bos": None}
 
-        # The model's defaults, else the pre-tokenizer's.
-        add_bos = model_spec.add_bos if model_spec.add_bos is not None else spec is not None and spec.add_bos
-        clean_spaces = model_spec.clean_spaces if model_spec.clean_spaces is not None else spec is not None and spec.clean_spaces
-        self.add_bos = vocabulary.flags.get("add_bos", bool(add_bos))
-        self.add_eos = vocabulary.flags.get("add_eos", False)
+        # The model's defaults, else the pre-tokenizer's: the one given to the model, or the one a
+        # whole-fragment model runs itself (whitespace, hybriddna: TokenizerModel.flags_pretokenizer).
+        flags_spec = spec if spec is not None else model.flags_pretokenizer
+        add_bos = model_spec.add_bos if model_spec.add_bos is not None else flags_spec is not None and flags_spec.add_bos
+        clean_spaces = (
+            model_spec.clean_spaces if model_spec.clean_spaces is not None
+            else flags_spec is not None and flags_spec.clean_spaces
+        )
+        # A model may never add BOS or EOS whatever the file says (llama.cpp's rwkv adds neither).
+        self.add_bos = vocabulary.flags.get("add_bos", bool(add_bos)) and model.may_add_bos
+        self.add_eos = vocabulary.flags.get("add_eos", model_spec.add_eos) and model.may_add_eos
+        self.add_sep = False
+        if model_spec.adds_bos_sep:  # WordPiece: [CLS] text [SEP], whatever the file's keys say
+            self.add_bos, self.add_eos, self.add_sep = True, False, True
         self.clean_spaces = bool(clean_spaces)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
@@ -373,7 +382,7 @@ class Tokenizer:
 
         ``parse_special``: CONTROL tokens written in the text (``<|im_end|>``) become their ids;
         USER_DEFINED ones (``<think>``) always do. ``add_special``: add BOS/EOS as the
-        vocabulary's ``add_bos_token``/``add_eos_token`` say.
+        vocabulary's ``add_bos_token``/``add_eos_token`` say (``[CLS]``/``[SEP]`` for WordPiece).
 
         A lone surrogate (U+D800..U+DFFF) is encoded as its three UTF-8-style bytes, which is what
         llama.cpp does with those bytes.
@@ -389,6 +398,8 @@ class Tokenizer:
             ids += self._encode_partitioned(self._partition(text, parse_special))
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        if add_special and self.add_sep:
+            ids.append(self._required_special("sep"))
         return ids
 
     def _encode_partitioned(self, fragments: list[str | int]) -> list[int]:
@@ -437,6 +448,8 @@ class Tokenizer:
             raise _beyond_unicode_error(data) from None
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
+        if add_special and self.add_sep:
+            ids.append(self._required_special("sep"))
         return ids
 
     def count(self, text: str, *, parse_special: bool = True) -> int:
@@ -451,11 +464,12 @@ class Tokenizer:
         parse_special = check_flag(parse_special, "count(parse_special=...)")
         total = 0
         count_fragment = self.model.count_fragment
+        keep_specials = self.model.emits_special_tokens
         seen: dict[str, int] = {}  # as in encode: each distinct short fragment counted once per call
         at_start = True
         for fragment in self._partition(text, parse_special) if text else ():
             if fragment.__class__ is int:
-                total += 1
+                total += keep_specials
                 at_start = True
                 continue
             n = seen.get(fragment) if at_start else None  # type: ignore[arg-type]  # a str
@@ -552,18 +566,20 @@ class Tokenizer:
         next_encoded = lambda _fragment, _at_start: next(encoded)  # noqa: E731 - in the order they were sent
         return [self._encode_parts(p, next_encoded) for p in parts]
 
-    @staticmethod
-    def _encode_parts(fragments: list, encode_fragment, memo: bool = False) -> list[int]:
-        """Ids of partitioned text: ids as they are, each fragment through ``encode_fragment``,
+    def _encode_parts(self, fragments: list, encode_fragment, memo: bool = False) -> list[int]:
+        """Ids of partitioned text: ids as they are (unless the model drops them:
+        ``TokenizerModel.emits_special_tokens``), each fragment through ``encode_fragment``,
         told whether it starts the text or follows a special token (where SentencePiece-style
         models add their space prefix). ``memo``: text between specials repeats (a chat's "\\n",
         "user\\n"): encode each distinct short fragment once per call."""
         ids: list[int] = []
         seen: dict[Any, list[int]] = {}
+        keep_specials = self.model.emits_special_tokens
         at_start = True
         for fragment in fragments:
             if fragment.__class__ is int:
-                ids.append(fragment)
+                if keep_specials:
+                    ids.append(fragment)
                 at_start = True
                 continue
             found = seen.get(fragment) if memo and at_start else None
@@ -620,6 +636,9 @@ class Tokenizer:
     def _render(self, token_id: int) -> bytes:
         attr = self.vocabulary.attrs[token_id]
         text = self.vocabulary.tokens[token_id]
+        own = self.model.render_piece(token_id, text, attr)
+        if own is not None:  # a model whose pieces follow rules of their own (rwkv, plamo2)
+            return own
         if attr & _SPECIAL:
             return text  # raw text, no byte decoding
         if attr & TokenAttr.NORMAL:
@@ -695,7 +714,7 @@ class Tokenizer:
         else:  # a copy without the token index (rebuilt on first use), the vocabulary's own cache
             source = dataclasses.replace(self.vocabulary, attributes_adjusted=self.vocabulary.attributes_adjusted)
         flags = {
-            "add_bos": self.add_bos, "add_eos": self.add_eos, "clean_spaces": self.clean_spaces,
+            "add_bos": self.add_bos, "add_eos": self.add_eos, "add_sep": self.add_sep, "clean_spaces": self.clean_spaces,
             "add_space_prefix": self.add_space_prefix,
         }
         return _unpickle_tokenizer, (source, self._spec_given, self.cache_bytes, flags)
@@ -728,7 +747,7 @@ def _unpickle_tokenizer(source: str | Vocabulary, spec, cache_bytes: int, flags:
     tok = Tokenizer(vocab, spec, cache_bytes=cache_bytes)
     if isinstance(source, str):
         tok._source = source
-    tok.add_bos, tok.add_eos = flags["add_bos"], flags["add_eos"]
+    tok.add_bos, tok.add_eos, tok.add_sep = flags["add_bos"], flags["add_eos"], flags["add_sep"]
     tok.clean_spaces, tok.add_space_prefix = flags["clean_spaces"], flags["add_space_prefix"]
     return tok
 

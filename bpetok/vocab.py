@@ -13,7 +13,7 @@ from enum import IntEnum, IntFlag
 from itertools import repeat
 from typing import Any
 
-from bpetok.errors import GGUFError, VocabularyError
+from bpetok.errors import GGUFError, UnsupportedVocabularyError, VocabularyError
 from bpetok.gguf import GGUFValueType, read_gguf
 from bpetok.hookspecs import hookimpl
 
@@ -85,7 +85,12 @@ BOOL_KEYS = {
     "add_eos": "tokenizer.ggml.add_eos_token",
     "add_sep": "tokenizer.ggml.add_sep_token",
     "add_space_prefix": "tokenizer.ggml.add_space_prefix",
+    "remove_extra_whitespaces": "tokenizer.ggml.remove_extra_whitespaces",
+    "normalizer_lowercase": "tokenizer.ggml.normalizer.lowercase",
+    "normalizer_strip_accents": "tokenizer.ggml.normalizer.strip_accents",
 }
+# The unigram (t5) normalizer's table, kept as bytes in Vocabulary.metadata under this key.
+CHARSMAP_KEY = "tokenizer.ggml.precompiled_charsmap"
 
 
 @dataclass
@@ -203,10 +208,33 @@ def _read_scores(gguf, n: int) -> list[float]:
     return [float(v) for v in values[:n].tolist()]
 
 
+# tokenizer.ggml.model values that mean the file has no vocabulary at all.
+NO_VOCABULARY_MODELS = ("none", "no_vocab")
+
+
+def _read_charsmap(gguf) -> bytes | None:
+    """``tokenizer.ggml.precompiled_charsmap`` as llama.cpp reads it: an array of int8 or uint8."""
+    if CHARSMAP_KEY not in gguf.types:
+        return None
+    actual, elem = gguf.types[CHARSMAP_KEY]
+    if actual != GGUFValueType.ARRAY or elem not in (GGUFValueType.INT8, GGUFValueType.UINT8):
+        raise GGUFError(
+            f"{gguf.path}: key {CHARSMAP_KEY!r} must be an array of uint8 or int8 (llama.cpp refuses it too)"
+        )
+    value = gguf.metadata[CHARSMAP_KEY]
+    return value.tobytes() if hasattr(value, "tobytes") else bytes(x & 0xFF for x in value)
+
+
 def load_gguf_vocabulary(path: str) -> Vocabulary:
     """Read the tokenizer of a GGUF file as llama.cpp does."""
     gguf = read_gguf(path, want=_wanted, numpy=False)  # no numpy import: ~0.07 s of a cold load
     model = _text(_expect(gguf, "tokenizer.ggml.model", GGUFValueType.STRING, required=True), path, "tokenizer.ggml.model")
+    if model in NO_VOCABULARY_MODELS:
+        raise UnsupportedVocabularyError(
+            f"{path}: tokenizer.ggml.model={model!r} says this file has no vocabulary (llama.cpp's "
+            "LLAMA_VOCAB_TYPE_NONE: a model without a tokenizer), so there is nothing to tokenize with: "
+            "load the GGUF of a model that ships its vocabulary"
+        )
     pre_raw = _expect(gguf, "tokenizer.ggml.pre", GGUFValueType.STRING)
     pre = _text(pre_raw, path, "tokenizer.ggml.pre") if pre_raw is not None else ""
     tokens = _expect(gguf, "tokenizer.ggml.tokens", GGUFValueType.ARRAY, GGUFValueType.STRING, required=True)
@@ -264,6 +292,9 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
         value = _expect(gguf, key, GGUFValueType.STRING)
         if value is not None:
             metadata[key] = value.decode("utf-8", "replace")
+    charsmap = _read_charsmap(gguf)
+    if charsmap is not None:
+        metadata[CHARSMAP_KEY] = charsmap
     for key, (vtype, _) in gguf.types.items():
         # Kept as text for bpetok.chat; a template of another type is left out (the tokenizer
         # does not need it, so it is no reason to refuse the file).

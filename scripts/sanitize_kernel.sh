@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the C modules (bpetok/models/_bpe.c, _symbols.c, bpetok/_gguf.c) with AddressSanitizer and UndefinedBehaviorSanitizer
+# Build the C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, bpetok/_gguf.c) with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run the tests that feed it: the kernel's own (reference pieces, Hypothesis, hostile calls,
 # threads), the compiled splitters against their Python twins, the oracle cases (llama.cpp's ids, qwen2
 # and llama3), the Hypothesis properties and the GGUF reader and fuzz tests.
@@ -20,7 +20,7 @@ tar --exclude='*.so' --exclude=build --exclude=.venv --exclude=.hypothesis --exc
 cd "$work"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_ext --inplace 2>&1 | grep -v Warning || true
-for module in models/_bpe models/_symbols _gguf; do
+for module in models/_bpe models/_symbols models/_trie _gguf; do
     test -f bpetok/$module*.so || { echo "$module did not build" >&2; exit 1; }
     # (grep reads all of nm's output: with -q it could stop early and nm die of SIGPIPE, which pipefail reports)
     nm -D bpetok/$module*.so | grep __asan_ >/dev/null || { echo "$module is not instrumented" >&2; exit 1; }
@@ -32,5 +32,5 @@ unset BPETOK_PURE_PYTHON
 python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf.gz'); assert t.engine == 'C kernel', t.engine; print(bpetok.__file__, t.engine)"
 python -m pytest -q -p no:cacheprovider --capture=sys tests/test_kernel.py tests/test_symbols.py tests/test_exact.py \
     tests/test_properties.py tests/test_gguf.py tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py tests/test_split.py \
-    tests/test_llama3.py "$@"
+    tests/test_llama3.py tests/test_more_models.py "$@"
 echo "sanitized run: no finding"

@@ -39,7 +39,9 @@ class ModelSpec:
     - ``add_bos``, ``clean_spaces``: llama.cpp's defaults for the model; None takes them from
       the pre-tokenizer spec. ``add_space_prefix``: the default of
       ``tokenizer.ggml.add_space_prefix``; the decoder drops the first piece's leading space when
-      it is set, as llama.cpp does.
+      it is set, as llama.cpp does. ``add_eos``: the default of ``tokenizer.ggml.add_eos_token``.
+    - ``adds_bos_sep``: ``add_special`` puts BOS before the text and SEP after it, whatever the
+      file's add_bos/add_eos/add_sep keys say (llama.cpp's WordPiece session: ``[CLS] ... [SEP]``).
     """
 
     name: str
@@ -50,6 +52,8 @@ class ModelSpec:
     add_bos: bool | None = None
     clean_spaces: bool | None = None
     add_space_prefix: bool = False
+    add_eos: bool = False
+    adds_bos_sep: bool = False
     description: str = ""
     # Filled in by the registry: which plugin registered this spec.
     plugin: str = field(default="", compare=False)

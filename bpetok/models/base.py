@@ -19,9 +19,14 @@ import gc
 import re
 from abc import ABC, abstractmethod
 from itertools import chain
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-__all__ = ["TokenizerModel", "decode_llama_utf8", "BeyondUnicode", "gc_paused"]
+from bpetok.cache import IdCache
+
+if TYPE_CHECKING:
+    from bpetok.pretok import PreTokenizerSpec
+
+__all__ = ["TokenizerModel", "CachingModel", "decode_llama_utf8", "BeyondUnicode", "gc_paused"]
 
 
 class TokenizerModel(ABC):
@@ -38,6 +43,16 @@ class TokenizerModel(ABC):
     #: Whether :meth:`encode_texts` runs without the GIL on ``workers`` threads (then threads
     #: sharing the tokenizer scale with cores: ``Tokenizer.encodes_without_gil``).
     releases_gil: bool = False
+    #: Whether the special tokens found in a text are among its ids (llama.cpp's plamo2 drops them).
+    emits_special_tokens: bool = True
+    #: Whether ``add_special`` may add BOS / EOS as the file's flags say (llama.cpp's rwkv adds
+    #: neither, plamo2 no EOS, whatever ``tokenizer.ggml.add_*_token`` say).
+    may_add_bos: bool = True
+    may_add_eos: bool = True
+    #: The pre-tokenizer spec a model that takes whole fragments runs itself (whitespace and
+    #: hybriddna split with a gpt2 one): its ``add_bos`` / ``clean_spaces`` are the defaults when
+    #: the Tokenizer was given no pre-tokenizer. None: the model's spec's own defaults (else False).
+    flags_pretokenizer: PreTokenizerSpec | None = None
 
     # -- what a model must write --------------------------------------------------------------
 
@@ -108,6 +123,12 @@ class TokenizerModel(ABC):
         ids = np.fromiter(chain.from_iterable(lists), dtype=np.uint32, count=int(counts.sum()))
         return ids, counts, held
 
+    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes | None:
+        """The piece of token ``token_id`` (stored ``text``, attributes ``attr``) when the model
+        renders its own pieces (rwkv's are its unescaped bytes, whatever their type), else None:
+        the Tokenizer's rules apply (the default)."""
+        return None
+
     def use_cache_budget(self, cache_bytes: int) -> None:
         """Called by the Tokenizer once, before it encodes anything: the byte budget of all of
         this model's caches together (0: cache nothing). The default keeps no cache."""
@@ -115,6 +136,22 @@ class TokenizerModel(ABC):
     def cache_info(self) -> dict[str, dict[str, int]]:
         """Each cache's ``entries``, ``bytes`` used and ``budget`` (``Tokenizer.cache_info``)."""
         return {}
+
+
+class CachingModel(TokenizerModel):
+    """A model with one cache of ids (``"pieces"``: fragments, words or chunks, as the model
+    keys it), a quarter of the Tokenizer's byte budget, the share byte-level BPE gives its piece
+    cache. A subclass reads and fills ``self._cache``."""
+
+    _cache: IdCache = IdCache(0)
+
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """Cache ids within a quarter of ``cache_bytes`` (an empty cache)."""
+        self._cache = IdCache(int(cache_bytes * 0.25))
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        cache = self._cache
+        return {"pieces": {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}}
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,0 +1,551 @@
+/* The compiled walks of bpetok's ``rwkv`` and ``plamo2`` models. First, the longest-match walk of ``rwkv`` (bpetok/models/rwkv.py's
+ * ``RwkvModel.encode_reference`` is the readable twin; tests/test_more_models.py holds them equal).
+ *
+ * The Python model flattens its byte trie into arrays: per node its token id (-1: none), the
+ * index of its first edge and its number of edges; per edge its byte (sorted within a node) and
+ * child node. ``Trie.encode(data, unk)`` walks llama.cpp's way: at each position the longest token
+ * the bytes start with; a byte that starts no token gives ``unk``. Where llama.cpp would emit an
+ * invalid id or loop forever (no unknown token; a path that ends no token) it returns None and the
+ * Python twin says why.
+ *
+ * Memory safety: every index in the arrays is checked when the trie is built; the walk reads the
+ * input within its length and writes to a buffer of one id per input byte at most. The GIL is
+ * released during the walk: the trie is read-only once built, the input an immutable bytes object.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+#define RELEASE_GIL_BYTES 4096
+
+typedef struct {
+    PyObject_HEAD
+    uint32_t n_nodes;
+    int32_t *values;      /* per node: token id, or -1 */
+    uint32_t *first;      /* per node: first edge */
+    uint32_t *count;      /* per node: edges */
+    uint8_t *edge_bytes;  /* per edge */
+    uint32_t *edge_child; /* per edge */
+    uint32_t root[256];   /* the root's child per byte, or NONE */
+} Trie;
+
+static void Trie_dealloc(Trie *self)
+{
+    free(self->values);
+    free(self->first);
+    free(self->count);
+    free(self->edge_bytes);
+    free(self->edge_child);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A copy of a buffer of ``n`` items of ``itemsize`` bytes, or NULL with an exception set. */
+static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, const char *name)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len % itemsize) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view.len, itemsize);
+        return NULL;
+    }
+    void *out = malloc(view.len ? (size_t)view.len : 1);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(out, view.buf, (size_t)view.len);
+    *n = view.len / itemsize;
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *values, *first, *count, *edge_bytes, *edge_child;
+    static char *kwlist[] = {"values", "first", "count", "edge_bytes", "edge_child", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &values, &first, &count, &edge_bytes, &edge_child))
+        return -1;
+    if (self->values != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Trie is already initialised");
+        return -1;
+    }
+    Py_ssize_t n_values, n_first, n_count, n_bytes, n_child;
+    self->values = copy_buffer(values, 4, &n_values, "values");
+    self->first = self->values ? copy_buffer(first, 4, &n_first, "first") : NULL;
+    self->count = self->first ? copy_buffer(count, 4, &n_count, "count") : NULL;
+    self->edge_bytes = self->count ? copy_buffer(edge_bytes, 1, &n_bytes, "edge_bytes") : NULL;
+    self->edge_child = self->edge_bytes ? copy_buffer(edge_child, 4, &n_child, "edge_child") : NULL;
+    if (self->edge_child == NULL)
+        return -1;
+    if (n_values < 1 || n_values != n_first || n_values != n_count || n_bytes != n_child || n_values >= (Py_ssize_t)NONE
+        || n_child >= (Py_ssize_t)NONE) {
+        PyErr_SetString(PyExc_ValueError, "trie arrays: need one root, equal node and edge array lengths");
+        return -1;
+    }
+    self->n_nodes = (uint32_t)n_values;
+    for (uint32_t node = 0; node < self->n_nodes; node++) {
+        uint64_t end = (uint64_t)self->first[node] + self->count[node];
+        if (end > (uint64_t)n_child) {
+            PyErr_Format(PyExc_ValueError, "trie node %u: edges past the edge arrays", node);
+            return -1;
+        }
+        for (uint64_t e = self->first[node]; e < end; e++) {
+            if (self->edge_child[e] >= self->n_nodes || self->edge_child[e] == 0) {
+                PyErr_Format(PyExc_ValueError, "trie node %u: edge to node %u, out of range", node, self->edge_child[e]);
+                return -1;
+            }
+            if (e > self->first[node] && self->edge_bytes[e] <= self->edge_bytes[e - 1]) {
+                PyErr_Format(PyExc_ValueError, "trie node %u: edges not sorted by byte", node);
+                return -1;
+            }
+        }
+    }
+    for (int b = 0; b < 256; b++)
+        self->root[b] = NONE;
+    for (uint32_t e = self->first[0]; e < self->first[0] + self->count[0]; e++)
+        self->root[self->edge_bytes[e]] = self->edge_child[e];
+    return 0;
+}
+
+/* The child of ``node`` along byte ``b``, or NONE (edges sorted: binary search). */
+static inline uint32_t child_of(const Trie *t, uint32_t node, uint8_t b)
+{
+    uint32_t lo = t->first[node], hi = lo + t->count[node];
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint8_t at = t->edge_bytes[mid];
+        if (at == b)
+            return t->edge_child[mid];
+        if (at < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NONE;
+}
+
+/* The walk; returns the number of ids written, or -1 where the Python twin must answer. */
+static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t unk, uint32_t *out)
+{
+    Py_ssize_t pos = 0, written = 0;
+    while (pos < n) {
+        uint32_t node = t->root[data[pos]];
+        if (node == NONE) {
+            if (unk < 0)
+                return -1;
+            out[written++] = (uint32_t)unk;
+            pos++;
+            continue;
+        }
+        int32_t token = -1;
+        Py_ssize_t end = 0, at = pos;
+        while (node != NONE) {
+            if (t->values[node] >= 0) {
+                token = t->values[node];
+                end = at + 1;
+            }
+            if (at + 1 >= n)
+                break;
+            at++;
+            node = child_of(t, node, data[at]);
+        }
+        if (token < 0)
+            return -1;
+        out[written++] = (uint32_t)token;
+        pos = end;
+    }
+    return written;
+}
+
+static PyObject *Trie_encode(Trie *self, PyObject *args)
+{
+    Py_buffer data;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "y*L", &data, &unk))
+        return NULL;
+    if (self->values == NULL) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "Trie is not initialised");
+        return NULL;
+    }
+    if (data.len == 0) {
+        PyBuffer_Release(&data);
+        return PyList_New(0);
+    }
+    if ((size_t)data.len > SIZE_MAX / sizeof(uint32_t)) {
+        PyBuffer_Release(&data);
+        return PyErr_NoMemory();
+    }
+    uint32_t *out = malloc((size_t)data.len * sizeof(uint32_t)); /* at most one id per byte */
+    if (out == NULL) {
+        PyBuffer_Release(&data);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t written;
+    if (data.len >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        written = walk(self, data.buf, data.len, unk, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        written = walk(self, data.buf, data.len, unk, out);
+    }
+    PyBuffer_Release(&data);
+    if (written < 0) {
+        free(out);
+        Py_RETURN_NONE;
+    }
+    PyObject *list = PyList_New(written);
+    if (list == NULL) {
+        free(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < written; i++) {
+        PyObject *id = PyLong_FromUnsignedLong(out[i]);
+        if (id == NULL) {
+            free(out);
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, id);
+    }
+    free(out);
+    return list;
+}
+
+/* -- plamo2: the best-score path over a sorted dictionary ------------------------------------------
+ *
+ * ``Dictionary(blob, offsets, ids, scores)``: the candidate tokens' UTF-8 texts, sorted and
+ * distinct, back to back in ``blob`` (token k is blob[offsets[k]:offsets[k + 1]]), with their ids
+ * and fixed scores (bpetok/models/plamo2.py's ``_best_path`` is the readable twin). The tokens
+ * the text at a position starts with are found by narrowing a range of the sorted texts a byte at
+ * a time: the texts that share the prefix read so far are one run, and the one equal to it, if
+ * any, sorts first.
+ */
+
+#define UNKNOWN_SCORE (-10000000)
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    uint8_t *blob;
+    uint64_t *offsets; /* n + 1 */
+    int32_t *ids;
+    int32_t *scores;
+    uint32_t byte_ids[256];
+    uint32_t (*by_two)[2]; /* per first two bytes: the run [lo, hi) of the texts of 2+ bytes that start so */
+    uint32_t by_one[256][2]; /* per first byte: the run of the texts that start with it */
+} Dictionary;
+
+static void Dictionary_dealloc(Dictionary *self)
+{
+    free(self->blob);
+    free(self->offsets);
+    free(self->ids);
+    free(self->scores);
+    free(self->by_two);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *blob, *offsets, *ids, *scores, *byte_ids;
+    static char *kwlist[] = {"blob", "offsets", "ids", "scores", "byte_ids", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob, &offsets, &ids, &scores, &byte_ids))
+        return -1;
+    if (self->blob != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Dictionary is already initialised");
+        return -1;
+    }
+    Py_ssize_t n_blob, n_offsets, n_ids, n_scores, n_bytes;
+    self->blob = copy_buffer(blob, 1, &n_blob, "blob");
+    self->offsets = self->blob ? copy_buffer(offsets, 8, &n_offsets, "offsets") : NULL;
+    self->ids = self->offsets ? copy_buffer(ids, 4, &n_ids, "ids") : NULL;
+    self->scores = self->ids ? copy_buffer(scores, 4, &n_scores, "scores") : NULL;
+    uint32_t *bytes = self->scores ? copy_buffer(byte_ids, 4, &n_bytes, "byte_ids") : NULL;
+    if (bytes == NULL)
+        return -1;
+    if (n_bytes != 256) {
+        free(bytes);
+        PyErr_SetString(PyExc_ValueError, "byte_ids: need 256 ids");
+        return -1;
+    }
+    memcpy(self->byte_ids, bytes, sizeof(self->byte_ids));
+    free(bytes);
+    if (n_offsets < 1 || n_ids != n_offsets - 1 || n_scores != n_ids) {
+        PyErr_SetString(PyExc_ValueError, "dictionary arrays: need n + 1 offsets, n ids and n scores");
+        return -1;
+    }
+    self->n = n_ids;
+    if (self->n >= (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "dictionary: too many tokens");
+        return -1;
+    }
+    if (self->offsets[0] != 0 || self->offsets[self->n] != (uint64_t)n_blob) {
+        PyErr_SetString(PyExc_ValueError, "dictionary offsets: must start at 0 and end at the blob's length");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < self->n; k++) {
+        uint64_t a = self->offsets[k], b = self->offsets[k + 1];
+        if (b <= a) {
+            PyErr_Format(PyExc_ValueError, "dictionary token %zd: empty or offsets not increasing", k);
+            return -1;
+        }
+        if (k > 0) { /* strictly increasing texts: the range walk relies on the order */
+            uint64_t pa = self->offsets[k - 1], la = a - pa, lb = b - a;
+            int c = memcmp(self->blob + pa, self->blob + a, (size_t)(la < lb ? la : lb));
+            if (c > 0 || (c == 0 && la >= lb)) {
+                PyErr_Format(PyExc_ValueError, "dictionary token %zd: texts not sorted and distinct", k);
+                return -1;
+            }
+        }
+    }
+    self->by_two = calloc(65536, sizeof(*self->by_two));
+    if (self->by_two == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(self->by_one, 0, sizeof(self->by_one));
+    for (uint32_t k = 0; k < (uint32_t)self->n; k++) { /* sorted: each run is contiguous */
+        const uint8_t *text = self->blob + self->offsets[k];
+        uint32_t *one = self->by_one[text[0]];
+        if (one[0] == one[1])
+            one[0] = k;
+        one[1] = k + 1;
+        if (self->offsets[k + 1] - self->offsets[k] >= 2) {
+            uint32_t *two = self->by_two[text[0] << 8 | text[1]];
+            if (two[0] == two[1])
+                two[0] = k;
+            two[1] = k + 1;
+        }
+    }
+    return 0;
+}
+
+static inline Py_ssize_t utf8_length(uint8_t b)
+{
+    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; /* continuation bytes never lead here */
+}
+
+/* The best path's ids into ``out`` (room for one id per byte), or -1 when memory runs out. */
+static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t n, uint32_t *out)
+{
+    int64_t *cost = malloc((size_t)(n + 1) * sizeof(int64_t));
+    uint32_t *step_len = malloc((size_t)(n + 1) * sizeof(uint32_t));
+    int32_t *step_id = malloc((size_t)(n + 1) * sizeof(int32_t));
+    uint8_t *start = calloc((size_t)n + 1, 1);
+    Py_ssize_t *match_len = malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *match_k = malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t written = -1;
+    if (!cost || !step_len || !step_id || !start || !match_len || !match_k)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i += utf8_length(data[i]))
+        start[i] = 1;
+    start[n] = 1;
+    cost[n] = 0;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        if (!start[i])
+            continue;
+        Py_ssize_t char_len = utf8_length(data[i]);
+        if (i + char_len > n)
+            char_len = n - i;
+        /* The tokens the text at i starts with, shortest first: one and two bytes from the
+         * tables, then the run narrowed a byte at a time. */
+        Py_ssize_t m = 0, lo = d->by_one[data[i]][0], hi = d->by_one[data[i]][1];
+        if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 1 && start[i + 1]) {
+            match_len[m] = 1;
+            match_k[m++] = lo;
+        }
+        if (i + 1 < n) {
+            lo = d->by_two[data[i] << 8 | data[i + 1]][0];
+            hi = d->by_two[data[i] << 8 | data[i + 1]][1];
+            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 2 && start[i + 2]) {
+                match_len[m] = 2;
+                match_k[m++] = lo;
+            }
+        } else {
+            lo = hi;
+        }
+        for (Py_ssize_t depth = 2; i + depth < n && lo < hi; depth++) {
+            uint8_t c = data[i + depth];
+            /* [lo, hi) share data[i:i+depth]; one of exactly that length sorts first. */
+            if (d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)depth)
+                lo++;
+            Py_ssize_t a = lo, b = hi;
+            while (a < b) { /* the first text whose byte at depth is >= c */
+                Py_ssize_t mid = a + (b - a) / 2;
+                if (d->blob[d->offsets[mid] + depth] < c)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            lo = a;
+            b = hi;
+            while (a < b) { /* the first text whose byte at depth is > c */
+                Py_ssize_t mid = a + (b - a) / 2;
+                if (d->blob[d->offsets[mid] + depth] <= c)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            hi = a;
+            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)(depth + 1) && start[i + depth + 1]) {
+                match_len[m] = depth + 1;
+                match_k[m++] = lo;
+            }
+        }
+        int64_t best = (int64_t)1 << 60;
+        Py_ssize_t best_len = char_len;
+        int32_t best_id = -1;
+        int stopped = 0;
+        for (Py_ssize_t k = m - 1; k >= 0; k--) { /* the longest first */
+            int32_t score = d->scores[match_k[k]];
+            int64_t total = cost[i + match_len[k]] - score;
+            if (total < best) {
+                best = total;
+                best_len = match_len[k];
+                best_id = d->ids[match_k[k]];
+            }
+            if (score == UNKNOWN_SCORE) {
+                stopped = 1;
+                break;
+            }
+        }
+        if (!stopped && cost[i + char_len] - UNKNOWN_SCORE < best) {
+            best = cost[i + char_len] - UNKNOWN_SCORE;
+            best_len = char_len;
+            best_id = -1;
+        }
+        cost[i] = best;
+        step_len[i] = (uint32_t)best_len;
+        step_id[i] = best_id;
+    }
+    written = 0;
+    for (Py_ssize_t pos = 0; pos < n; pos += step_len[pos]) {
+        if (step_id[pos] >= 0) {
+            out[written++] = (uint32_t)step_id[pos];
+        } else {
+            for (Py_ssize_t k = 0; k < (Py_ssize_t)step_len[pos]; k++)
+                out[written++] = d->byte_ids[data[pos + k]];
+        }
+    }
+done:
+    free(cost);
+    free(step_len);
+    free(step_id);
+    free(start);
+    free(match_len);
+    free(match_k);
+    return written;
+}
+
+static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
+{
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data))
+        return NULL;
+    if (self->blob == NULL) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "Dictionary is not initialised");
+        return NULL;
+    }
+    if (data.len == 0) {
+        PyBuffer_Release(&data);
+        return PyList_New(0);
+    }
+    if (data.len >= (Py_ssize_t)INT32_MAX) { /* costs then stay within int64 */
+        PyBuffer_Release(&data);
+        return PyErr_NoMemory();
+    }
+    uint32_t *out = malloc((size_t)data.len * sizeof(uint32_t));
+    Py_ssize_t written = -1;
+    if (out != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        written = best_path(self, data.buf, data.len, out);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&data);
+    if (written < 0) {
+        free(out);
+        return PyErr_NoMemory();
+    }
+    PyObject *list = PyList_New(written);
+    for (Py_ssize_t i = 0; list != NULL && i < written; i++) {
+        PyObject *id = PyLong_FromUnsignedLong(out[i]);
+        if (id == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, id);
+    }
+    free(out);
+    return list;
+}
+
+static PyMethodDef Dictionary_methods[] = {
+    {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS,
+     "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject DictionaryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpetok.models._trie.Dictionary",
+    .tp_basicsize = sizeof(Dictionary),
+    .tp_dealloc = (destructor)Dictionary_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Sorted token texts and scores for plamo2's best path (bpetok/models/plamo2.py).",
+    .tp_methods = Dictionary_methods,
+    .tp_init = (initproc)Dictionary_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyMethodDef Trie_methods[] = {
+    {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
+     "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TrieType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpetok.models._trie.Trie",
+    .tp_basicsize = sizeof(Trie),
+    .tp_dealloc = (destructor)Trie_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A byte trie for llama.cpp's rwkv longest-match walk (bpetok/models/rwkv.py).",
+    .tp_methods = Trie_methods,
+    .tp_init = (initproc)Trie_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef trie_module = {
+    PyModuleDef_HEAD_INIT, "bpetok.models._trie", "The rwkv model's compiled longest-match walk.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__trie(void)
+{
+    if (PyType_Ready(&TrieType) < 0 || PyType_Ready(&DictionaryType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&trie_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&TrieType);
+    if (PyModule_AddObject(m, "Trie", (PyObject *)&TrieType) < 0) {
+        Py_DECREF(&TrieType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&DictionaryType);
+    if (PyModule_AddObject(m, "Dictionary", (PyObject *)&DictionaryType) < 0) {
+        Py_DECREF(&DictionaryType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

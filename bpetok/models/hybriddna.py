@@ -1,0 +1,112 @@
+"""llama.cpp's ``hybriddna`` model (src/llama-vocab.cpp, ``llm_tokenizer_hybriddna_session``).
+
+A gpt2 vocabulary (byte-pair encoded with its ``tokenizer.ggml.pre``) plus the tokens ``<dna>``,
+``</dna>``, ``<oov>`` and DNA k-mers stored with the reserved suffix U+E000 (which keeps a k-mer
+apart from a BPE token of the same letters). In each fragment of text between special tokens:
+
+- text outside ``<dna>...</dna>`` is encoded by the gpt2 model;
+- ``<dna>`` and ``</dna>`` give their ids; the bytes between (to the end of the fragment when
+  ``</dna>`` is missing) are upper-cased (ASCII), cut into 6-byte k-mers, the last one padded with
+  ``A``, and each k-mer gives the id of its text + U+E000, or ``<oov>``'s when there is none.
+
+The tags are CONTROL tokens: with ``parse_special`` they are cut out of the text before the model
+sees it, so only text without them, or ``parse_special=False``, has k-mers. Without all three tag
+tokens the model is plain gpt2 BPE. A k-mer's piece (every token after ``<oov>`` whose text ends in
+the suffix) is its text without it, as llama.cpp erases it at load.
+"""
+
+from __future__ import annotations
+
+from bpetok.cache import IdCache
+from bpetok.hookspecs import hookimpl
+from bpetok.models import ModelSpec
+from bpetok.models.whitespace_bpe import Gpt2Runs
+
+__all__ = ["HybridDnaModel"]
+
+KMER_MARKER = "\ue000".encode()
+_OPEN, _CLOSE = "<dna>", "</dna>"
+_K = 6
+_UPPER = bytes.maketrans(b"abcdefghijklmnopqrstuvwxyz", b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+class HybridDnaModel:
+    """gpt2 BPE outside ``<dna>`` spans, 6-mers inside (see the module docstring)."""
+
+    def __init__(self, vocabulary, pretokenizer=None):
+        self.runs = Gpt2Runs(vocabulary)
+        self.pretokenizer = self.runs.spec  # its flags are the file's defaults (add_bos, clean_spaces)
+        index = vocabulary.token_index()
+        self.ids = index
+        self.open_id, self.close_id, self.oov_id = (index.get(t.encode()) for t in (_OPEN, _CLOSE, "<oov>"))
+        self.dna = None not in (self.open_id, self.close_id, self.oov_id)
+        # The texts llama.cpp strips the marker from: tokens after <oov> ending in it.
+        tokens = vocabulary.tokens
+        start = self.oov_id + 1 if self.oov_id is not None else len(tokens)
+        self.kmer_texts = frozenset(t for t in tokens[start:] if len(t) > len(KMER_MARKER) and t.endswith(KMER_MARKER))
+
+    def use_cache(self, cache: IdCache) -> None:
+        self.runs.use_cache(cache)
+
+    @property
+    def compiled(self) -> bool:
+        return self.runs.compiled
+
+    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
+        """Ids of one fragment of text between special tokens."""
+        return self._encode(text, self.runs.encode)
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` by the gpt2 model's reference merge."""
+        return self._encode(text, self.runs.encode_reference)
+
+    def _encode(self, text: str, encode) -> list[int]:
+        if not self.dna or _OPEN not in text:
+            return encode(text) if text else []
+        out: list[int] = []
+        pos, n = 0, len(text)
+        while pos < n:
+            start = text.find(_OPEN, pos)
+            if start < 0:
+                out += encode(text[pos:])
+                break
+            if start > pos:
+                out += encode(text[pos:start])
+            out.append(self.open_id)
+            content = start + len(_OPEN)
+            end = text.find(_CLOSE, content)
+            out += self._kmers(text[content : end if end >= 0 else n])
+            if end < 0:
+                break
+            out.append(self.close_id)
+            pos = end + len(_CLOSE)
+        return out
+
+    def _kmers(self, sequence: str) -> list[int]:
+        """The k-mer ids of a DNA span: its UTF-8 bytes cut every 6 bytes, as llama.cpp cuts them."""
+        data = sequence.encode("utf-8", "surrogatepass").translate(_UPPER)
+        ids, oov = self.ids, self.oov_id
+        out = []
+        for i in range(0, len(data), _K):
+            kmer = data[i : i + _K].ljust(_K, b"A")
+            out.append(ids.get(kmer + KMER_MARKER, oov))
+        return out
+
+    def normal_piece(self, text: bytes) -> bytes:
+        """A NORMAL token's bytes: a k-mer's without its marker, any other as the gpt2 model renders it."""
+        if text in self.kmer_texts:
+            text = text[: -len(KMER_MARKER)]
+        return self.runs.normal_piece(text)
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    register(
+        ModelSpec(
+            name="hybriddna",
+            factory=HybridDnaModel,
+            pretokenized=False,
+            special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
+            description="gpt2 BPE with <dna>...</dna> spans as DNA 6-mers (reserved U+E000 suffix), <oov>",
+        )
+    )

@@ -1,0 +1,255 @@
+"""Unigram, llama.cpp's ``t5`` model (src/llama-vocab.cpp, ``llm_tokenizer_ugm_session``).
+
+T5, mT5, XLM-RoBERTa-based embedders (nomic-embed v2, bge-m3...) say ``tokenizer.ggml.model =
+t5``. Each fragment of text between special tokens is
+
+1. normalized (``normalize``), left to right over its bytes: a USER_DEFINED token's text is kept
+   as it is; else the longest prefix the precompiled character map knows is replaced
+   (:mod:`bpetok.models.charsmap`); else one UTF-8 character is kept (a byte that starts none
+   becomes U+FFFD). Then the normalized text's spaces become ``▁``: with
+   ``remove_extra_whitespaces`` each run of non-spaces gets one ``▁`` in front and spaces go;
+   otherwise each space is a ``▁``, and ``add_space_prefix`` puts one before the first non-space
+   (llama.cpp never reads ``treat_whitespace_as_suffix``: it is always false);
+2. cut by Viterbi: the best sum of token scores (NORMAL, USER_DEFINED at 0, UNUSED tokens),
+   summed in double precision; a character no token starts with costs the unknown score (the
+   lowest NORMAL score minus 10, in float32) and gives ``<unk>``; consecutive ``<unk>`` merge.
+
+The Viterbi runs in C (``bpetok/models/_ugm.c``) over the whole normalized fragment when the
+module is built. In pure Python, when no token holds a ``▁`` past its first character, every
+cut falls before each ``▁``, so the Viterbi runs per word (``▁`` and what follows up to the
+next one) with ids cached per word. (Per word, a word's score sums start from 0 rather than
+from the text so far; both are exact in doubles for float32 scores short of ~10^8 tokens.)
+:meth:`UnigramModel.encode_fragment_reference` runs the Python Viterbi over the whole fragment
+after the byte-by-byte charsmap walk: the readable twin tests hold both fast paths equal to.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import Any
+
+from bpetok.cache import IdCache, as_ids
+from bpetok.compiled import compiled_module
+from bpetok.errors import VocabularyError
+from bpetok.hookspecs import hookimpl
+from bpetok.models import ModelSpec
+from bpetok.models.charsmap import CharsMap
+from bpetok.vocab import CHARSMAP_KEY, TokenAttr
+
+__all__ = ["UnigramModel"]
+
+SPACE = "\u2581"
+_SPACE_BYTES = SPACE.encode()
+_UNKNOWN_PENALTY = 10.0
+# unicode_len_utf8: a sequence's length from its first byte's high nibble (continuation bytes: 1).
+_LENGTH_OF_NIBBLE = (1,) * 12 + (2, 2, 3, 4)
+_CACHE_LONGEST = 1024
+_WORDS = re.compile(rb"\xe2\x96\x81(?:(?!\xe2\x96\x81).)*|(?:(?!\xe2\x96\x81).)+", re.S)
+
+
+def _float32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+class UnigramModel:
+    """Viterbi over token scores after the character-map normalizer (see the module docstring)."""
+
+    def __init__(self, vocabulary, pretokenizer=None):
+        self.path = vocabulary.path
+        attrs, tokens = vocabulary.attrs, vocabulary.tokens
+        scores = vocabulary.scores or [0.0] * vocabulary.n_tokens
+        unk = vocabulary.special_ids.get("unk")
+        if unk is None:
+            raise VocabularyError(
+                f"{vocabulary.path}: a t5 (unigram) vocabulary needs an unknown token; "
+                "set tokenizer.ggml.unknown_token_id"
+            )
+        self.unk = unk
+        matched = TokenAttr.NORMAL | TokenAttr.USER_DEFINED | TokenAttr.UNUSED
+        # text -> (id, score), the tokens llama.cpp's token_matcher holds (a later text wins).
+        self.pieces: dict[bytes, tuple[int, float]] = {}
+        normal_scores = []
+        user_defined = []
+        for token_id, (text, attr) in enumerate(zip(tokens, attrs)):
+            if attr & TokenAttr.NORMAL:
+                normal_scores.append(scores[token_id])
+            if attr & matched:
+                score = 0.0 if attr & TokenAttr.USER_DEFINED else scores[token_id]
+                self.pieces[text] = (token_id, score)
+            if attr & TokenAttr.USER_DEFINED:
+                user_defined.append(text)
+        min_score = min(normal_scores) if normal_scores else 3.4028234663852886e38  # FLT_MAX
+        self.unknown_score = _float32(min_score - _UNKNOWN_PENALTY)
+        self.longest = max(map(len, self.pieces), default=0)
+        self.user_defined = sorted(set(user_defined), key=len, reverse=True)
+        self.add_space_prefix = bool(vocabulary.flags.get("add_space_prefix", False))
+        self.remove_extra_whitespaces = bool(vocabulary.flags.get("remove_extra_whitespaces", False))
+        self.treat_whitespace_as_suffix = False  # llama.cpp has no key for it
+        self.charsmap = CharsMap(vocabulary.metadata.get(CHARSMAP_KEY, b""), f"{vocabulary.path}: key {CHARSMAP_KEY!r}")
+        self.per_word = not any(_SPACE_BYTES in text[1:] for text in self.pieces)
+        self._cache = IdCache(0)
+        self._lattice: Any = None
+        self._lattice_built = False
+        self.lattice()  # the C trie is part of loading (a quarter of a second for 250k tokens)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the C Viterbi runs (``bpetok/models/_ugm.c``)."""
+        return self.lattice() is not None
+
+    def lattice(self):
+        """The C Viterbi over this vocabulary's trie, built on first use; None when not built or
+        ``BPETOK_PURE_PYTHON`` is set."""
+        if not self._lattice_built:
+            module = compiled_module("bpetok.models._ugm")
+            if module is not None:
+                texts = list(self.pieces)
+                values = list(self.pieces.values())
+                try:
+                    self._lattice = module.Lattice(
+                        texts, [v[0] for v in values], [v[1] for v in values], self.unk, self.unknown_score
+                    )
+                except OverflowError:  # a trie past 2**24 nodes: the Python Viterbi takes it
+                    self._lattice = None
+            self._lattice_built = True
+        return self._lattice
+
+    def use_cache(self, cache: IdCache) -> None:
+        """Cache ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
+        self._cache = cache
+
+    # -- normalization -------------------------------------------------------------------------
+
+    def normalize(self, data: bytes) -> bytes:
+        """llama.cpp's ``normalize``: the character map, then spaces as ``▁`` (see the module docstring)."""
+        return self._spaces(self._map(data))
+
+    def _map(self, data: bytes) -> bytes:
+        """Each prefix replaced: a user-defined token kept, else the character map's (fast path)."""
+        return self._map_reference(data) if self.user_defined else self.charsmap.normalize(data)
+
+    def _map_reference(self, data: bytes) -> bytes:
+        """:meth:`_map` prefix by prefix, as llama.cpp's ``normalize_prefix`` walks."""
+        out, i, n = [], 0, len(data)
+        user_defined, charsmap = self.user_defined, self.charsmap
+        while i < n:
+            for text in user_defined:  # longest first
+                if data.startswith(text, i):
+                    out.append(text)
+                    i += len(text)
+                    break
+            else:
+                replacement, used = charsmap.prefix(data, i)
+                out.append(replacement)
+                i += used
+        return b"".join(out)
+
+    def _spaces(self, data: bytes) -> bytes:
+        if self.remove_extra_whitespaces:
+            return b"".join(_SPACE_BYTES + word for word in data.split(b" ") if word)
+        out = data.replace(b" ", _SPACE_BYTES)
+        if self.add_space_prefix and data.strip(b" "):
+            # One ▁ before the first non-space: after the leading spaces' own ▁s.
+            lead = len(data) - len(data.lstrip(b" "))
+            out = _SPACE_BYTES * lead + _SPACE_BYTES + out[lead * 3 :]
+        return out
+
+    # -- Viterbi ---------------------------------------------------------------------------------
+
+    def viterbi(self, data: bytes) -> list[int]:
+        """The best-scoring ids of normalized ``data`` (llama.cpp's loop and tie rules)."""
+        n = len(data)
+        if not n:
+            return []
+        unk, unknown_score, pieces, longest = self.unk, self.unknown_score, self.pieces, self.longest
+        best_score = [0.0] + [-1.7976931348623157e308] * n  # -DBL_MAX
+        best_id = [unk] * (n + 1)
+        best_start = [0] * (n + 1)
+        get = pieces.get
+        i = 0
+        while i < n:
+            units = min(_LENGTH_OF_NIBBLE[data[i] >> 4], n - i)
+            base = best_score[i]
+            whole_found = False
+            for end in range(i + 1, min(n, i + longest) + 1):
+                found = get(data[i:end])
+                if found is None:
+                    continue
+                if end - i == units:
+                    whole_found = True
+                score = base + found[1]
+                if score > best_score[end]:
+                    best_score[end], best_id[end], best_start[end] = score, found[0], i
+            if not whole_found:
+                end = i + units
+                score = base + unknown_score
+                if score > best_score[end]:
+                    best_score[end], best_id[end], best_start[end] = score, unk, i
+            i += units
+        out: list[int] = []
+        at, previous_unknown = n, False
+        while True:
+            token_id = best_id[at]
+            is_unknown = token_id == unk
+            if not (previous_unknown and is_unknown):
+                out.append(token_id)
+            if best_start[at] == 0:
+                break
+            previous_unknown = is_unknown
+            at = best_start[at]
+        out.reverse()
+        return out
+
+    # -- the model contract ----------------------------------------------------------------------
+
+    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
+        """Ids of one fragment of text between special tokens."""
+        return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
+
+    def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` of raw bytes (llama.cpp normalizes the bytes themselves)."""
+        normalized = self.normalize(data)
+        lattice = self.lattice()
+        if lattice is not None:  # fast enough over the whole fragment: no word cache needed
+            return lattice.viterbi(normalized)
+        if not self.per_word:
+            return self.viterbi(normalized)
+        ids: list[int] = []
+        cache, viterbi, unk = self._cache, self.viterbi, self.unk
+        for word in _WORDS.findall(normalized):
+            found = cache.get(word)
+            if found is None:
+                found = viterbi(word)
+                if len(word) <= _CACHE_LONGEST and not cache.full:
+                    cache.put(word, as_ids(found))
+            if ids and ids[-1] == unk and found and found[0] == unk:
+                ids += found[1:]  # consecutive unknowns merge across words too
+            else:
+                ids += found
+        return ids
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` the plain way: one Viterbi over the whole fragment, no cache."""
+        return self.viterbi(self._spaces(self._map_reference(text.encode("utf-8", "surrogatepass"))))
+
+    def normal_piece(self, text: bytes) -> bytes:
+        """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
+        return text.replace(_SPACE_BYTES, b" ")
+
+
+@hookimpl
+def bpetok_register_models(register) -> None:
+    register(
+        ModelSpec(
+            name="t5",
+            factory=UnigramModel,
+            pretokenized=False,
+            special_ids={"eos": 1, "unk": 2, "pad": 0},
+            add_bos=False,
+            add_eos=True,
+            clean_spaces=False,
+            add_space_prefix=False,
+            description="Unigram (T5, XLM-R): precompiled charsmap normalizer, Viterbi over token scores",
+        )
+    )

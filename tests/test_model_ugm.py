@@ -1,0 +1,232 @@
+"""The ``t5`` model (Unigram): llama.cpp b11434's ids, pieces and detokenizer on nomic-bert-moe.
+
+Expected ids are llama.cpp's (tests/data/nomic-bert-moe.jsonl.gz), pieces its ``token_to_piece``
+(nomic-bert-moe.dump.json.gz). add_special and the decoder follow llama-vocab.cpp's UGM branches
+(BOS and EOS as the file's add_bos_token / add_eos_token say; one leading space dropped with
+add_space_prefix). Hostile charsmaps are built by hand in the layout llama.cpp reads.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bpetok
+from bpetok.errors import GGUFError, VocabularyError
+from bpetok.gguf import GGUFValueType
+from bpetok.gguf_writer import write_gguf
+from bpetok.models.charsmap import CharsMap
+from helpers import LLAMA_TESTS, load_cases
+from model_cases import llama_detokenize, load_dump
+
+NOMIC = LLAMA_TESTS / "ggml-vocab-nomic-bert-moe.gguf.gz"
+
+
+@pytest.fixture(scope="module")
+def t5() -> bpetok.Tokenizer:
+    return bpetok.from_gguf(NOMIC)
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[dict]:
+    return load_cases("nomic-bert-moe")
+
+
+def test_every_oracle_case_is_exact(t5, cases):
+    wrong = [c for c in cases if t5.encode(c["text"], parse_special=c["special"]) != c["ids"]]
+    assert len(cases) == 5800 and not wrong, wrong[:3]
+
+
+def test_the_reference_path_is_exact(t5, cases):
+    """The plain twin (byte walk of the charsmap, one Viterbi over the fragment) on every fourth case."""
+    for c in cases[::4]:
+        assert t5.encode_reference(c["text"], parse_special=c["special"]) == c["ids"], c["text"]
+
+
+def test_the_fast_normalizer_is_the_byte_walk(t5, cases):
+    charsmap = t5.model.charsmap
+    texts = [c["text"] for c in cases[::3]] + ["ｶﾞｷﾞ ﾊ", "A\u0301e\u0300\u1100\u1161\u11a8", "①ﬁ\u3000x"]
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        assert charsmap.normalize(data) == charsmap.normalize_reference(data), text
+    assert charsmap.normalize("ｶﾞ①ﬁ".encode()) == "ガ1fi".encode()  # NFKC, as SentencePiece's nmt_nfkc map
+
+
+def test_malformed_bytes_are_normalized_as_llama_cpp_does(t5):
+    """normalize_prefix: a byte that starts no sequence (or lacks its continuation bytes) is
+    U+FFFD in the *output*, one byte consumed, not looked up in the map as a real U+FFFD is."""
+    model = t5.model
+    assert model.normalize(b"a\xffb") == "\u2581a\ufffdb".encode()
+    assert model.normalize(b"\xe4\xb8a") == "\u2581\ufffd\ufffda".encode()
+    assert model.normalize("a\ufffdb".encode()) != model.normalize(b"a\xffb")  # the map drops a real one
+    assert t5.encode_bytes(b"a\xffb") == model.viterbi("\u2581a\ufffdb".encode())
+
+
+def test_pieces_are_llama_cpp_token_to_piece(t5):
+    dump = load_dump("nomic-bert-moe")
+    assert len(dump) == t5.n_tokens
+    for token_id, (with_special, without_special) in dump.items():
+        assert t5.piece(token_id) == with_special, token_id
+        assert t5.token_bytes(token_id) == without_special, token_id
+
+
+def test_decode_is_llama_detokenize(t5, cases):
+    dump = load_dump("nomic-bert-moe")
+    assert t5.add_space_prefix and not t5.clean_spaces
+    for c in cases[::2]:
+        for skip_special in (False, True):
+            pieces = [dump[i][1 if skip_special else 0] for i in c["ids"]]
+            expected = llama_detokenize(pieces, remove_space=True, clean_spaces=False)
+            assert t5.decode_bytes(c["ids"], skip_special=skip_special) == expected, c["text"]
+
+
+def test_round_trip(t5):
+    assert t5.decode(t5.encode("Hello   world")) == "Hello world"  # remove_extra_whitespaces
+
+
+def test_add_special_as_the_file_says(t5):
+    plain = t5.encode("Hello world")
+    assert t5.add_bos and t5.add_eos  # the file's add_bos_token / add_eos_token
+    assert t5.encode("Hello world", add_special=True) == [0, *plain, 2]
+
+
+def test_special_ids_and_eog(t5):
+    ids = t5.special_ids
+    assert (ids["bos"], ids["eos"], ids["unk"], ids["pad"], ids["mask"]) == (0, 2, 3, 1, 250001)
+    assert t5.eog_ids == frozenset({2})  # the EOS </s>
+
+
+# -- small vocabularies and hostile charsmaps -------------------------------------------------
+
+
+def _charsmap(keys: dict[bytes, bytes]) -> bytes:
+    """A charsmap blob in SentencePiece's layout holding ``keys`` (each key one byte, for brevity)."""
+    strings = b""
+    offsets = {}
+    for key, value in keys.items():
+        offsets[key] = len(strings)
+        strings += value + b"\0"
+    # Root: node 0, BASE 256 (bit 9 clear, bits 10-30 = 256). A key byte c is node 256 ^ c with
+    # LCHECK c, LEAF set and BASE 512 ^ (256 ^ c) ... so its value node is 512 + c.
+    nodes = [0] * 1024
+    nodes[0] = 256 << 10
+    for key, offset in offsets.items():
+        (c,) = key
+        index = 256 ^ c
+        value_at = 512 + c
+        nodes[index] = ((index ^ value_at) << 10) | (1 << 8) | c
+        nodes[value_at] = (1 << 31) | offset
+    blob = struct.pack(f"<{len(nodes)}I", *nodes)
+    return struct.pack("<I", len(blob)) + blob + strings
+
+
+def _tiny_t5(path, charsmap: bytes | None, charsmap_type=GGUFValueType.UINT8):
+    tokens = [b"<pad>", b"</s>", b"<unk>", b"\xe2\x96\x81", b"a", b"b", b"\xe2\x96\x81ab", b"x"]
+    items = [
+        ("tokenizer.ggml.model", GGUFValueType.STRING, b"t5", None),
+        ("tokenizer.ggml.tokens", GGUFValueType.ARRAY, tokens, GGUFValueType.STRING),
+        ("tokenizer.ggml.scores", GGUFValueType.ARRAY, [0.0, 0.0, 0.0, -1.0, -2.0, -2.0, -1.5, -3.0], GGUFValueType.FLOAT32),
+        ("tokenizer.ggml.token_type", GGUFValueType.ARRAY, [3, 3, 2, 1, 1, 1, 1, 1], GGUFValueType.INT32),
+        ("tokenizer.ggml.add_space_prefix", GGUFValueType.BOOL, True, None),
+    ]
+    if charsmap is not None:
+        items.append(("tokenizer.ggml.precompiled_charsmap", GGUFValueType.ARRAY, list(charsmap), charsmap_type))
+    write_gguf(path, items)
+    return path
+
+
+def test_a_hand_built_charsmap_maps_and_viterbi_picks_the_best(tmp_path):
+    tok = bpetok.from_gguf(_tiny_t5(tmp_path / "t.gguf", _charsmap({b"A": b"a", b"B": b"b"})))
+    # "AB" -> "ab" -> "▁ab": one token (-1.5) beats "▁" "a" "b" (-5); "y" has no token: <unk>.
+    assert tok.encode("AB") == [6]
+    assert tok.encode("ABy") == [6, 2]
+    assert tok.encode("yy zz") == [3, 2, 3, 2]  # "▁yy▁zz": consecutive unknowns merge, ▁ is a token
+    assert tok.model.unknown_score == pytest.approx(-13.0)  # lowest NORMAL score minus 10
+    assert tok.encode("a b", add_special=True) == [3, 4, 3, 5, 1]  # EOS by default, no BOS
+
+
+@pytest.mark.parametrize(
+    "blob, message",
+    [
+        (b"\x01\x02", "too small"),
+        (struct.pack("<I", 4000) + b"\0" * 100, "says its trie takes 4000 bytes"),
+        (struct.pack("<I", 100) + b"\0" * 100, "says its trie takes 100 bytes"),  # llama.cpp's >= check
+    ],
+)
+def test_a_charsmap_that_lies_about_its_size_is_refused(tmp_path, blob, message):
+    with pytest.raises(VocabularyError, match=message):
+        bpetok.from_gguf(_tiny_t5(tmp_path / "t.gguf", blob))
+
+
+def test_a_charsmap_pointing_outside_itself_is_refused():
+    blob = bytearray(_charsmap({b"A": b"a"}))
+    struct.pack_into("<I", blob, 4, 5000 << 10)  # the root's BASE far past the 1,024 nodes
+    with pytest.raises(VocabularyError, match="points at node"):
+        CharsMap(bytes(blob), "test")
+
+
+def test_a_replacement_past_the_strings_is_refused():
+    blob = bytearray(_charsmap({b"A": b"a"}))
+    value_at = 512 + ord("A")
+    struct.pack_into("<I", blob, 4 + 4 * value_at, (1 << 31) | 999)
+    with pytest.raises(VocabularyError, match="offset 999"):
+        CharsMap(bytes(blob), "test")
+
+
+def test_an_unterminated_replacement_is_refused():
+    blob = _charsmap({b"A": b"a"})[:-1]  # the last string's NUL cut off
+    with pytest.raises(VocabularyError, match="unterminated"):
+        CharsMap(blob, "test")
+
+
+def test_a_charsmap_of_the_wrong_type_is_refused(tmp_path):
+    with pytest.raises(GGUFError, match="uint8 or int8"):
+        bpetok.from_gguf(_tiny_t5(tmp_path / "t.gguf", b"\0\0\0\0\0", GGUFValueType.INT32))
+
+
+def test_no_charsmap_means_no_mapping(tmp_path):
+    tok = bpetok.from_gguf(_tiny_t5(tmp_path / "t.gguf", None))
+    assert tok.encode("ab") == [6] and tok.encode("AB") == [3, 2]
+
+
+def test_a_t5_vocabulary_needs_an_unknown_token(tmp_path):
+    items = [
+        ("tokenizer.ggml.model", GGUFValueType.STRING, b"t5", None),
+        ("tokenizer.ggml.tokens", GGUFValueType.ARRAY, [b"a", b"b"], GGUFValueType.STRING),
+    ]
+    write_gguf(tmp_path / "u.gguf", items)
+    with pytest.raises(VocabularyError, match="unknown token"):
+        bpetok.from_gguf(tmp_path / "u.gguf")
+
+
+def test_the_c_viterbi_is_the_python_one(t5, cases):
+    """bpetok/models/_ugm.c against UnigramModel.viterbi, on the normalized oracle texts (built
+    directly, so this also runs under BPETOK_PURE_PYTHON=1)."""
+    module = pytest.importorskip("bpetok.models._ugm")
+    model = t5.model
+    values = list(model.pieces.values())
+    lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
+    for c in cases[::5]:
+        normalized = model.normalize(c["text"].encode("utf-8", "surrogatepass"))
+        assert lattice.viterbi(normalized) == model.viterbi(normalized), c["text"]
+    assert lattice.viterbi(b"") == [] and lattice.viterbi(b"\xff\xfe") == model.viterbi(b"\xff\xfe")
+    with pytest.raises(TypeError):
+        lattice.viterbi("text")
+
+
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
+combining = st.text(alphabet=st.sampled_from(list("AaEeKkｶﾊﾞﾟ\u0300\u0301\u0308\u3099\u1100\u1161\u11a8 \u3000①ﬁ\ufffd")), max_size=30)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(any_text, combining), raw=st.binary(max_size=24))
+def test_fast_and_reference_agree_on_any_input(t5, text, raw):
+    charsmap = t5.model.charsmap
+    data = text.encode("utf-8", "surrogatepass")
+    assert charsmap.normalize(data) == charsmap.normalize_reference(data)
+    assert charsmap.normalize(raw) == charsmap.normalize_reference(raw)
+    for parse_special in (False, True):
+        assert t5.encode(text, parse_special=parse_special) == t5.encode_reference(text, parse_special=parse_special)

@@ -1,0 +1,278 @@
+"""The rwkv, plamo2, whitespace and hybriddna models against llama.cpp b11434.
+
+tests/data/more-models holds llama.cpp's ids for 5,800 texts per vocabulary (both parse_special
+values, ``<name>.jsonl.gz``) and, in pieces.json.gz, a SHA-256 of its token_to_piece table (special
+true and false, every id) with a sample of rows, all from ../shared/oracle. The rwkv and plamo2
+vocabularies are copied; the whitespace and hybriddna ones are rebuilt here from llama.cpp's
+llama-bpe test vocabulary as ../shared/vocab/more-models/make_bpe_variants.py builds them.
+Run on both engines (BPETOK_PURE_PYTHON=1 too).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import itertools
+import json
+import subprocess
+
+import pytest
+
+import bpetok
+from bpetok.errors import InputError, UnsupportedVocabularyError, VocabularyError
+from bpetok.gguf import GGUFValueType, read_gguf
+from bpetok.gguf_writer import items_of, write_gguf
+from helpers import DATA, LLAMA_TESTS
+
+MORE = DATA / "more-models"
+NAMES = ["rwkv-world", "plamo2-synth", "whitespace", "hybriddna"]
+STRING, UINT32, INT32, FLOAT32, BOOL, ARRAY = (
+    GGUFValueType.STRING, GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.FLOAT32,
+    GGUFValueType.BOOL, GGUFValueType.ARRAY,
+)
+CONTROL, NORMAL, BYTE, UNKNOWN = 3, 1, 6, 2
+
+
+def bpe_variant(dst, model: str, pre: str, with_dna: bool):
+    """make_bpe_variants.py's file: llama-bpe's tokens and merges under another model and pre."""
+    src = {k: v for k, _, v, _ in items_of(read_gguf(LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz"))}
+    tokens, types = list(src["tokenizer.ggml.tokens"]), list(src["tokenizer.ggml.token_type"])
+    if with_dna:
+        tokens += [b"<dna>", b"</dna>", b"<oov>"]
+        types += [CONTROL] * 3
+        tokens += ["".join(k).encode() + "\ue000".encode() for k in itertools.product("ACGT", repeat=6)]
+        types += [NORMAL] * 4096
+    write_gguf(dst, [
+        ("general.architecture", STRING, "llama", None),
+        ("tokenizer.ggml.model", STRING, model, None),
+        ("tokenizer.ggml.pre", STRING, pre, None),
+        ("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
+        ("tokenizer.ggml.token_type", ARRAY, types, INT32),
+        ("tokenizer.ggml.merges", ARRAY, list(src["tokenizer.ggml.merges"]), STRING),
+        ("tokenizer.ggml.bos_token_id", UINT32, 128000, None),
+        ("tokenizer.ggml.eos_token_id", UINT32, 128001, None),
+    ])
+    return dst
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("more-models")
+    return {
+        "rwkv-world": MORE / "ggml-vocab-rwkv-world.gguf.gz",
+        "plamo2-synth": MORE / "ggml-vocab-plamo2-synth.gguf.gz",
+        "whitespace": bpe_variant(tmp / "whitespace.gguf", "whitespace", "whitespace", False),
+        "hybriddna": bpe_variant(tmp / "hybriddna.gguf", "hybriddna", "llama-bpe", True),
+    }
+
+
+_tokenizers: dict[str, bpetok.Tokenizer] = {}
+
+
+@pytest.fixture
+def tok(name, paths) -> bpetok.Tokenizer:
+    if name not in _tokenizers:
+        _tokenizers[name] = bpetok.from_gguf(paths[name])
+    return _tokenizers[name]
+
+
+def cases(name: str) -> list[dict]:
+    with gzip.open(MORE / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ids_are_llama_cpps(name, tok):
+    wrong = [c for c in cases(name) if tok.encode(c["text"], parse_special=c["special"]) != c["ids"]]
+    assert not wrong, (len(wrong), wrong[:3])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_twin_is_llama_cpps(name, tok):
+    some = cases(name)[::7]
+    wrong = [c for c in some if tok.encode_reference(c["text"], parse_special=c["special"]) != c["ids"]]
+    assert not wrong, (len(wrong), wrong[:3])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pieces_are_llama_cpps(name, tok):
+    with gzip.open(MORE / "pieces.json.gz", "rt") as f:
+        recorded = json.load(f)[name]
+    assert tok.n_tokens == recorded["n"]
+    for i, special, plain in recorded["sample"]:  # shows a difference before the hash does
+        assert (tok.piece(i).hex(), tok.token_bytes(i).hex()) == (special, plain), i
+    h = hashlib.sha256()
+    for i in range(tok.n_tokens):
+        h.update(f"{i} {tok.piece(i).hex()} {tok.token_bytes(i).hex()}\n".encode())
+    assert h.hexdigest() == recorded["sha256"]
+
+
+# llama.cpp's EOG sets (eos, eot and the EOG texts) and defaults, from impl::load.
+EXPECTED = {
+    "rwkv-world": ({0, 261}, False, False),
+    "plamo2-synth": ({2}, False, False),
+    "whitespace": ({128001, 128009}, False, True),
+    "hybriddna": ({128001, 128009}, True, True),  # llama-bpe's pre (llama3) turns BOS on
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_eog_bos_and_cleanup_are_llama_cpps(name, tok):
+    eog, add_bos, clean_spaces = EXPECTED[name]
+    assert (set(tok.eog_ids), tok.add_bos, tok.clean_spaces) == (eog, add_bos, clean_spaces)
+    ids = tok.encode("Hello", add_special=True)
+    assert ids[:1] == ([128000] if add_bos else ids[:1]) and (add_bos or 128000 not in ids)
+
+
+@pytest.mark.parametrize("name", ["rwkv-world", "plamo2-synth"])
+def test_decode_gives_the_text_back(name, tok):
+    # No space prefix, no cleanup: the pieces joined (llama_detokenize for these types).
+    for c in cases(name)[::11]:
+        if not c["special"] and "\ufeff" not in c["text"][:1]:
+            assert tok.decode(c["ids"]) == c["text"]
+
+
+@pytest.mark.parametrize("name", ["hybriddna"])
+def test_dna_spans_are_kmers(name, tok):
+    ids = tok.encode("x<dna>acgtacGG</dna>y", parse_special=False)
+    kmer = tok.id("ACGTAC\ue000")
+    assert ids[1:5] == [tok.id("<dna>"), kmer, tok.id("GGAAAA\ue000"), tok.id("</dna>")]
+    assert tok.encode("<dna>ACGTAN</dna>", parse_special=False)[1] == tok.id("<oov>")
+    assert tok.decode(ids) == "x<dna>ACGTACGGAAAA</dna>y"  # the marker erased, as at llama.cpp's load
+    # parse_special: the tags are CONTROL tokens, cut out first; the letters are plain BPE.
+    assert kmer not in tok.encode("<dna>ACGTAC</dna>", parse_special=True)
+
+
+@pytest.mark.parametrize("name", ["whitespace"])
+def test_whitespace_is_dropped(name, tok):
+    assert tok.encode("a \u3000\tb") == tok.encode("a") + tok.encode("b")
+    assert tok.encode(" \n\u2003") == []
+
+
+def write(path, model: str, tokens: list[bytes], types: list[int], *extra):
+    write_gguf(path, [
+        ("tokenizer.ggml.model", STRING, model, None),
+        ("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
+        ("tokenizer.ggml.token_type", ARRAY, types, INT32),
+        *extra,
+    ])
+    return path
+
+
+def plamo2_file(path, byte_count: int = 256, *extra):
+    tokens = [b"<|plamo:unk|>", b"<|plamo:bos|>", b"<|plamo:eos|>", b"<|plamo:pad|>"]
+    tokens += [b"<0x%02X>" % b for b in range(byte_count)] + [b"a", b"ab", b" b"]
+    types = [UNKNOWN, CONTROL, CONTROL, CONTROL] + [BYTE] * byte_count + [NORMAL] * 3
+    scores = [0.0] * (len(tokens) - 3) + [-1.0, -1.5, -2.0]
+    return write(path, "plamo2", tokens, types, ("tokenizer.ggml.scores", ARRAY, scores, FLOAT32), *extra)
+
+
+def test_plamo2_drops_special_tokens_it_finds(tmp_path):
+    # llama.cpp's plamo2 branch of tokenize does not copy a special token's id to its output.
+    tok = bpetok.from_gguf(plamo2_file(tmp_path / "p.gguf", 256, ("tokenizer.ggml.add_bos_token", BOOL, True, None),
+                                       ("tokenizer.ggml.add_eos_token", BOOL, True, None)))
+    assert tok.encode("ab<|plamo:eos|>a", parse_special=True) == [261, 260]
+    # Not parsed, the text is matched like any other, and the token's score (0) wins.
+    assert tok.encode("<|plamo:eos|>", parse_special=False) == [2]
+    assert tok.encode("a", add_special=True) == [1, 260]  # BOS, never EOS
+    assert tok.encode("\ufeffé") == [4 + 0xC3, 4 + 0xA9]  # BOM dropped; a character without a token: its bytes
+
+
+def test_plamo2_without_all_byte_tokens_is_refused(tmp_path):
+    with pytest.raises(VocabularyError, match="BYTE token <0xFF>"):
+        bpetok.from_gguf(plamo2_file(tmp_path / "p.gguf", 255))
+
+
+def test_rwkv_refuses_a_token_that_is_no_valid_escape(tmp_path):
+    tokens = [b"<s>"] + [bytes((b,)) if 32 < b < 127 and b != 92 else b"\\x%02x" % b for b in range(256)] + [b"ok\\"]
+    path = write(tmp_path / "r.gguf", "rwkv", tokens, [CONTROL] + [NORMAL] * 257)
+    with pytest.raises(VocabularyError, match="token 257"):
+        bpetok.from_gguf(path)
+
+
+def test_rwkv_never_adds_bos_and_needs_an_unknown_token(tmp_path):
+    path = write(tmp_path / "r.gguf", "rwkv", [b"<s>", b"a", b"ab", b"\\n"], [CONTROL, NORMAL, NORMAL, NORMAL],
+                 ("tokenizer.ggml.bos_token_id", UINT32, 0, None), ("tokenizer.ggml.add_bos_token", BOOL, True, None))
+    tok = bpetok.from_gguf(path)
+    assert tok.encode("aab\n", add_special=True) == [1, 2, 3]
+    with pytest.raises(InputError, match="no unknown token"):
+        tok.encode("z")
+    assert tok.encode_reference("aab\n") == [1, 2, 3]
+
+
+def test_rwkv_input_llama_cpp_loops_on_is_refused(tmp_path):
+    # "b" only starts "bc": llama.cpp's walk finds no token at "bx" and restarts at offset 0.
+    tok = bpetok.from_gguf(write(tmp_path / "r.gguf", "rwkv", [b"<s>", b"bc", b"x"], [CONTROL, NORMAL, NORMAL]))
+    assert tok.encode("bcx") == [1, 2]
+    with pytest.raises(InputError, match="loops forever"):
+        tok.encode("bx")
+
+
+@pytest.mark.parametrize("model", ["none", "no_vocab"])
+def test_a_file_without_vocabulary_is_refused(tmp_path, model):
+    path = tmp_path / "n.gguf"
+    write_gguf(path, [("tokenizer.ggml.model", STRING, model, None)])
+    with pytest.raises(UnsupportedVocabularyError, match="has no vocabulary"):
+        bpetok.from_gguf(path)
+
+
+def test_cli_lists_and_describes_the_models(paths):
+    run = lambda *args: subprocess.run(["bpetok", *args], capture_output=True, text=True, check=True)  # noqa: E731
+    listed = run("list-models").stdout
+    for model in ("rwkv", "plamo2", "whitespace", "hybriddna"):
+        assert f"\n{model} " in listed
+    info = run("info", str(paths["rwkv-world"])).stdout
+    assert "model:           rwkv" in info and "eog_ids:         0, 261" in info
+
+
+def test_the_c_walk_refuses_arrays_out_of_bounds():
+    trie = pytest.importorskip("bpetok.models._trie")
+    from array import array
+
+    ok = (array("i", [-1, 7]), array("I", [0, 1]), array("I", [1, 0]), b"a", array("I", [1]))
+    assert trie.Trie(*ok).encode(b"aa", -1) == [7, 7]
+    assert trie.Trie(*ok).encode(b"ab", -1) is None  # no unknown token: the Python twin answers
+    bad = [
+        (ok[0], ok[1], array("I", [2, 0]), ok[3], ok[4]),  # edges past the edge arrays
+        (ok[0], ok[1], ok[2], ok[3], array("I", [5])),  # a child out of range
+        (ok[0], ok[1], ok[2], ok[3], array("I", [0])),  # back to the root
+        (array("i", []), array("I", []), array("I", []), b"", array("I", [])),  # no root
+        (ok[0], array("I", [0]), ok[2], ok[3], ok[4]),  # lengths differ
+        (array("i", [-1, 1, 2]), array("I", [0, 2, 2]), array("I", [2, 0, 0]), b"ba", array("I", [1, 2])),  # unsorted
+    ]
+    for arrays in bad:
+        with pytest.raises(ValueError):
+            trie.Trie(*arrays)
+
+
+def test_the_c_dictionary_refuses_bad_arrays():
+    trie = pytest.importorskip("bpetok.models._trie")
+    from array import array
+
+    byte_ids = array("I", range(256))
+    ok = (b"aab", array("Q", [0, 1, 3]), array("i", [300, 301]), array("i", [-10, -5]), byte_ids)
+    assert trie.Dictionary(*ok).best_path(b"aabz") == [300, 301, ord("z")]  # "a" "ab", then z's byte
+    bad = [
+        (b"aab", array("Q", [0, 1, 4]), *ok[2:]),  # past the blob
+        (b"aba", array("Q", [0, 2, 3]), *ok[2:]),  # "ab" then "a": not sorted
+        (b"aa", array("Q", [0, 1, 2]), *ok[2:]),  # "a" twice
+        (*ok[:2], array("i", [1]), *ok[3:]),  # ids and offsets differ
+        (*ok[:4], array("I", range(255))),  # byte ids missing
+    ]
+    for arrays in bad:
+        with pytest.raises(ValueError):
+            trie.Dictionary(*arrays)
+
+
+@pytest.mark.parametrize("name", ["rwkv-world"])
+def test_rwkv_matches_raw_bytes(name, tok):
+    # llama.cpp's rwkv session matches the fragment's bytes themselves, valid UTF-8 or not:
+    # World has a token for every byte (id = byte + 1), so a stray byte is its own token.
+    assert tok.encode_bytes(b"\xff\xfe") == [256, 255]
+    assert tok.encode_bytes(b"ab\xc3") == tok.encode("ab") + [0xC3 + 1]
+
+
+def test_whitespace_model_with_a_pre_gpt2_lacks_is_refused(tmp_path):
+    path = bpe_variant(tmp_path / "w.gguf", "whitespace", "no-such-pre", False)
+    with pytest.raises(UnsupportedVocabularyError, match="no-such-pre"):
+        bpetok.from_gguf(path)
