@@ -28,12 +28,12 @@ from array import array
 from itertools import accumulate, chain, repeat
 from typing import Any
 
-from bpetok.cache import IdCache, as_ids
+from bpetok.cache import as_ids
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
-from bpetok.models.base import TokenizerModel
+from bpetok.models.base import CachingModel
 
 __all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "build_merger", "merger_module"]
 
@@ -190,23 +190,13 @@ def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
     return spans
 
 
-class CompiledMergeLoop(TokenizerModel):
+class CompiledMergeLoop(CachingModel):
     """What the models on the C merge loop share: its tables, built on first use (:meth:`merger`),
     and one cache of ids, a quarter of the Tokenizer's byte budget (:meth:`use_cache_budget`). A
     model defines ``build_merger``."""
 
     _merger: Any = None
     _merger_built = False
-    _cache: IdCache = IdCache(0)
-
-    def use_cache_budget(self, cache_bytes: int) -> None:
-        """Cache ids within a quarter of ``cache_bytes`` (the share byte-level BPE gives its
-        piece cache; these models have no chunks or heads)."""
-        self._cache = IdCache(int(cache_bytes * 0.25))
-
-    def cache_info(self) -> dict[str, dict[str, int]]:
-        cache = self._cache
-        return {"pieces": {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}}
 
     @property
     def compiled(self) -> bool:  # type: ignore[override]  # computed: the merger is built on first use
