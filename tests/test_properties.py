@@ -138,9 +138,11 @@ def raw_utf8_tokenizers(tmp_path_factory):
 @given(text=scalar_text.filter(lambda t: "\u2581" not in t))
 def test_raw_utf8_types_round_trip(raw_utf8_tokenizers, pre, text):
     """Every character has a token or <0xXX> tokens, so the pieces give the text back (spaces were
-    ▁); mmbert's words put a ▁ before every line."""
+    ▁); mmbert's words put a ▁ before every line that does not start with one (llama.cpp gives
+    " " one token of one space: tests/data/pretok-raw/mmbert.json.gz's detokenized cases all
+    follow this rule)."""
     tok = raw_utf8_tokenizers[pre]
-    expected = re.sub(r"[^\n]+", lambda m: " " + m.group(), text) if pre == "mmbert" else text
+    expected = re.sub(r"[^\n]+", lambda m: m.group() if m.group()[0] == " " else " " + m.group(), text) if pre == "mmbert" else text
     ids = tok.encode(text, parse_special=False)
     assert b"".join(map(tok.token_bytes, ids)) == expected.encode("utf-8")
     assert tok.count(text, parse_special=False) == len(ids)
