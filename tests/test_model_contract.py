@@ -25,6 +25,7 @@ from bpetok import hookimpl
 from bpetok.gguf import GGUFValueType as T
 from bpetok.models import ModelSpec, TokenizerModel
 from bpetok.plugins import make_plugin_manager
+from bpetok.pretok import PreTokenizerSpec
 from ggufbuild import build
 from helpers import QWEN3
 
@@ -249,3 +250,49 @@ def test_asking_for_pure_python_warns_nothing(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert bpetok.from_gguf(QWEN3).engine == "pure Python"
+
+
+class DeclaringModel(CharacterModel):
+    """The toy model with each declared attribute changed from its default."""
+
+    emits_special_tokens = False
+    may_add_eos = False
+
+    def __init__(self, vocabulary, pretokenizer):
+        super().__init__(vocabulary, pretokenizer)
+        self.flags_pretokenizer = PreTokenizerSpec(name="toy", pre_names=("toy",), factory=list, add_bos=True, clean_spaces=True)
+
+    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes | None:
+        return text.upper() if text == b"a" else None  # its own piece for one token, the rules for the rest
+
+
+class DeclaringModelPlugin:
+    @hookimpl
+    def bpetok_register_models(self, register):
+        register(ModelSpec(name="toy-declared", factory=DeclaringModel, pretokenized=False,
+                           special_ids={"bos": 1, "eos": 2}))
+
+
+def test_the_declared_attributes_change_what_the_tokenizer_does(tmp_path, monkeypatch):
+    tokens = [t.encode() for t in SPECIALS + CHARACTERS]
+    built = build([
+        ("general.architecture", T.STRING, b"toy"),
+        ("tokenizer.ggml.model", T.STRING, b"toy-declared"),
+        ("tokenizer.ggml.tokens", T.ARRAY, (T.STRING, tokens)),
+        ("tokenizer.ggml.token_type", T.ARRAY, (T.INT32, [2, 3, 3] + [1] * len(CHARACTERS))),
+        ("tokenizer.ggml.add_eos_token", T.BOOL, True),
+    ])
+    path = tmp_path / "declared.gguf"
+    path.write_bytes(built.data)
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(DeclaringModelPlugin(), name="declaring-plugin")
+    monkeypatch.setattr(bpetok.plugins, "_pm", pm)
+    tok = bpetok.from_file(path)
+    # add_bos and clean_spaces from flags_pretokenizer (the file has no add_bos key); no EOS though the file asks for it.
+    assert (tok.add_bos, tok.clean_spaces, tok.add_eos) == (True, True, False)
+    text = "ab<|im_end|>b"
+    plain = [i for i in expected_ids(text) if i != 2]  # the special token found is dropped
+    assert tok.encode(text) == plain and tok.count(text) == len(plain)
+    assert tok.encode(text, add_special=True) == [1] + plain
+    assert tok.encode_batch([text, "ba"]) == [plain, expected_ids("ba")]
+    assert tok.decode(tok.encode("abc")) == "Abc" and tok.decode([2]) == "<|im_end|>"
