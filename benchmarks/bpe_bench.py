@@ -3,7 +3,7 @@
     python3 benchmarks/bpe_bench.py ../shared/vocab/ggml-vocab-qwen3.gguf ../shared/corpus/{en,code,multi}.txt.xz
 
 A tokenizer's first pass over a large text (bench.py's *cold* figure) BPEs every piece it has
-not seen in one ``encode_pieces`` call (``Tokenizer._fill_chunks``). This script rebuilds that
+not seen in one ``encode_pieces`` call (``ByteLevelModel._fill_chunks``). This script rebuilds that
 call's input the same way: the corpus cut at the safe spaces (``_SAFE_SPACE``), the unique chunks
 in order of first appearance, joined and pre-tokenized, the unique pieces as UTF-8.
 
@@ -24,7 +24,7 @@ medians and their ratio (new / REF), and checks that the two give the same ids:
 
     python3 benchmarks/bpe_bench.py ../shared/vocab/ggml-vocab-qwen3.gguf ../shared/corpus/multi.txt.xz --against HEAD~1
 
-The garbage collector is paused while timing, as ``Tokenizer._fill_chunks`` pauses it around
+The garbage collector is paused while timing, as ``ByteLevelModel._fill_chunks`` pauses it around
 this call (the batch's tens of thousands of new lists would otherwise trigger full collections
 of everything the tokenizer holds); ``--keep-gc`` times with it running.
 """
@@ -44,7 +44,7 @@ import tempfile
 import time
 
 import bpetok
-from bpetok.tokenizer import _SAFE_SPACE
+from bpetok.models.gpt2.model import _SAFE_SPACE
 
 
 def read_text(path: str) -> str:
@@ -56,10 +56,10 @@ def read_text(path: str) -> str:
 
 
 def new_pieces(tok: bpetok.Tokenizer, text: str) -> list[bytes]:
-    """The pieces a cold pass over ``text`` hands to ``encode_pieces`` (Tokenizer._fill_chunks)."""
+    """The pieces a cold pass over ``text`` hands to ``encode_pieces`` (ByteLevelModel._fill_chunks)."""
     parts = _SAFE_SPACE.split(text)
     chunks = [part for part in dict.fromkeys(parts[1:]) if part and not part[-1].isspace()]
-    pieces = tok.pretokenizer.split(" " + " ".join(chunks))
+    pieces = tok.model.pretokenizer.split(" " + " ".join(chunks))
     return [p.encode("utf-8", "surrogatepass") for p in dict.fromkeys(pieces)]
 
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         tok = bpetok.from_gguf(args.vocab)
     except (OSError, bpetok.BpetokError) as exc:
         parser.error(f"cannot load vocabulary {args.vocab!r}: {exc}")
-    bpe = tok.bpe
+    bpe = tok.model.bpe
     # Whatever encode_pieces caches on the model (its arrays) is not there yet: remember the
     # attributes of a model that has never encoded, to make fresh copies of it.
     pristine = set(vars(bpe))

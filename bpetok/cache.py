@@ -51,7 +51,8 @@ def as_ids(ids) -> array:
 
 
 class IdCache(dict):
-    """A ``str -> array('I')`` dict that stops growing at ``budget`` bytes.
+    """A ``str -> array('I')`` dict (or ``bytes ->``, for a model that keys by bytes) that stops
+    growing at ``budget`` bytes.
 
     Reads are plain dict reads (``cache.get``, ``cache.__getitem__`` run in C); writes go
     through :meth:`put` / :meth:`put_many`, which count each entry's bytes.
@@ -65,7 +66,7 @@ class IdCache(dict):
         self.used = 0
 
     @staticmethod
-    def entry_bytes(key: str, ids: array) -> int:
+    def entry_bytes(key: str | bytes, ids: array) -> int:
         return sys.getsizeof(key) + sys.getsizeof(ids) + ENTRY_OVERHEAD
 
     @property
@@ -73,7 +74,7 @@ class IdCache(dict):
         """No room left for even the smallest entry (a one-character key and one id)."""
         return self.used + SMALLEST_ENTRY > self.budget
 
-    def put(self, key: str, ids: array) -> bool:
+    def put(self, key: str | bytes, ids: array) -> bool:
         """Remember ``key``'s ids if they fit the budget; True if remembered."""
         cost = self.entry_bytes(key, ids)
         if self.used + cost > self.budget or key in self:

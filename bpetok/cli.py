@@ -87,6 +87,14 @@ def _cmd_list_models(args) -> int:
     return 0
 
 
+def _engine_of(tok) -> str:
+    """The tokenizer's engine, and why where it is pure Python because the C kernel is not built."""
+    from bpetok.compiled import pure_python_reason
+
+    reason = pure_python_reason() if tok.engine == "pure Python" else None
+    return f"{tok.engine} ({reason})" if reason else tok.engine
+
+
 def _cmd_info(args) -> int:
     from collections import Counter
 
@@ -112,7 +120,7 @@ def _cmd_info(args) -> int:
         "add_eos": tok.add_eos,
         "add_sep": tok.add_sep,
         "add_space_prefix": tok.add_space_prefix,
-        "engine": tok.engine,
+        "engine": _engine_of(tok),
         "chat_templates": sorted(chat_templates(vocab)),
     }
     if args.json:

@@ -37,6 +37,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Iterable
 
 from bpetok.errors import BpetokError
+from bpetok.models.base import gc_paused
 from bpetok.vocab import TokenAttr
 
 if TYPE_CHECKING:
@@ -160,12 +161,11 @@ def encode_batch_with_offsets(
 def offsets_of_ids(tok: Tokenizer, text: str, ids: list[int], *, add_special: bool = False) -> TokenOffsets:
     """The spans of ``ids``, which must be ``tok.encode(text, add_special=add_special)`` (with either
     ``parse_special``); :class:`OffsetsError` where a piece is not the text's next bytes."""
-    custom = getattr(tok.model, "token_offsets", None)
+    custom = tok.model.token_offsets(tok, text, ids, add_special)
     if custom is not None:
-        return custom(tok, text, ids, add_special)
-    from bpetok.tokenizer import _gc_paused
+        return custom
 
-    with _gc_paused():  # the spans are hundreds of thousands of tuples that all live on
+    with gc_paused():  # the spans are hundreds of thousands of tuples that all live on
         return _Walk(tok, text).run(ids, add_special)
 
 
@@ -180,7 +180,7 @@ class _Walk:
         self.t = _tables(tok)
         self.data = text.encode("utf-8", "surrogatepass")
         # where a whole-fragment model writes a space in front of each fragment (llama's SPM)
-        self.prefix_space = not tok._pretokenized and bool(getattr(tok.model, "add_space_prefix", False))
+        self.prefix_space = tok.model.add_space_prefix
         self.pos = 0  # bytes of the text accounted for
         self.chars = 0  # characters before self.pos
         self.offsets: list[tuple[int, int]] = []

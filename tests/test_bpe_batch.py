@@ -45,9 +45,9 @@ def _reference(bpe, pieces):
 @pytest.mark.parametrize("name", ["qwen3", "smollm2"])
 def test_every_reference_piece(name, qwen3, smollm2, tail):
     tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
-    split = tok.pretokenizer.split
+    split = tok.model.pretokenizer.split
     pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases(name) for p in split(case["text"])})
-    assert tok.bpe.encode_pieces(pieces) == _reference(tok.bpe, pieces)
+    assert tok.model.bpe.encode_pieces(pieces) == _reference(tok.model.bpe, pieces)
 
 
 def test_long_and_repetitive_pieces(qwen3, tail):
@@ -60,7 +60,7 @@ def test_long_and_repetitive_pieces(qwen3, tail):
     pieces += ["".join(rng.choice(kana + han) for _ in range(rng.randrange(1, 60))).encode() for _ in range(300)]
     pieces += [bytes([rng.randrange(256)]) for _ in range(100)]
     pieces += [bytes(rng.randrange(256) for _ in range(2)) for _ in range(100)]
-    assert qwen3.bpe.encode_pieces(pieces) == _reference(qwen3.bpe, pieces)
+    assert qwen3.model.bpe.encode_pieces(pieces) == _reference(qwen3.model.bpe, pieces)
 
 
 def _byte_tokens() -> list[bytes]:
@@ -88,17 +88,17 @@ texts = st.one_of(st.lists(st.sampled_from(ATOMS), max_size=60).map("".join), st
 def test_generated_batches(qwen3, smollm2, batch):
     pieces = [t.encode("utf-8", "surrogatepass") for t in batch if t]
     for tok in (qwen3, smollm2):
-        expected = _reference(tok.bpe, pieces)
+        expected = _reference(tok.model.bpe, pieces)
         for mode in MODES:
             with pytest.MonkeyPatch.context() as patch:
                 _set_mode(patch, mode)
-                assert tok.bpe.encode_pieces(pieces) == expected, mode
+                assert tok.model.bpe.encode_pieces(pieces) == expected, mode
 
 
 def test_the_hash_identifies_each_key(qwen3):
     # A slot holds a key's hash, not the key: the hash must be a bijection of the keys below
     # 2**hash_bits, and a key must not match the slot of another key with the same home slot.
-    bpe = qwen3.bpe
+    bpe = qwen3.model.bpe
     tables = bpe._batch_tables()
     keys = np.fromiter(bpe.ranks.keys(), np.int64, len(bpe.ranks))
     hashes = bpe._hash_keys(keys, tables.hash_bits)

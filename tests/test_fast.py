@@ -40,7 +40,7 @@ def tok(request, qwen3, smollm2) -> bpetok.Tokenizer:
 
 
 def test_fast_merge_table_equals_reference(tok):
-    bpe = tok.bpe
+    bpe = tok.model.bpe
     assert bpe.ranks == bpe._build_ranks_reference(tok.vocabulary.merges)
     assert len(bpe.ranks) > 40_000
 
@@ -79,9 +79,9 @@ def _symbols(bpe: BytePairModel, text: str) -> list[int]:
 @pytest.mark.parametrize("name", ["qwen3", "smollm2"])
 def test_fast_bpe_equals_reference_on_every_reference_piece(name, qwen3, smollm2):
     tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
-    pieces = {p for case in load_cases(name) for p in tok.pretokenizer.split(case["text"])}
+    pieces = {p for case in load_cases(name) for p in tok.model.pretokenizer.split(case["text"])}
     assert len(pieces) > 5000
-    bpe = tok.bpe
+    bpe = tok.model.bpe
     for piece in pieces:
         data = piece.encode("utf-8", "surrogatepass")
         assert bpe.encode_piece(data) == bpe.encode_piece_reference(data), piece
@@ -91,13 +91,13 @@ def test_fast_bpe_equals_reference_on_every_reference_piece(name, qwen3, smollm2
 @pytest.mark.parametrize("name", ["qwen3", "smollm2"])
 def test_batched_bpe_equals_reference_on_every_reference_piece(name, qwen3, smollm2):
     tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
-    pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases(name) for p in tok.pretokenizer.split(case["text"])})
-    assert tok.bpe.encode_pieces(pieces) == [tok.bpe.encode_piece_reference(p) for p in pieces]
+    pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases(name) for p in tok.model.pretokenizer.split(case["text"])})
+    assert tok.model.bpe.encode_pieces(pieces) == [tok.model.bpe.encode_piece_reference(p) for p in pieces]
 
 
 def test_batch_hash_table_agrees_with_the_merge_dict(tok):
     import numpy as np
-    bpe = tok.bpe
+    bpe = tok.model.bpe
     tables = bpe._batch_tables()
     keys = list(bpe.ranks)
     rng = random.Random(3)
@@ -109,10 +109,10 @@ def test_batch_hash_table_agrees_with_the_merge_dict(tok):
 
 
 def test_a_batch_too_large_for_one_pass_is_cut_in_parts(qwen3, monkeypatch):
-    split = qwen3.pretokenizer.split
+    split = qwen3.model.pretokenizer.split
     pieces = sorted({p.encode("utf-8", "surrogatepass") for case in load_cases("qwen3") for p in split(case["text"])})
     monkeypatch.setattr(BytePairModel, "_BATCH_BYTES", 1000)
-    assert qwen3.bpe.encode_pieces(pieces) == [qwen3.bpe.encode_piece_reference(p) for p in pieces]
+    assert qwen3.model.bpe.encode_pieces(pieces) == [qwen3.model.bpe.encode_piece_reference(p) for p in pieces]
 
 
 def test_batch_falls_back_to_bytes_for_merges_that_are_not_tokens():
@@ -133,13 +133,13 @@ def test_batch_falls_back_to_bytes_for_merges_that_are_not_tokens():
 def test_batched_bpe_equals_reference_on_generated_pieces(qwen3, smollm2, batch):
     for tok in (qwen3, smollm2):
         pieces = [t.encode("utf-8", "surrogatepass") for t in batch]
-        assert tok.bpe.encode_pieces(pieces) == [tok.bpe.encode_piece_reference(p) for p in pieces]
+        assert tok.model.bpe.encode_pieces(pieces) == [tok.model.bpe.encode_piece_reference(p) for p in pieces]
 
 
 @settings(max_examples=150, deadline=None)
 @given(text=texts)
 def test_fast_bpe_equals_reference_on_generated_pieces(qwen3, text):
-    bpe = qwen3.bpe
+    bpe = qwen3.model.bpe
     assert bpe.merge_symbols_fast(_symbols(bpe, text)) == bpe.merge_symbols(_symbols(bpe, text))
     assert bpe._merge_long(_symbols(bpe, text)) == bpe.merge_symbols(_symbols(bpe, text))
 
@@ -150,7 +150,7 @@ def test_fast_bpe_equals_reference_on_generated_pieces(qwen3, text):
     ids=["letter", "spaces", "cjk", "emoji", "ab", "aab"],
 )
 def test_long_pieces_merge_like_the_heap(qwen3, text):
-    bpe = qwen3.bpe
+    bpe = qwen3.model.bpe
     assert bpe.merge_symbols_fast(_symbols(bpe, text)) == bpe.merge_symbols(_symbols(bpe, text))
 
 
@@ -159,7 +159,7 @@ def test_long_pieces_of_random_text_merge_like_the_heap(tok):
     alphabet = [a for a in ATOMS if "<" not in a]
     for _ in range(20):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(20, 400)))
-        bpe = tok.bpe
+        bpe = tok.model.bpe
         assert bpe._merge_long(_symbols(bpe, text)) == bpe.merge_symbols(_symbols(bpe, text))
 
 
@@ -194,7 +194,7 @@ def _assert_space_chunks_promise(text):
         if row.spec not in _split_by_spec:
             _split_by_spec[row.spec] = row.spec.factory().split
         split = _split_by_spec[row.spec]
-        parts = bpetok.tokenizer._SAFE_SPACE.split(text)
+        parts = bpetok.models.gpt2.model._SAFE_SPACE.split(text)
         chunked = split(parts[0]) if parts[0] else []
         for part in parts[1:]:
             chunked += split(" " + part)
@@ -232,10 +232,10 @@ def test_encode_equals_reference_on_generated_text(qwen3, smollm2, text, special
 
 @pytest.mark.parametrize("name", ["qwen3", "smollm2"])
 def test_a_large_first_text_batches_its_new_chunks_exactly(name, qwen3, smollm2):
-    # Thousands of new chunks at once go through the batched BPE (Tokenizer._fill_chunks).
+    # Thousands of new chunks at once go through the batched BPE (ByteLevelModel._fill_chunks).
     tok = {"qwen3": qwen3, "smollm2": smollm2}[name]
     text = "\n".join(c["text"] for c in load_cases(name) if not c["special"])
-    assert len(bpetok.tokenizer._SAFE_SPACE.split(text)) > 4 * bpetok.tokenizer._BATCH_FILL_PARTS
+    assert len(bpetok.models.gpt2.model._SAFE_SPACE.split(text)) > 4 * bpetok.models.gpt2.model._BATCH_FILL_PARTS
     fresh = bpetok.Tokenizer(tok.vocabulary, tok.spec)
     assert fresh.encode(text, parse_special=False) == tok.encode_reference(text, parse_special=False)
     assert fresh.encode(text) == tok.encode_reference(text)
@@ -243,7 +243,7 @@ def test_a_large_first_text_batches_its_new_chunks_exactly(name, qwen3, smollm2)
 
 def test_a_full_chunk_cache_still_encodes_exactly(qwen3):
     # Past its budget the chunk cache stops growing: new chunks then miss on every pass, in runs
-    # (Tokenizer._encode_chunked's one-at-a-time path), among cached ones.
+    # (ByteLevelModel._encode_chunked's one-at-a-time path), among cached ones.
     text = "\n".join(c["text"] for c in load_cases("qwen3") if not c["special"])
     fresh = bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec, cache_bytes=120_000)
     expected = qwen3.encode_reference(text, parse_special=False)

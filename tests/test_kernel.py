@@ -42,7 +42,7 @@ def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20):
 @pytest.fixture(scope="module", params=["qwen3", "smollm2"])
 def pair(request, qwen3, smollm2):
     tok = {"qwen3": qwen3, "smollm2": smollm2}[request.param]
-    return request.param, tok, kernel_of(tok.bpe)
+    return request.param, tok, kernel_of(tok.model.bpe)
 
 
 def _utf8(piece: str) -> bytes:
@@ -53,10 +53,10 @@ def test_every_reference_piece(pair):
     name, tok, kernel = pair
     pieces = []
     for case in load_cases(name):
-        pieces += tok.pretokenizer.split(case["text"])
+        pieces += tok.model.pretokenizer.split(case["text"])
     pieces = list(dict.fromkeys(pieces))
     assert len(pieces) > 5000
-    expected = [tok.bpe.encode_piece_reference(_utf8(p)) for p in pieces]
+    expected = [tok.model.bpe.encode_piece_reference(_utf8(p)) for p in pieces]
     assert [kernel.encode_piece(_utf8(p)) for p in pieces] == expected
     flat = [i for ids in expected for i in ids]
     assert kernel.encode(pieces) == flat  # cold: every piece new
@@ -64,21 +64,11 @@ def test_every_reference_piece(pair):
     assert kernel.encode(pieces[::-1] + pieces) == [i for ids in expected[::-1] + expected for i in ids]
 
 
-def test_grouped_pieces(pair):
-    name, tok, kernel = pair
-    pieces = tok.pretokenizer.split(" ".join(c["text"] for c in load_cases(name)[:300]))
-    stops = sorted(random.Random(0).sample(range(len(pieces)), 50)) + [len(pieces)]
-    groups = kernel.encode_groups(pieces, stops)
-    starts = [0] + stops[:-1]
-    assert [g.tolist() for g in groups] == [kernel.encode(pieces[a:b]) for a, b in zip(starts, stops)]
-    assert all(g.typecode == "I" for g in groups)
-
-
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=80))
 def test_any_bytes_merge_like_the_reference(qwen3, smollm2, data):
     for tok in (qwen3, smollm2):
-        assert kernel_of(tok.bpe, 0).encode_piece(data) == tok.bpe.encode_piece_reference(data)
+        assert kernel_of(tok.model.bpe, 0).encode_piece(data) == tok.model.bpe.encode_piece_reference(data)
 
 
 _KERNELS: dict = {}
@@ -87,9 +77,9 @@ _KERNELS: dict = {}
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(max_size=120))
 def test_any_text_encodes_like_the_reference(qwen3, text):
-    kernel = _KERNELS.setdefault("qwen3", kernel_of(qwen3.bpe))
-    pieces = qwen3.pretokenizer.split(text)
-    assert kernel.encode(pieces) == [i for p in pieces for i in qwen3.bpe.encode_piece_reference(_utf8(p))]
+    kernel = _KERNELS.setdefault("qwen3", kernel_of(qwen3.model.bpe))
+    pieces = qwen3.model.pretokenizer.split(text)
+    assert kernel.encode(pieces) == [i for p in pieces for i in qwen3.model.bpe.encode_piece_reference(_utf8(p))]
 
 
 @pytest.mark.parametrize(
@@ -107,7 +97,7 @@ def test_any_text_encodes_like_the_reference(qwen3, text):
 )
 def test_long_pieces(pair, piece):
     _, tok, kernel = pair
-    expected = tok.bpe.encode_piece_reference(_utf8(piece))
+    expected = tok.model.bpe.encode_piece_reference(_utf8(piece))
     assert kernel.encode_piece(_utf8(piece)) == expected
     assert kernel.encode([piece]) == expected
 
@@ -116,7 +106,7 @@ def test_long_pieces_where_merges_come_out_of_rank_order():
     # This vocabulary has merges that form a pair ranked below the merge that formed it (".:." + ":"
     # ranks before the merge making ".:.", and " r" + "ahat" before "ahat"): the rank-by-rank pass
     # (merge_by_rank) gives such a piece back to the heap, which must see it unchanged.
-    bpe = bpetok.from_gguf(LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz").bpe
+    bpe = bpetok.from_gguf(LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz").model.bpe
     kernel = kernel_of(bpe)
     rng = random.Random(7)
     words = ["the", " and", "ing", "tion", " ", "  ", "a", "中文", "é", "1", "\n"]
@@ -147,13 +137,13 @@ def test_long_pieces_of_few_letters_merge_like_the_reference(qwen3, smollm2, see
     letters = [b"a", b"b", b" ", b"e", b"th", b"in", "中".encode(), b"1", b"\n"]
     data = b"".join(rng.choice(letters) for _ in range(length))[:length]
     for tok in (qwen3, smollm2):
-        assert kernel_of(tok.bpe, 0).encode_piece(data) == tok.bpe.encode_piece_reference(data)
+        assert kernel_of(tok.model.bpe, 0).encode_piece(data) == tok.model.bpe.encode_piece_reference(data)
 
 
 def test_ignore_merges_takes_whole_tokens(qwen3):
     bpe = BytePairModel(qwen3.vocabulary.tokens, qwen3.vocabulary.merges, ignore_merges=True)
     kernel = kernel_of(bpe)
-    pieces = [p for c in load_cases("qwen3")[:800] for p in qwen3.pretokenizer.split(c["text"])]
+    pieces = [p for c in load_cases("qwen3")[:800] for p in qwen3.model.pretokenizer.split(c["text"])]
     for piece in pieces:
         assert kernel.encode_piece(_utf8(piece)) == bpe.encode_piece_reference(_utf8(piece))
 
@@ -168,27 +158,19 @@ def test_virtual_symbols_fall_back_to_their_bytes():
 
 
 def test_hostile_calls_raise_clean_errors(qwen3):
-    kernel = kernel_of(qwen3.bpe)
+    kernel = kernel_of(qwen3.model.bpe)
     with pytest.raises(TypeError, match="pieces must be str, not int"):
         kernel.encode(["ok", 5])
     with pytest.raises(TypeError):
         kernel.encode(None)
     with pytest.raises(TypeError):
         kernel.encode_piece("not bytes")
-    with pytest.raises(ValueError, match="non-decreasing"):
-        kernel.encode_groups(["a", "b"], [2, 1])
-    with pytest.raises(ValueError, match="non-decreasing"):
-        kernel.encode_groups(["a", "b"], [3])
-    with pytest.raises(ValueError, match="last stop"):
-        kernel.encode_groups(["a", "b"], [1])
-    with pytest.raises(ValueError, match="non-decreasing"):
-        kernel.encode_groups(["a"], [-1, 1])
-    assert kernel.encode([]) == [] and kernel.encode_groups([], []) == []
+    assert kernel.encode([]) == []
     assert kernel.encode(["", "", "a"]) == kernel.encode(["a"])
 
 
 def test_tables_out_of_range_are_refused(qwen3):
-    bpe = qwen3.bpe
+    bpe = qwen3.model.bpe
     good = dict(
         byte_ids=bpe.byte_ids, ranks={}, stride=bpe.stride, shift=bpe.shift, n_tokens=bpe.n_tokens,
         virtual_emit=[], whole=None, byte_chars=[c.encode() for c in BYTE_TO_CHAR], cache_bytes=0, seed=0,
@@ -212,10 +194,10 @@ def test_tables_out_of_range_are_refused(qwen3):
 
 
 def test_threads_agree_with_one_thread(qwen3):
-    kernel = kernel_of(qwen3.bpe, cache_bytes=200_000)
+    kernel = kernel_of(qwen3.model.bpe, cache_bytes=200_000)
     texts = [c["text"] * 3 for c in load_cases("qwen3")[:400]]
-    pieces = [qwen3.pretokenizer.split(t) for t in texts]
-    expected = [[i for p in ps for i in qwen3.bpe.encode_piece_reference(_utf8(p))] for ps in pieces]
+    pieces = [qwen3.model.pretokenizer.split(t) for t in texts]
+    expected = [[i for p in ps for i in qwen3.model.bpe.encode_piece_reference(_utf8(p))] for ps in pieces]
     results: dict[int, list] = {}
 
     def work(k: int) -> None:
@@ -233,7 +215,7 @@ def test_threads_agree_with_one_thread(qwen3):
 
 
 def test_the_piece_cache_stays_within_its_budget(qwen3):
-    kernel = kernel_of(qwen3.bpe, cache_bytes=300_000)
+    kernel = kernel_of(qwen3.model.bpe, cache_bytes=300_000)
     rng = random.Random(5)
     for _ in range(50):
         kernel.encode(["".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(rng.randrange(1, 40))) for _ in range(500)])
@@ -268,21 +250,21 @@ def test_the_cli_says_which_engine_runs(qwen3):
 
 
 def _reference_chunks(tok, parts):
-    return [i for part in parts for p in tok.pretokenizer.split(" " + part) for i in tok.bpe.encode_piece_reference(_utf8(p))]
+    return [i for part in parts for p in tok.model.pretokenizer.split(" " + part) for i in tok.model.bpe.encode_piece_reference(_utf8(p))]
 
 
 def test_chunks_of_every_reference_text(pair):
     name, tok, _ = pair
-    kernel = kernel_of(tok.bpe)
-    kernel_with_chunks = _bpe.Kernel(*_args(tok.bpe), chunk_bytes=1 << 22)
+    kernel = kernel_of(tok.model.bpe)
+    kernel_with_chunks = _bpe.Kernel(*_args(tok.model.bpe), chunk_bytes=1 << 22)
     text = "\n".join(c["text"] for c in load_cases(name))
-    parts = bpetok.tokenizer._SAFE_SPACE.split(text)
+    parts = bpetok.models.gpt2.model._SAFE_SPACE.split(text)
     expected = _reference_chunks(tok, parts[1:])
-    assert kernel_with_chunks.encode_chunks(parts, 1, tok.pretokenizer.split) == expected  # cold
-    assert kernel_with_chunks.encode_chunks(parts, 1, tok.pretokenizer.split) == expected  # warm
+    assert kernel_with_chunks.encode_chunks(parts, 1, tok.model.pretokenizer.split) == expected  # cold
+    assert kernel_with_chunks.encode_chunks(parts, 1, tok.model.pretokenizer.split) == expected  # warm
     assert kernel_with_chunks.cache_info()["chunks"]["entries"] > 1000
     # No chunk budget: nothing remembered, the same ids.
-    assert kernel.encode_chunks(parts, 1, tok.pretokenizer.split) == expected
+    assert kernel.encode_chunks(parts, 1, tok.model.pretokenizer.split) == expected
     assert kernel.cache_info()["chunks"]["entries"] == 0
 
 
@@ -297,15 +279,15 @@ def _args(bpe):
 @pytest.mark.parametrize("last", ["", "x", "x\n\n", "x  ", "\n", "  "])
 def test_a_texts_last_part_is_split_on_its_own(qwen3, last):
     # The last part may end in whitespace: joined to the next chunk it would split differently.
-    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=1 << 20)
+    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
     parts = ["Hi", "there", "world\n\n", "again"][: 2] + ["more", last]
-    assert kernel.encode_chunks(parts, 1, qwen3.pretokenizer.split) == _reference_chunks(qwen3, parts[1:])
+    assert kernel.encode_chunks(parts, 1, qwen3.model.pretokenizer.split) == _reference_chunks(qwen3, parts[1:])
     text = "Hi there more " + last
     assert bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec).encode(text) == qwen3.encode_reference(text)
 
 
 def test_a_split_that_breaks_the_chunk_promise_falls_back_to_one_chunk_at_a_time(qwen3):
-    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=1 << 20)
+    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
     calls = []
 
     def whole(text):  # one piece for the whole text: crosses every chunk boundary
@@ -315,34 +297,34 @@ def test_a_split_that_breaks_the_chunk_promise_falls_back_to_one_chunk_at_a_time
     parts = ["", "ab", "cd", "ab", "ef"]
     ids = kernel.encode_chunks(parts, 1, whole)
     assert calls[1:] == [" ab", " cd", " ef"]  # after the joined try, each new chunk alone
-    assert ids == [i for part in parts[1:] for i in qwen3.bpe.encode_piece_reference(_utf8(" " + part))]
+    assert ids == [i for part in parts[1:] for i in qwen3.model.bpe.encode_piece_reference(_utf8(" " + part))]
 
 
 def test_hostile_chunk_calls(qwen3):
-    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=1 << 20)
+    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
     with pytest.raises(ValueError, match="start"):
-        kernel.encode_chunks(["a"], 2, qwen3.pretokenizer.split)
+        kernel.encode_chunks(["a"], 2, qwen3.model.pretokenizer.split)
     with pytest.raises(ValueError, match="start"):
-        kernel.encode_chunks(["a"], -1, qwen3.pretokenizer.split)
+        kernel.encode_chunks(["a"], -1, qwen3.model.pretokenizer.split)
     with pytest.raises(TypeError):
-        kernel.encode_chunks(["", "a", 3], 1, qwen3.pretokenizer.split)
+        kernel.encode_chunks(["", "a", 3], 1, qwen3.model.pretokenizer.split)
     with pytest.raises(TypeError, match="not a str"):
         kernel.encode_chunks(["", "a", "b"], 1, lambda text: [1, 2])
     with pytest.raises(TypeError):
         kernel.encode_chunks(["", "a", "b"], 1, lambda text: None)
     with pytest.raises(ZeroDivisionError):
         kernel.encode_chunks(["", "a", "b"], 1, lambda text: 1 / 0)
-    assert kernel.encode_chunks(["", "a", "b"], 3, qwen3.pretokenizer.split) == []
+    assert kernel.encode_chunks(["", "a", "b"], 3, qwen3.model.pretokenizer.split) == []
     # None of that left anything behind: the same call works.
-    assert kernel.encode_chunks(["", "a", "b"], 1, qwen3.pretokenizer.split) == _reference_chunks(qwen3, ["a", "b"])
+    assert kernel.encode_chunks(["", "a", "b"], 1, qwen3.model.pretokenizer.split) == _reference_chunks(qwen3, ["a", "b"])
 
 
 def test_the_chunk_cache_stays_within_its_budget(qwen3):
-    kernel = _bpe.Kernel(*_args(qwen3.bpe), chunk_bytes=200_000)
+    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=200_000)
     rng = random.Random(9)
     for _ in range(30):
         parts = [""] + ["".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(rng.randrange(1, 30))) for _ in range(500)]
-        kernel.encode_chunks(parts, 1, qwen3.pretokenizer.split)
+        kernel.encode_chunks(parts, 1, qwen3.model.pretokenizer.split)
     info = kernel.cache_info()["chunks"]
     assert 0 < info["bytes"] <= info["budget"] == 200_000
 

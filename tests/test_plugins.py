@@ -13,6 +13,7 @@ import pytest
 import bpetok
 from bpetok import hookimpl
 from bpetok.plugins import DISABLE_ENV, PreTokenizerRegistry, make_plugin_manager
+from bpetok.models import TokenizerModel
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.pretok import qwen2 as qwen2_plugin
 from bpetok.pretok import smollm as smollm_plugin
@@ -139,7 +140,7 @@ def test_third_party_pretokenizer_is_used_for_its_pre_name(pm, temporary_plugin,
     tok = bpetok.from_gguf(SMOLLM2, plugin_manager=pm)
     assert tok.spec.plugin == "words-plugin"
     # One piece "  x" now, where smollm's pre-tokenizer gives " " and " x".
-    assert tok.encode("  x") == tok.bpe.encode_piece(b"  x")
+    assert tok.encode("  x") == tok.model.bpe.encode_piece(b"  x")
     assert tok.encode("  x") != bpetok.from_gguf(SMOLLM2).encode("  x")
     assert tok.decode(tok.encode(" 123 abc")) == " 123 abc"
 
@@ -147,7 +148,7 @@ def test_third_party_pretokenizer_is_used_for_its_pre_name(pm, temporary_plugin,
 # -- bpetok_register_models ----------------------------------------------------------------------
 
 
-class CharacterModel:
+class CharacterModel(TokenizerModel):
     """A toy model: one id per character that is a token, whole fragments at a time."""
 
     def __init__(self, vocabulary, pretokenizer):
@@ -187,6 +188,29 @@ def test_register_models_adds_a_model_the_tokenizer_calls(pm, temporary_plugin):
     assert tok.decode([0, 2, 1]) == "A<sep>B"
     # A model without encode_fragment_bytes gets invalid UTF-8 decoded by llama.cpp's rule.
     assert tok.encode_bytes(b"a\xff<sep>b") == [0, 2, 1]
+
+
+def test_a_model_outside_the_contract_is_refused_at_load(pm, temporary_plugin):
+    from bpetok.models import ModelSpec
+
+    class Loose:  # the two methods, but not the base class: its batch and bytes calls are missing
+        def __init__(self, vocabulary, pretokenizer):
+            pass
+
+        def encode_fragment(self, text, at_start):
+            return []
+
+        def normal_piece(self, text):
+            return text
+
+    class Plugin:
+        @hookimpl
+        def bpetok_register_models(self, register):
+            register(ModelSpec(name="chars", factory=Loose, pretokenized=False))
+
+    temporary_plugin(Plugin(), "loose-plugin")
+    with pytest.raises(bpetok.PluginError, match="'loose-plugin'.*Loose.*TokenizerModel.*docs/hooks.md"):
+        bpetok.Tokenizer(_toy_vocabulary(), plugin_manager=pm)
 
 
 def test_unknown_model_is_refused_with_what_is_installed(pm):

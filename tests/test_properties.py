@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bpetok
-from bpetok.models.gpt2 import BYTE_TO_CHAR
+from bpetok.models.gpt2 import BYTE_TO_CHAR, ByteLevelModel
 from bpetok.plugins import get_registry
 from helpers import LLAMA_TESTS, sharing_bpe_models, with_pre
 
@@ -33,7 +33,8 @@ def _bytes_have_tokens(tok, text: str) -> bool:
         return False
     if tok.clean_spaces and re.search(r" [?!.,]| '", text):  # the detokenizer drops those spaces
         return False
-    byte_ids = tok.model.byte_ids
+    model = tok.model.bpe if isinstance(tok.model, ByteLevelModel) else tok.model  # byte-level: its merge tables
+    byte_ids = model.byte_ids
     return all(byte_ids[b] is not None and byte_ids[b] < tok.n_tokens for b in text.encode("utf-8", "surrogatepass"))
 
 
@@ -114,7 +115,7 @@ def family_tokenizers():
 def test_every_family_round_trips(family_tokenizers, pre, text):
     """Each family's pieces concatenate to the text, and their ids' bytes give the text back."""
     tok = family_tokenizers[pre]
-    pieces = tok.pretokenizer.split(text)
+    pieces = tok.model.pretokenizer.split(text)
     assert "".join(pieces) == text and all(pieces)
     ids = tok.encode(text, parse_special=False)
     assert b"".join(map(tok.token_bytes, ids)) == text.encode("utf-8")
@@ -137,9 +138,11 @@ def raw_utf8_tokenizers(tmp_path_factory):
 @given(text=scalar_text.filter(lambda t: "\u2581" not in t))
 def test_raw_utf8_types_round_trip(raw_utf8_tokenizers, pre, text):
     """Every character has a token or <0xXX> tokens, so the pieces give the text back (spaces were
-    ▁); mmbert's words put a ▁ before every line."""
+    ▁); mmbert's words put a ▁ before every line that does not start with one (llama.cpp gives
+    " " one token of one space: tests/data/pretok-raw/mmbert.json.gz's detokenized cases all
+    follow this rule)."""
     tok = raw_utf8_tokenizers[pre]
-    expected = re.sub(r"[^\n]+", lambda m: " " + m.group(), text) if pre == "mmbert" else text
+    expected = re.sub(r"[^\n]+", lambda m: m.group() if m.group()[0] == " " else " " + m.group(), text) if pre == "mmbert" else text
     ids = tok.encode(text, parse_special=False)
     assert b"".join(map(tok.token_bytes, ids)) == expected.encode("utf-8")
     assert tok.count(text, parse_special=False) == len(ids)

@@ -109,20 +109,20 @@ def test_every_spec_that_declares_a_splitter_has_it():
 
 def test_the_tokenizer_uses_the_compiled_splitter(qwen3, smollm2):
     if qwen3.engine == "C kernel":
-        assert qwen3._kernel.split == "qwen2" and qwen3._text_kernel is qwen3._kernel
-        assert smollm2._kernel.split == "smollm" and smollm2._text_kernel is smollm2._kernel
+        assert qwen3.model._kernel.split == "qwen2" and qwen3.model._text_kernel is qwen3.model._kernel
+        assert smollm2.model._kernel.split == "smollm" and smollm2.model._text_kernel is smollm2.model._kernel
     else:
-        assert qwen3._text_kernel is None and smollm2._text_kernel is None
+        assert qwen3.model._text_kernel is None and smollm2.model._text_kernel is None
 
 
 def _reference(tok, text: str) -> list[int]:
     """The readable path: the Python twin's pieces, each merged by the reference BPE."""
-    pieces = tok.pretokenizer.split(text)
-    return [i for piece in pieces for i in tok.bpe.encode_piece_reference(piece.encode("utf-8", "surrogatepass"))]
+    pieces = tok.model.pretokenizer.split(text)
+    return [i for piece in pieces for i in tok.model.bpe.encode_piece_reference(piece.encode("utf-8", "surrogatepass"))]
 
 
 def _kernel_with_split(tok, name, cache_bytes=1 << 20, chunk_bytes=1 << 20):
-    bpe = tok.bpe
+    bpe = tok.model.bpe
     from bpetok.models.gpt2 import BYTE_TO_CHAR
 
     return _bpe.Kernel(

@@ -180,9 +180,8 @@ def pieces_cache(tok) -> dict[str, int]:
     """The cache a model keeps in the Tokenizer's pieces budget: the C loop's words where it
     merges word by word, else the Tokenizer's pieces cache (fragments or lines)."""
     merger = tok.model.merger()
-    if merger is not None and merger.words:
-        assert tok.cache_info()["pieces"]["entries"] == 0  # one cache, not two
-        return merger.cache_info()
+    if merger is not None and merger.words:  # one cache, not two: the words' is the one reported
+        assert tok.cache_info()["pieces"] == merger.cache_info() and tok.model._cache.budget == 0
     return tok.cache_info()["pieces"]
 
 

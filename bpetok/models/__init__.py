@@ -2,23 +2,9 @@
 
 A model arrives through the ``bpetok_register_models`` hook as a :class:`ModelSpec`; the built-in
 ones (``gpt2`` byte-level BPE, ``llama`` SentencePiece-style BPE, ``gemma4``) register through it
-like any plugin. The Tokenizer cuts special tokens out of the text and hands each remaining
-fragment to the model in one of two ways, which the spec chooses:
-
-- ``pretokenized=True``: the Tokenizer splits the fragment with the pre-tokenizer registered for
-  (model, pre) and calls ``model.encode_piece(piece_bytes)`` per piece (and, when the model has
-  it, ``model.encode_pieces(list)`` for many at once), caching ids by piece and by space chunk.
-- ``pretokenized=False``: the Tokenizer calls ``model.encode_fragment(text, at_start)`` once per
-  fragment; ``at_start`` is True for the text's first fragment and for one right after a special
-  token (where SentencePiece-style models add their space prefix).
-
-A model object may set its own ``pretokenized = False`` to take whole fragments although its spec
-splits first: gpt2's raw-UTF-8 variant (:mod:`bpetok.models.raw_utf8`) escapes spaces before it
-runs the pre-tokenizer, so it splits each fragment itself.
-
-Either way the model also gives ``normal_piece(text) -> bytes``, the bytes a NORMAL token's
-stored text stands for (llama.cpp's ``token_to_piece``); special, byte and other tokens are
-rendered by the Tokenizer, the same for every model.
+like any plugin. The spec's factory builds a :class:`TokenizerModel` (:mod:`bpetok.models.base`):
+the Tokenizer cuts special tokens out of the text and hands each fragment to it, whole; a model
+that splits text first (gpt2) does so itself, with the pre-tokenizer spec its factory is given.
 """
 
 from __future__ import annotations
@@ -26,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
+
+from bpetok.models.base import TokenizerModel
 
 if TYPE_CHECKING:
     from bpetok.pretok import PreTokenizerSpec
@@ -35,28 +23,15 @@ if TYPE_CHECKING:
 __all__ = ["ModelSpec", "TokenizerModel"]
 
 
-class TokenizerModel(Protocol):
-    """What the Tokenizer asks of a model (see the module docstring for which calls are made)."""
-
-    def encode_piece(self, piece: bytes) -> list[int]:
-        """Ids of one pre-tokenized piece (``pretokenized`` models)."""
-
-    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
-        """Ids of one fragment of text between special tokens (other models)."""
-
-    def normal_piece(self, text: bytes) -> bytes:
-        """The bytes a NORMAL token whose stored text is ``text`` decodes to."""
-
-
 @dataclass(frozen=True)
 class ModelSpec:
     """What a plugin registers for one ``tokenizer.ggml.model`` value.
 
-    - ``factory(vocabulary, pretokenizer)`` builds the model for a loaded vocabulary;
-      ``pretokenizer`` is the :class:`~bpetok.pretok.PreTokenizerSpec` chosen for it (None when
-      ``pretokenized`` is False).
-    - ``pretokenized``: fragments are split by the pre-tokenizer registered for (``name``, pre)
-      and handed over piece by piece; otherwise whole, to ``encode_fragment``.
+    - ``factory(vocabulary, pretokenizer)`` builds the :class:`TokenizerModel` for a loaded
+      vocabulary; ``pretokenizer`` is the :class:`~bpetok.pretok.PreTokenizerSpec` chosen for it
+      (None when ``pretokenized`` is False).
+    - ``pretokenized``: the model splits fragments by a pre-tokenizer: the one registered for
+      (``name``, pre) is looked up at load (an unknown pre is refused there) and given to the factory.
     - ``pre``: a ``tokenizer.ggml.pre`` value that replaces the file's (llama.cpp forces
       ``gemma4`` for the gemma4 model).
     - ``special_ids``: the ids of special roles (``bos``, ``eos``, ``unk``...) before the file's
@@ -70,9 +45,7 @@ class ModelSpec:
     """
 
     name: str
-    # Returns a TokenizerModel; typed Any because a model implements only the calls its
-    # ``pretokenized`` flag asks for (a Protocol would demand all of them).
-    factory: Callable[[Vocabulary, PreTokenizerSpec | None], Any]
+    factory: Callable[[Vocabulary, PreTokenizerSpec | None], TokenizerModel]
     pretokenized: bool = True
     pre: str | None = None
     special_ids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))

@@ -1735,88 +1735,6 @@ static PyObject *Kernel_encode(Kernel *self, PyObject *pieces)
     return result;
 }
 
-PyDoc_STRVAR(Kernel_encode_groups_doc,
-             "encode_groups(pieces, stops) -> list[array('I')]: the ids of pieces[start:stop] for each of\n"
-             "the consecutive groups that end at ``stops`` (non-decreasing, the last len(pieces)).");
-
-static PyObject *Kernel_encode_groups(Kernel *self, PyObject *args)
-{
-    PyObject *pieces, *stops;
-    if (!PyArg_ParseTuple(args, "OO", &pieces, &stops))
-        return NULL;
-    PyObject *list = as_list(pieces);
-    if (list == NULL)
-        return NULL;
-    PyObject *stop_list = as_list(stops);
-    if (stop_list == NULL) {
-        Py_DECREF(list);
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(list), groups = PyList_GET_SIZE(stop_list);
-    Piece *p = NULL;
-    uint32_t *buffer = NULL, *joined = NULL;
-    PyObject *keep = NULL, *result = NULL;
-    /* The stops first: no work for a call that would fail. */
-    Py_ssize_t previous = 0;
-    for (Py_ssize_t g = 0; g < groups; g++) {
-        Py_ssize_t stop = PyLong_AsSsize_t(PyList_GET_ITEM(stop_list, g));
-        if (stop == -1 && PyErr_Occurred())
-            goto done;
-        if (stop < previous || stop > n) {
-            PyErr_Format(PyExc_ValueError, "stops must be non-decreasing and at most len(pieces); stops[%zd] is %zd",
-                         g, stop);
-            goto done;
-        }
-        previous = stop;
-    }
-    if (previous != n) {
-        PyErr_SetString(PyExc_ValueError, "the last stop must be len(pieces)");
-        goto done;
-    }
-    if (encode_pieces(self, list, &p, &buffer, &keep) < 0)
-        goto done;
-    size_t longest = 0;
-    previous = 0;
-    for (Py_ssize_t g = 0; g < groups; g++) {
-        Py_ssize_t stop = PyLong_AsSsize_t(PyList_GET_ITEM(stop_list, g));
-        size_t size = 0;
-        for (Py_ssize_t i = previous; i < stop; i++)
-            size += p[i].n_ids;
-        if (size > longest)
-            longest = size;
-        previous = stop;
-    }
-    joined = PyMem_Malloc((longest ? longest : 1) * sizeof(uint32_t));
-    result = joined ? PyList_New(groups) : PyErr_NoMemory();
-    previous = 0;
-    for (Py_ssize_t g = 0; result != NULL && g < groups; g++) {
-        Py_ssize_t stop = PyLong_AsSsize_t(PyList_GET_ITEM(stop_list, g));
-        size_t size = 0;
-        for (Py_ssize_t i = previous; i < stop; i++) {
-            if (p[i].n_ids) /* size + n_ids <= longest: counted above */
-                memcpy(joined + size, p[i].ids, p[i].n_ids * sizeof(uint32_t));
-            size += p[i].n_ids;
-        }
-        previous = stop;
-        PyObject *array = PyObject_CallFunction(self->array_type, "sy#", "I", (const char *)joined,
-                                                (Py_ssize_t)(size * sizeof(uint32_t)));
-        if (array == NULL) {
-            Py_CLEAR(result);
-            break;
-        }
-        PyList_SET_ITEM(result, g, array);
-    }
-done:
-    PyMem_Free(p);
-    PyMem_Free(joined);
-    PyMem_RawFree(buffer);
-    Py_XDECREF(keep);
-    Py_DECREF(list);
-    Py_DECREF(stop_list);
-    return result;
-}
-
-
 /* The pieces of the missing chunks, and where each chunk's pieces stop. The inner chunks are
  * pre-tokenized together, joined back to back with their spaces (" a b c"): each ends in a
  * character that is not whitespace, so by the pre-tokenizer's space_chunks promise no piece
@@ -2788,7 +2706,6 @@ static PyGetSetDef Kernel_getset[] = {
 
 static PyMethodDef Kernel_methods[] = {
     {"encode", (PyCFunction)Kernel_encode, METH_O, Kernel_encode_doc},
-    {"encode_groups", (PyCFunction)Kernel_encode_groups, METH_VARARGS, Kernel_encode_groups_doc},
     {"encode_chunks", (PyCFunction)Kernel_encode_chunks, METH_VARARGS, Kernel_encode_chunks_doc},
     {"encode_text", (PyCFunction)Kernel_encode_text, METH_O, Kernel_encode_text_doc},
     {"encode_texts", (PyCFunction)(void (*)(void))Kernel_encode_texts, METH_VARARGS | METH_KEYWORDS,

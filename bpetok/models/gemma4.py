@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from bpetok.cache import IdCache, as_ids
+from bpetok.cache import as_ids
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -59,8 +59,6 @@ class RawBytePairModel(CompiledMergeLoop):
         merges = vocabulary.merges
         self.ranks: dict[bytes, int] = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self.byte_ids = [self.ids.get(b"<0x%02X>" % b) for b in range(256)]
-        # Each line's ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
-        self._cache = IdCache(0)
 
     def build_merger(self, module):
         """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""

@@ -17,10 +17,9 @@ the suffix) is its text without it, as llama.cpp erases it at load.
 
 from __future__ import annotations
 
-from bpetok.cache import IdCache
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
-from bpetok.models.whitespace_bpe import Gpt2Runs
+from bpetok.models.whitespace_bpe import Gpt2RunsModel
 
 __all__ = ["HybridDnaModel"]
 
@@ -30,12 +29,11 @@ _K = 6
 _UPPER = bytes.maketrans(b"abcdefghijklmnopqrstuvwxyz", b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-class HybridDnaModel:
+class HybridDnaModel(Gpt2RunsModel):
     """gpt2 BPE outside ``<dna>`` spans, 6-mers inside (see the module docstring)."""
 
     def __init__(self, vocabulary, pretokenizer=None):
-        self.runs = Gpt2Runs(vocabulary)
-        self.pretokenizer = self.runs.spec  # its flags are the file's defaults (add_bos, clean_spaces)
+        super().__init__(vocabulary)
         index = vocabulary.token_index()
         self.ids = index
         self.open_id, self.close_id, self.oov_id = (index.get(t.encode()) for t in (_OPEN, _CLOSE, "<oov>"))
@@ -44,13 +42,6 @@ class HybridDnaModel:
         tokens = vocabulary.tokens
         start = self.oov_id + 1 if self.oov_id is not None else len(tokens)
         self.kmer_texts = frozenset(t for t in tokens[start:] if len(t) > len(KMER_MARKER) and t.endswith(KMER_MARKER))
-
-    def use_cache(self, cache: IdCache) -> None:
-        self.runs.use_cache(cache)
-
-    @property
-    def compiled(self) -> bool:
-        return self.runs.compiled
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
@@ -96,7 +87,7 @@ class HybridDnaModel:
         """A NORMAL token's bytes: a k-mer's without its marker, any other as the gpt2 model renders it."""
         if text in self.kmer_texts:
             text = text[: -len(KMER_MARKER)]
-        return self.runs.normal_piece(text)
+        return super().normal_piece(text)
 
 
 @hookimpl

@@ -31,10 +31,11 @@ from itertools import accumulate, chain, repeat
 from typing import Any
 
 from bpetok.cache import IdCache, as_ids
-from bpetok.compiled import compiled_module
+from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
+from bpetok.models.base import CachingModel
 
 __all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "build_merger", "merger_module"]
 
@@ -181,20 +182,16 @@ def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
     return spans
 
 
-class CompiledMergeLoop:
+class CompiledMergeLoop(CachingModel):
     """What the models on the C merge loop share: its tables, built on first use (:meth:`merger`),
-    and the cache the Tokenizer hands over. A model sets ``_cache`` and defines ``build_merger``."""
+    and one cache of ids, a quarter of the Tokenizer's byte budget (:meth:`use_cache_budget`). A
+    model defines ``build_merger``."""
 
     _merger: Any = None
     _merger_built = False
-    _cache: IdCache
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
 
     @property
-    def compiled(self) -> bool:
+    def compiled(self) -> bool:  # type: ignore[override]  # computed: the merger is built on first use
         """Whether the C merge loop runs (``bpetok/models/_symbols.c``)."""
         return self.merger() is not None
 
@@ -202,7 +199,10 @@ class CompiledMergeLoop:
         """The C merge loop for this vocabulary, or None (not built, BPETOK_PURE_PYTHON, or
         ``build_merger`` declined: NaN scores)."""
         if not self._merger_built:
-            self._merger = self.build_merger(merger_module())
+            module = merger_module()
+            if module is None:
+                warn_not_built("bpetok.models._symbols")
+            self._merger = self.build_merger(module)
             self._merger_built = True
         return self._merger
 
@@ -221,11 +221,9 @@ class SentencePieceModel(CompiledMergeLoop):
         self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
-        # Fragments' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
-        # The C loop, where a vocabulary allows it, caches words instead (see use_cache).
-        self._cache = IdCache(0)
         merger = self.merger()  # the tables are built at load, not by the first encode
-        # The C loop that merges word by word, caching words: it takes the whole fragment.
+        # The C loop that merges word by word, caching words (where no token spans a word start,
+        # checked at load): it takes the whole fragment. Otherwise fragments' ids are cached.
         self._word_merger = merger if merger is not None and merger.words else None
 
     def build_merger(self, module):
@@ -237,12 +235,18 @@ class SentencePieceModel(CompiledMergeLoop):
         # for a NaN score: no order to reproduce (nor does llama.cpp's heap have one).
         return module.spm_merger(self.ids, self.scores, self.n_tokens, self.byte_ids, True)
 
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache in ``cache`` (the Tokenizer's), or, when the C loop caches words, give it that budget."""
-        self._cache = cache
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """Cache fragments within a quarter of ``cache_bytes``, or, when the C loop caches words,
+        give it that budget (one cache either way)."""
+        super().use_cache_budget(cache_bytes)
         if self._word_merger is not None:
-            self._word_merger.set_cache_budget(cache.budget)
-            self._cache = IdCache(0)  # one cache: the C loop's, of words
+            self._word_merger.set_cache_budget(self._cache.budget)
+            self._cache = IdCache(0)
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        if self._word_merger is not None:
+            return {"pieces": self._word_merger.cache_info()}
+        return super().cache_info()
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment; ``at_start``: it starts the text or follows a special token."""

@@ -31,11 +31,12 @@ from array import array
 from functools import cached_property
 from itertools import accumulate
 
-from bpetok.cache import IdCache, as_ids
-from bpetok.compiled import compiled_module
+from bpetok.cache import as_ids
+from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
+from bpetok.models.base import CachingModel
 from bpetok.vocab import TokenAttr
 
 __all__ = ["Plamo2Model"]
@@ -66,7 +67,7 @@ def _fixed_score(score: float) -> int:
     return value if -(2**31) <= value < 2**31 else _INVALID_SCORE
 
 
-class Plamo2Model:
+class Plamo2Model(CachingModel):
     """The best-score path over code points (see the module docstring)."""
 
     emits_special_tokens = False  # llama.cpp's plamo2 branch of tokenize drops them
@@ -99,9 +100,11 @@ class Plamo2Model:
                 f"and {len(missing)} are missing (llama.cpp refuses to load it too)"
             )
         self.candidates = {k: v for k, v in candidates.items() if v[1] > _INVALID_SCORE}
-        self._cache = IdCache(0)
         module = compiled_module("bpetok.models._trie")
+        if module is None:
+            warn_not_built("bpetok.models._trie")
         self._dictionary = self._build_dictionary(module) if module is not None else None
+        self.compiled = self._dictionary is not None  # the C path (bpetok/models/_trie.c)
 
     def _build_dictionary(self, module):
         """The candidates for ``bpetok/models/_trie.c``: UTF-8 texts sorted, back to back."""
@@ -126,15 +129,6 @@ class Plamo2Model:
         for text, found in self.candidates.items():
             steps[text] = (found, text in prefixes)
         return steps
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the C path runs (``bpetok/models/_trie.c``)."""
-        return self._dictionary is not None
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache fragments' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens.
@@ -214,7 +208,7 @@ class Plamo2Model:
             pos += length
         return out
 
-    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes:
+    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes | None:
         """A BYTE token ``<0xXX>`` is its byte; any other token its text as stored."""
         if attr & TokenAttr.BYTE:
             b = _byte_of(text)

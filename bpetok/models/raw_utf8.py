@@ -22,8 +22,8 @@ asserts that no symbol holds a space and aborts the process (with ``whitespace``
 whitespace with a space in it, ``"a  b"``; with ``▁`` escaping: an overlong space). Such input is
 refused with an :class:`~bpetok.errors.InputError`.
 
-The model takes whole fragments (``pretokenized = False``): the escaping comes before the split,
-so the engine's piece caches and space chunks, which see the text, do not apply.
+The escaping comes before the split, so byte-level BPE's space chunks, which see the text, do not
+apply: this model splits each fragment itself and caches ids by piece.
 """
 
 from __future__ import annotations
@@ -60,8 +60,6 @@ def metaspace_words(pieces: list[str]) -> list[str]:
 
 class RawUtf8Model(RawBytePairModel):
     """A gpt2 vocabulary's BPE over raw UTF-8, as its pre-tokenizer spec's flags say (module docstring)."""
-
-    pretokenized = False  # escaping comes before the split: whole fragments, split here
 
     def __init__(self, vocabulary, pretokenizer):
         super().__init__(vocabulary)

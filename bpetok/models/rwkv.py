@@ -24,11 +24,12 @@ import re
 from array import array
 from functools import cached_property
 
-from bpetok.cache import IdCache, as_ids
-from bpetok.compiled import compiled_module
+from bpetok.cache import as_ids
+from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
+from bpetok.models.base import CachingModel
 
 __all__ = ["RwkvModel", "unescape_rwkv_token"]
 
@@ -64,7 +65,7 @@ def unescape_rwkv_token(text: bytes) -> bytes | None:
     return _ESCAPE.sub(_unescape_one, text)
 
 
-class RwkvModel:
+class RwkvModel(CachingModel):
     """Greedy longest match over the unescaped tokens' bytes (see the module docstring)."""
 
     # llama.cpp's rwkv branch of tokenize adds neither, whatever tokenizer.ggml.add_*_token say.
@@ -88,9 +89,11 @@ class RwkvModel:
         self.ids: dict[bytes, int] = {text: i for i, text in enumerate(texts) if text}
         self.unk = vocabulary.special_ids.get("unk")
         self._trie = self._build_trie()
-        self._cache = IdCache(0)
         module = compiled_module("bpetok.models._trie")
+        if module is None:
+            warn_not_built("bpetok.models._trie")
         self._walker = module.Trie(*_flatten(self._trie)) if module is not None else None
+        self.compiled = self._walker is not None  # the C walk (bpetok/models/_trie.c)
         # The pure-Python engine's fast path, built at load (~0.6 s: not the first text's).
         self._pattern = self._build_pattern() if self._walker is None else None
 
@@ -117,15 +120,6 @@ class RwkvModel:
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the C walk runs (``bpetok/models/_trie.c``)."""
-        return self._walker is not None
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache space chunks' ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes: llama.cpp matches bytes, valid UTF-8 or not.
@@ -202,7 +196,7 @@ class RwkvModel:
             )
         return self.unk
 
-    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes:
+    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes | None:
         """Every token's piece is its unescaped bytes (llama.cpp's token_to_piece for RWKV)."""
         return self.token_texts[token_id]
 

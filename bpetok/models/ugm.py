@@ -29,11 +29,12 @@ import re
 import struct
 from typing import Any
 
-from bpetok.cache import IdCache, as_ids
-from bpetok.compiled import compiled_module
+from bpetok.cache import as_ids
+from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
+from bpetok.models.base import CachingModel
 from bpetok.models.charsmap import CharsMap
 from bpetok.vocab import CHARSMAP_KEY, TokenAttr
 
@@ -52,7 +53,7 @@ def _float32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-class UnigramModel:
+class UnigramModel(CachingModel):
     """Viterbi over token scores after the character-map normalizer (see the module docstring)."""
 
     def __init__(self, vocabulary, pretokenizer=None):
@@ -88,22 +89,19 @@ class UnigramModel:
         self.treat_whitespace_as_suffix = False  # llama.cpp has no key for it
         self.charsmap = CharsMap(vocabulary.metadata.get(CHARSMAP_KEY, b""), f"{vocabulary.path}: key {CHARSMAP_KEY!r}")
         self.per_word = not any(_SPACE_BYTES in text[1:] for text in self.pieces)
-        self._cache = IdCache(0)
         self._lattice: Any = None
         self._lattice_built = False
-        self.lattice()  # the C trie is part of loading (a quarter of a second for 250k tokens)
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the C Viterbi runs (``bpetok/models/_ugm.c``)."""
-        return self.lattice() is not None
+        # The C trie is part of loading (a quarter of a second for 250k tokens).
+        self.compiled = self.lattice() is not None  # the C Viterbi (bpetok/models/_ugm.c)
 
     def lattice(self):
         """The C Viterbi over this vocabulary's trie, built on first use; None when not built or
         ``BPETOK_PURE_PYTHON`` is set."""
         if not self._lattice_built:
             module = compiled_module("bpetok.models._ugm")
-            if module is not None:
+            if module is None:
+                warn_not_built("bpetok.models._ugm")
+            else:
                 texts = list(self.pieces)
                 values = list(self.pieces.values())
                 try:
@@ -114,10 +112,6 @@ class UnigramModel:
                     self._lattice = None
             self._lattice_built = True
         return self._lattice
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
 
     # -- normalization -------------------------------------------------------------------------
 

@@ -30,10 +30,11 @@ import re
 from bisect import bisect_right
 from itertools import chain
 
-from bpetok.cache import IdCache, as_ids
+from bpetok.cache import as_ids
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
+from bpetok.models.base import CachingModel
 from bpetok.models import wpm_data
 from bpetok.pretok.unicode_data import WHITESPACE
 
@@ -143,7 +144,7 @@ def _map_one(cpt: int, lowercase: bool, strip_accents: bool) -> str:
 _ASTRAL_CJK = re.compile("[\U00020000-\U0002FA1F]")
 
 
-class WordPieceModel:
+class WordPieceModel(CachingModel):
     """Longest-match-first WordPiece over llama.cpp's word split (see the module docstring)."""
 
     def __init__(self, vocabulary, pretokenizer=None):
@@ -160,12 +161,6 @@ class WordPieceModel:
         self.lowercase = bool(vocabulary.flags.get("normalizer_lowercase", True))
         self.strip_accents = bool(vocabulary.flags.get("normalizer_strip_accents", self.lowercase))
         self._table, self._dropped = _fast_tables(self.lowercase, self.strip_accents)
-        # Words' ids; the Tokenizer hands over its pieces' cache (use_cache), with its byte budget.
-        self._cache = IdCache(0)
-
-    def use_cache(self, cache: IdCache) -> None:
-        """Cache ids in ``cache`` (the Tokenizer's, so that its byte budget holds)."""
-        self._cache = cache
 
     def words(self, text: str) -> list[str]:
         """:func:`preprocess` in C-speed steps (held equal to it by tests)."""
@@ -193,7 +188,7 @@ class WordPieceModel:
                     ids = found[k] = as_ids(encode_word(word))
                     if len(word) <= _CACHE_LONGEST and not cache.full:
                         cache.put(word, ids)
-        return list(chain.from_iterable(found))
+        return list(chain.from_iterable(found))  # type: ignore[arg-type]  # every miss was filled above
 
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` the plain way: :func:`preprocess`, no cache."""

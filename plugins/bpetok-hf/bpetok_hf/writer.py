@@ -47,7 +47,7 @@ def _passes(tok: Tokenizer) -> list[dict]:
         return [_split(p.pattern, p.behavior, p.invert) for p in passes]
     # A registered family: its regexes, each run inside the pieces of the one before, are HF
     # Splits in sequence (Isolated keeps the text between matches as pieces, as llama.cpp does).
-    patterns = patterns_of(tok.pretokenizer)
+    patterns = patterns_of(tok.spec.factory() if tok.spec is not None else None)
     if patterns is None:
         raise ExportError(
             f"{tok.vocabulary.path}: pre-tokenizer {tok.spec.name!r} (pre {tok.vocabulary.pre!r}) is a hand-written "

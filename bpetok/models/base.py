@@ -1,0 +1,247 @@
+"""The model contract: what every tokenizer model gives the :class:`~bpetok.Tokenizer`.
+
+The Tokenizer cuts special tokens out of a text and hands each fragment between them to its
+model; the model turns a fragment into ids, and a NORMAL token's stored text back into bytes.
+That is all a model must write (:meth:`TokenizerModel.encode_fragment` and
+:meth:`TokenizerModel.normal_piece`); every other call the Tokenizer makes has a default here
+built on those two, which a model overrides only to go faster (gpt2 batches and runs C).
+
+What the Tokenizer needs to know about a model is declared, not probed: the class attributes
+below, with their defaults.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import functools
+import gc
+import re
+from abc import ABC, abstractmethod
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Sequence
+
+from bpetok.cache import IdCache
+
+if TYPE_CHECKING:
+    from bpetok.pretok import PreTokenizerSpec
+
+__all__ = ["TokenizerModel", "CachingModel", "decode_llama_utf8", "BeyondUnicode", "gc_paused"]
+
+
+class TokenizerModel(ABC):
+    """One vocabulary's model (``tokenizer.ggml.model``), built by its :class:`ModelSpec`'s factory.
+
+    Fragments reach the model without special tokens. ``at_start`` is True for a fragment that
+    starts the text or follows a special token (where SentencePiece-style models add their space
+    prefix). A model is used from several threads at once (``encode_batch``): caches it keeps must
+    tolerate that (a dict's get/set does).
+    """
+
+    #: Whether the model runs compiled code (``Tokenizer.engine`` says ``"C kernel"``).
+    compiled: bool = False
+    #: Whether :meth:`encode_texts` runs without the GIL on ``workers`` threads (then threads
+    #: sharing the tokenizer scale with cores: ``Tokenizer.encodes_without_gil``).
+    releases_gil: bool = False
+    #: Whether the special tokens found in a text are among its ids (llama.cpp's plamo2 drops them).
+    emits_special_tokens: bool = True
+    #: Whether ``add_special`` may add BOS / EOS as the file's flags say (llama.cpp's rwkv adds
+    #: neither, plamo2 no EOS, whatever ``tokenizer.ggml.add_*_token`` say).
+    may_add_bos: bool = True
+    may_add_eos: bool = True
+    #: Whether a fragment right after a special token counts as a start (``at_start``); False:
+    #: only the text's first fragment does (HF's Metaspace with ``prepend_scheme: first``).
+    start_after_special: bool = True
+    #: Whether the model writes a space in front of a fragment that starts the text or follows a
+    #: special token (SentencePiece's dummy prefix); offsets give that space an empty span.
+    add_space_prefix: bool = False
+    #: The pre-tokenizer spec a model that takes whole fragments runs itself (whitespace and
+    #: hybriddna split with a gpt2 one): its ``add_bos`` / ``clean_spaces`` are the defaults when
+    #: the Tokenizer was given no pre-tokenizer. None: the model's spec's own defaults (else False).
+    flags_pretokenizer: PreTokenizerSpec | None = None
+
+    # -- what a model must write --------------------------------------------------------------
+
+    @abstractmethod
+    def encode_fragment(self, text: str, at_start: bool) -> list[int]:
+        """Ids of one fragment of text between special tokens."""
+
+    @abstractmethod
+    def normal_piece(self, text: bytes) -> bytes:
+        """The bytes a NORMAL token whose stored text is ``text`` stands for (llama.cpp's
+        ``token_to_piece``; special, byte and other tokens are rendered by the Tokenizer)."""
+
+    # -- what it may override ---------------------------------------------------------------
+
+    def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
+        """:meth:`encode_fragment` the plain way (no caches, the readable merge loop), which
+        tests hold the fast path to; the default is :meth:`encode_fragment` itself."""
+        return self.encode_fragment(text, at_start)
+
+    def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
+        """Ids of a fragment given as raw bytes, invalid UTF-8 included. The default decodes them
+        as llama.cpp does (:func:`decode_llama_utf8`) and calls :meth:`encode_fragment`; a model
+        whose llama.cpp session reads bytes (SentencePiece's) overrides it."""
+        return self.encode_fragment(decode_llama_utf8(data), at_start)
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """Each token's span in ``text`` (a :class:`bpetok.offsets.TokenOffsets`) for a model whose
+        pieces are not the input's bytes (it normalizes), or None: :mod:`bpetok.offsets` then
+        walks the pieces against the text's bytes, which fits every model that does not."""
+        return None
+
+    def count_fragment(self, text: str, at_start: bool) -> int:
+        """``len(self.encode_fragment(text, at_start))``; a model with cached ids may count
+        without building the list."""
+        return len(self.encode_fragment(text, at_start))
+
+    def encode_fragments(self, fragments: Sequence[str], *, workers: int = 1) -> list[list[int]]:
+        """:meth:`encode_fragment` of many fragments, each at the start (each starts a text or
+        follows a special token). ``workers``: threads the model may use."""
+        encode = self.encode_fragment
+        return [encode(fragment, True) for fragment in fragments]
+
+    def encode_texts(
+        self, texts: Sequence[str], specials: tuple[str, ...], workers: int = 1
+    ) -> tuple[list[list[int]], list[int]]:
+        """The ids of whole texts, each one fragment (an empty text: none), and ``held``: the
+        indices of the texts that contain one of ``specials`` (their lists are left empty for the
+        Tokenizer, which cuts them at their special tokens and calls :meth:`encode_fragments`).
+
+        The default finds the specials with one regular expression and encodes the other texts
+        by :meth:`encode_fragments`; a model that looks for them in C overrides it."""
+        finder = _finder(specials)
+        held = [i for i, text in enumerate(texts) if finder.search(text)] if finder is not None else []
+        if not held and all(texts):
+            return self.encode_fragments(texts, workers=workers), held
+        # An empty text has no ids (not even a space prefix: it has no fragment).
+        skip = set(held)
+        plain = [i for i, text in enumerate(texts) if text and i not in skip]
+        lists: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(plain, self.encode_fragments([texts[i] for i in plain], workers=workers)):
+            lists[i] = ids
+        return lists, held
+
+    def encode_texts_to_numpy(
+        self, texts: Sequence[str], specials: tuple[str, ...], workers: int = 1
+    ) -> tuple[Any, Any, list[int]]:
+        """:meth:`encode_texts` as numpy arrays: every text's ids one after the other (``uint32``),
+        each text's count (``int64``, 0 for a held text) and ``held``. The default converts
+        :meth:`encode_texts`' lists; a model that makes machine words directly overrides it."""
+        import numpy as np
+
+        lists, held = self.encode_texts(texts, specials, workers)
+        counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        ids = np.fromiter(chain.from_iterable(lists), dtype=np.uint32, count=int(counts.sum()))
+        return ids, counts, held
+
+    def render_piece(self, token_id: int, text: bytes, attr: int) -> bytes | None:
+        """The piece of token ``token_id`` (stored ``text``, attributes ``attr``) when the model
+        renders its own pieces (rwkv's are its unescaped bytes, whatever their type), else None:
+        the Tokenizer's rules apply (the default)."""
+        return None
+
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """Called by the Tokenizer once, before it encodes anything: the byte budget of all of
+        this model's caches together (0: cache nothing). The default keeps no cache."""
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        """Each cache's ``entries``, ``bytes`` used and ``budget`` (``Tokenizer.cache_info``)."""
+        return {}
+
+
+class CachingModel(TokenizerModel):
+    """A model with one cache of ids (``"pieces"``: fragments, words or chunks, as the model
+    keys it), a quarter of the Tokenizer's byte budget, the share byte-level BPE gives its piece
+    cache. A subclass reads and fills ``self._cache``."""
+
+    _cache: IdCache = IdCache(0)
+
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """Cache ids within a quarter of ``cache_bytes`` (an empty cache)."""
+        self._cache = IdCache(int(cache_bytes * 0.25))
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        cache = self._cache
+        return {"pieces": {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}}
+
+
+@functools.lru_cache(maxsize=16)
+def _finder(specials: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One pattern for all of ``specials`` (None: there are none)."""
+    if not specials:
+        return None
+    return re.compile("|".join(map(re.escape, sorted(specials, key=len, reverse=True))))
+
+
+# -- llama.cpp's UTF-8 decoding ------------------------------------------------------------------
+
+
+def _llama_cpt_at(data: bytes, i: int) -> tuple[int, int]:
+    """llama.cpp's ``unicode_cpt_from_utf8`` at ``data[i]``: (code point, bytes used).
+
+    A lead byte followed by its continuation bytes is decoded, overlong, surrogate or past
+    U+10FFFF alike; anything else is (U+FFFD, 1): the next byte is tried on its own.
+
+    >>> _llama_cpt_at(b"\\xc0\\xbc", 0), _llama_cpt_at(b"\\xe4\\xb8a", 0), _llama_cpt_at(b"\\xf4\\x90\\x80\\x80", 0)
+    ((60, 2), (65533, 1), (1114112, 4))
+    """
+    b = data[i]
+    length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
+    if length == 1:
+        return b, 1
+    tail = data[i + 1 : i + length]
+    if not length or len(tail) != length - 1 or not all(0x80 <= c < 0xC0 for c in tail):
+        return 0xFFFD, 1
+    cpt = b & (0x7F >> length)
+    for c in tail:
+        cpt = (cpt << 6) | (c & 0x3F)
+    return cpt, length
+
+
+class BeyondUnicode(Exception):
+    """A sequence decodes past U+10FFFF (llama.cpp's unicode_cpt_to_utf8 throws, and the process
+    aborts). The Tokenizer turns it into an :class:`~bpetok.errors.InputError` naming the offset."""
+
+    def __init__(self, start: int, cpt: int):
+        super().__init__(start, cpt)
+        self.start, self.cpt = start, cpt
+
+
+def _llama_utf8_errors(error: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: where Python's strict decoder stops, llama.cpp's next step."""
+    if not isinstance(error, UnicodeDecodeError):  # registered for decoding only
+        raise error
+    cpt, length = _llama_cpt_at(error.object, error.start)
+    if cpt > 0x10FFFF:
+        raise BeyondUnicode(error.start, cpt)
+    return chr(cpt), error.start + length
+
+
+# Python's decoder and llama.cpp's agree on well-formed UTF-8 and resynchronise at the same byte,
+# so only the spans Python rejects need llama.cpp's rule; the rest is decoded in C.
+LLAMA_UTF8_ERRORS = "bpetok-llama-utf8"
+codecs.register_error(LLAMA_UTF8_ERRORS, _llama_utf8_errors)
+
+
+def decode_llama_utf8(data: bytes) -> str:
+    """``data`` as llama.cpp's ``unicode_cpts_from_utf8`` reads it: U+FFFD for a byte that starts
+    no sequence, overlongs and surrogates decoded; :class:`BeyondUnicode` past U+10FFFF.
+
+    >>> decode_llama_utf8(b"a\\xff\\xc0\\xbc")
+    'a\\ufffd<'
+    """
+    return data.decode("utf-8", LLAMA_UTF8_ERRORS)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection within: for building many objects that all live on (a
+    collection would only rescan them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
