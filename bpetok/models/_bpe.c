@@ -162,15 +162,29 @@ typedef struct {
     uint32_t merged;
 } Merge;
 
+/* The table is several MB, so most probes miss the CPU's caches, and most pairs a piece asks
+ * about have no merge. A bit per hash value (its high bits; the table takes the low ones), set
+ * for every merge and small enough to stay in cache, answers those without touching the table. */
 typedef struct {
     Merge *slots;
     uint64_t mask;
+    uint64_t *filter; /* 1 << filter_bits bits */
+    unsigned filter_shift; /* 64 - filter_bits */
 } MergeTable;
+
+static inline int filter_has(const MergeTable *t, uint64_t h)
+{
+    uint64_t bit = h >> t->filter_shift;
+    return (int)(t->filter[bit >> 6] >> (bit & 63) & 1);
+}
 
 static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
 {
     uint64_t key = (uint64_t)left << 32 | right;
-    uint64_t i = mix64(key) & t->mask;
+    uint64_t h = mix64(key);
+    if (!filter_has(t, h))
+        return NULL;
+    uint64_t i = h & t->mask;
     for (;;) {
         const Merge *m = &t->slots[i];
         if (m->key == key)
@@ -725,6 +739,7 @@ static int read_u32(PyObject *value, uint32_t limit, const char *what, uint32_t 
 static void Kernel_dealloc(Kernel *self)
 {
     PyMem_RawFree(self->merges.slots);
+    PyMem_RawFree(self->merges.filter);
     PyMem_RawFree(self->virtual_start);
     PyMem_RawFree(self->virtual_ids);
     table_free(&self->whole);
@@ -748,7 +763,9 @@ static int merge_add(Kernel *self, unsigned long long left, unsigned long long r
         return -1;
     }
     uint64_t mkey = left << 32 | right;
-    uint64_t i = mix64(mkey) & self->merges.mask;
+    uint64_t h = mix64(mkey), bit = h >> self->merges.filter_shift;
+    uint64_t i = h & self->merges.mask;
+    self->merges.filter[bit >> 6] |= (uint64_t)1 << (bit & 63);
     while (self->merges.slots[i].key != EMPTY_KEY && self->merges.slots[i].key != mkey)
         i = (i + 1) & self->merges.mask;
     if (keep_first && self->merges.slots[i].key == mkey)
@@ -910,6 +927,15 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     size_t size = 1024;
     while (size < (size_t)count * 2)
         size *= 2;
+    unsigned filter_bits = 12; /* at least 16 bits per merge: few pairs without a merge get through */
+    while (((size_t)1 << filter_bits) < (size_t)count * 16 && filter_bits < 40)
+        filter_bits++;
+    self->merges.filter = PyMem_RawCalloc((size_t)1 << (filter_bits - 6), sizeof(uint64_t));
+    if (self->merges.filter == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->merges.filter_shift = 64 - filter_bits;
     self->merges.slots = PyMem_RawMalloc(size * sizeof(Merge));
     if (self->merges.slots == NULL) {
         PyErr_NoMemory();
