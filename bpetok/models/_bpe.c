@@ -198,7 +198,6 @@ static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32
 /* -- a table of byte strings -> ids (the piece cache, and whole tokens for ignore_merges) ---- */
 
 typedef struct {
-    uint64_t hash;
     uint32_t key_len;
     uint32_t n_ids;
     uint32_t ids[]; /* n_ids ids, then key_len bytes of key */
@@ -209,12 +208,26 @@ static inline const unsigned char *entry_key(const Entry *e)
     return (const unsigned char *)(e->ids + e->n_ids);
 }
 
+/* A slot keeps its entry's hash, so a probe reads the entry (a likely cache miss) only when the
+ * hash matches. */
 typedef struct {
-    Entry **slots;
+    uint64_t hash;
+    Entry *entry; /* NULL: free */
+} Slot;
+
+/* Entries are carved from blocks of ENTRY_BLOCK_BYTES (one allocation per block, not per entry);
+ * an entry above a quarter of that gets a block of its own. Each block starts with a pointer to
+ * the one made before it. Entries are never freed on their own. */
+#define ENTRY_BLOCK_BYTES ((size_t)1 << 16)
+
+typedef struct {
+    Slot *slots;
     size_t capacity; /* a power of two, or 0 */
     size_t count;
     size_t used;   /* bytes: entries plus the slot array */
     size_t budget; /* past it, nothing more is added */
+    void *blocks;  /* the newest block, or NULL */
+    unsigned char *free_at, *free_end; /* the room left in the block entries are carved from */
 } BytesTable;
 
 static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigned char *key, size_t len)
@@ -223,10 +236,11 @@ static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigne
         return NULL;
     size_t mask = t->capacity - 1;
     for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        const Entry *e = t->slots[i];
-        if (e == NULL)
+        const Slot *slot = &t->slots[i];
+        if (slot->entry == NULL)
             return NULL;
-        if (e->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
+        const Entry *e = slot->entry;
+        if (slot->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
             return e;
     }
 }
@@ -234,23 +248,45 @@ static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigne
 static int table_grow(BytesTable *t)
 {
     size_t capacity = t->capacity ? t->capacity * 2 : 1024;
-    Entry **slots = PyMem_RawCalloc(capacity, sizeof(Entry *));
+    Slot *slots = PyMem_RawCalloc(capacity, sizeof(Slot));
     if (slots == NULL)
         return -1;
     for (size_t k = 0; k < t->capacity; k++) {
-        Entry *e = t->slots[k];
-        if (e == NULL)
+        if (t->slots[k].entry == NULL)
             continue;
-        size_t i = e->hash & (capacity - 1);
-        while (slots[i] != NULL)
+        size_t i = t->slots[k].hash & (capacity - 1);
+        while (slots[i].entry != NULL)
             i = (i + 1) & (capacity - 1);
-        slots[i] = e;
+        slots[i] = t->slots[k];
     }
     PyMem_RawFree(t->slots);
-    t->used += (capacity - t->capacity) * sizeof(Entry *);
+    t->used += (capacity - t->capacity) * sizeof(Slot);
     t->slots = slots;
     t->capacity = capacity;
     return 0;
+}
+
+/* Room for an entry of `size` bytes (4-aligned, as its fields need), or NULL (no memory). */
+static Entry *entry_room(BytesTable *t, size_t size)
+{
+    size = (size + 3) & ~(size_t)3;
+    if (t->free_at == NULL || size > (size_t)(t->free_end - t->free_at)) {
+        int own = size > ENTRY_BLOCK_BYTES / 4;
+        size_t bytes = sizeof(void *) + (own ? size : ENTRY_BLOCK_BYTES);
+        void **block = PyMem_RawMalloc(bytes);
+        if (block == NULL)
+            return NULL;
+        block[0] = t->blocks;
+        t->blocks = block;
+        unsigned char *room = (unsigned char *)(block + 1);
+        if (own)
+            return (Entry *)room;
+        t->free_at = room;
+        t->free_end = room + ENTRY_BLOCK_BYTES;
+    }
+    Entry *e = (Entry *)t->free_at;
+    t->free_at += size;
+    return e;
 }
 
 /* Add key -> ids unless it is there or does not fit the budget. 0: done (or skipped), -1: no memory. */
@@ -260,17 +296,16 @@ static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, siz
     if (len > UINT32_MAX || n_ids > UINT32_MAX)
         return 0;
     size_t size = sizeof(Entry) + n_ids * sizeof(uint32_t) + len;
-    size_t growth = (t->count + 1) * 2 > t->capacity ? (t->capacity ? t->capacity : 1024) * sizeof(Entry *) : 0;
+    size_t growth = (t->count + 1) * 2 > t->capacity ? (t->capacity ? t->capacity : 1024) * sizeof(Slot) : 0;
     if (t->used + size + growth > t->budget)
         return 0;
     if (table_find(t, hash, key, len) != NULL)
         return 0;
     if (growth && table_grow(t) < 0)
         return -1;
-    Entry *e = PyMem_RawMalloc(size);
+    Entry *e = entry_room(t, size);
     if (e == NULL)
         return -1;
-    e->hash = hash;
     e->key_len = (uint32_t)len;
     e->n_ids = (uint32_t)n_ids;
     if (n_ids)
@@ -279,9 +314,10 @@ static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, siz
         memcpy(e->ids + n_ids, key, len);
     size_t mask = t->capacity - 1;
     size_t i = hash & mask;
-    while (t->slots[i] != NULL)
+    while (t->slots[i].entry != NULL)
         i = (i + 1) & mask;
-    t->slots[i] = e;
+    t->slots[i].hash = hash;
+    t->slots[i].entry = e;
     t->count++;
     t->used += size;
     return 0;
@@ -289,10 +325,14 @@ static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, siz
 
 static void table_free(BytesTable *t)
 {
-    for (size_t k = 0; k < t->capacity; k++)
-        PyMem_RawFree(t->slots[k]);
+    while (t->blocks != NULL) {
+        void **block = t->blocks;
+        t->blocks = block[0];
+        PyMem_RawFree(block);
+    }
     PyMem_RawFree(t->slots);
     t->slots = NULL;
+    t->free_at = t->free_end = NULL;
     t->capacity = t->count = t->used = 0;
 }
 
@@ -424,38 +464,39 @@ static HeapItem heap_pop(HeapItem *h, size_t *n)
     return top;
 }
 
+/* A pair's merge as one word, rank << 32 | merged, NO_PAIR if none. */
+#define NO_PAIR UINT64_MAX
+
+static inline uint64_t pair_word(const Kernel *k, uint32_t left, uint32_t right)
+{
+    const Merge *m = merge_find(&k->merges, left, right);
+    return m ? (uint64_t)m->rank << 32 | m->merged : NO_PAIR;
+}
+
 /* Merge s->sym[0 .. n) in place; returns the number of symbols left (in s->sym[0 ..)). */
 static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
 {
-    uint32_t *sym = s->sym, *rank = s->rank, *merged = s->merged;
-    for (size_t i = 0; i + 1 < n; i++) {
-        const Merge *m = merge_find(&k->merges, sym[i], sym[i + 1]);
-        rank[i] = m ? m->rank : NO_RANK;
-        merged[i] = m ? m->merged : 0;
-    }
+    uint32_t *sym = s->sym;
+    uint64_t *pair = s->heap; /* pair[i]: sym[i] with sym[i + 1] (the heap is not used here) */
+    for (size_t i = 0; i + 1 < n; i++)
+        pair[i] = pair_word(k, sym[i], sym[i + 1]);
     while (n > 1) {
         size_t best = 0;
         for (size_t i = 1; i + 1 < n; i++)
-            if (rank[i] < rank[best])
+            if (pair[i] >> 32 < pair[best] >> 32) /* the leftmost of the lowest rank */
                 best = i;
-        if (rank[best] == NO_RANK)
+        if (pair[best] == NO_PAIR)
             break;
-        sym[best] = merged[best];
-        /* drop symbol best + 1 and pair best */
-        memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(uint32_t));
-        memmove(rank + best, rank + best + 1, (n - best - 2) * sizeof(uint32_t));
-        memmove(merged + best, merged + best + 1, (n - best - 2) * sizeof(uint32_t));
+        sym[best] = (uint32_t)pair[best];
+        for (size_t i = best + 1; i + 1 < n; i++) { /* drop symbol best + 1 and pair best */
+            sym[i] = sym[i + 1];
+            pair[i - 1] = pair[i];
+        }
         n--;
-        if (best > 0) {
-            const Merge *m = merge_find(&k->merges, sym[best - 1], sym[best]);
-            rank[best - 1] = m ? m->rank : NO_RANK;
-            merged[best - 1] = m ? m->merged : 0;
-        }
-        if (best + 1 < n) {
-            const Merge *m = merge_find(&k->merges, sym[best], sym[best + 1]);
-            rank[best] = m ? m->rank : NO_RANK;
-            merged[best] = m ? m->merged : 0;
-        }
+        if (best > 0)
+            pair[best - 1] = pair_word(k, sym[best - 1], sym[best]);
+        if (best + 1 < n)
+            pair[best] = pair_word(k, sym[best], sym[best + 1]);
     }
     return n;
 }
