@@ -1417,10 +1417,19 @@ static size_t text_view_utf8_length(const TextView *v)
 {
     if (v->ascii)
         return v->length;
-    size_t bytes = 0;
-    for (size_t i = 0; i < v->length; i++) {
-        Py_UCS4 c = PyUnicode_READ(v->kind, v->data, i);
-        bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    size_t bytes = v->length; /* one per code point, plus what each above 0x7F adds */
+    if (v->kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *cp = v->data;
+        for (size_t i = 0; i < v->length; i++)
+            bytes += cp[i] >> 7;
+    } else if (v->kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *cp = v->data;
+        for (size_t i = 0; i < v->length; i++)
+            bytes += (cp[i] >= 0x80) + (cp[i] >= 0x800);
+    } else {
+        const Py_UCS4 *cp = v->data;
+        for (size_t i = 0; i < v->length; i++)
+            bytes += (cp[i] >= 0x80) + (cp[i] >= 0x800) + (cp[i] >= 0x10000);
     }
     return bytes;
 }
@@ -2148,8 +2157,12 @@ static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
 {
     if (ids_reserve(b, n) < 0)
         return FAIL_NO_MEMORY;
-    if (n)
+    if (n <= 4) { /* most pieces and chunks: a loop costs less than a memcpy call */
+        for (size_t i = 0; i < n; i++)
+            b->ids[b->n + i] = ids[i];
+    } else {
         memcpy(b->ids + b->n, ids, n * sizeof(uint32_t));
+    }
     b->n += n;
     return 0;
 }
@@ -2163,8 +2176,11 @@ static size_t chunk_end(const unsigned char *s, size_t n, size_t at)
         if (space == NULL)
             return n;
         i = (size_t)(space - s);
-        if (split_space_after_nonspace(s, n, i))
-            return i;
+        unsigned char before = s[i - 1]; /* i > at >= 0 */
+        if (before < 0x80 ? !Py_UNICODE_ISSPACE(before) : split_space_after_nonspace(s, n, i))
+            return i; /* an ASCII byte is a whole codepoint: the same answer, without the call */
+        while (i + 1 < n && s[i + 1] == ' ')
+            i++; /* an indent's spaces follow a space: none is a cut */
     }
     return n;
 }
