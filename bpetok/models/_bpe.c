@@ -245,6 +245,16 @@ static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigne
     }
 }
 
+/* Request the slot table_find(t, hash, ...) reads first (a lookup loop does this some keys
+ * ahead, so that the lookups' cache misses overlap). Under the same lock as the lookups. */
+#define LOOKUP_AHEAD 8
+
+static inline void table_prefetch(const BytesTable *t, uint64_t hash)
+{
+    if (t->capacity != 0)
+        __builtin_prefetch(&t->slots[hash & (t->capacity - 1)]);
+}
+
 static int table_grow(BytesTable *t)
 {
     size_t capacity = t->capacity ? t->capacity * 2 : 1024;
@@ -1698,6 +1708,8 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
         p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
     lock_read_soon(&self->lock);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + LOOKUP_AHEAD < n)
+            table_prefetch(&self->cache, p[i + LOOKUP_AHEAD].hash);
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         p[i].ids = e ? e->ids : NULL;
         p[i].n_ids = e ? e->n_ids : 0;
@@ -2268,6 +2280,8 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
         }
         lock_read_soon(&self->lock);
         for (size_t k = 0; k < m; k++) {
+            if (k + LOOKUP_AHEAD < m)
+                table_prefetch(&self->chunks, c[k + LOOKUP_AHEAD].hash);
             const Entry *e = begin[k] ? table_find(&self->chunks, c[k].hash, c[k].text, c[k].len) : NULL;
             if (e != NULL) {
                 c[k].ids = e->ids;
