@@ -1702,8 +1702,6 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
     *buffer = NULL;
     size_t miss_capacity = 0, miss_bytes = 0, misses = 0;
     SeenSet seen;
-    if (seen_init(&seen, (size_t)n) < 0)
-        return FAIL_NO_MEMORY;
     for (Py_ssize_t i = 0; i < n; i++)
         p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
     lock_read_soon(&self->lock);
@@ -1713,8 +1711,12 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         p[i].ids = e ? e->ids : NULL;
         p[i].n_ids = e ? e->n_ids : 0;
+        misses += e == NULL;
     }
     unlock_read(&self->lock);
+    if (seen_init(&seen, misses) < 0) /* sized for the misses: only they are looked for in it */
+        return FAIL_NO_MEMORY;
+    misses = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         p[i].first = -1;
         p[i].offset = SIZE_MAX; /* not merged by this call */
@@ -2254,7 +2256,7 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
     if (c == NULL || text == NULL || begin == NULL || end == NULL || stop == NULL)
         goto done;
     for (size_t t = 0, at = 0; t < count;) { /* the next chunk: text t's from byte at */
-        size_t m = 0, n_pieces = 0;
+        size_t m = 0, n_pieces = 0, chunk_misses = 0;
         while (m < most && t < count) {
             if (at >= n[t]) {
                 t++;
@@ -2268,8 +2270,6 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
         }
         if (m == 0)
             break;
-        if ((failure = seen_init(&seen, m)) < 0)
-            goto done;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             chunk->ids = NULL;
@@ -2287,8 +2287,11 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
                 c[k].ids = e->ids;
                 c[k].n_ids = e->n_ids;
             }
+            chunk_misses += e == NULL && begin[k] != 0;
         }
         unlock_read(&self->lock);
+        if ((failure = seen_init(&seen, chunk_misses)) < 0) /* only the misses are looked for in it */
+            goto done;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             if (chunk->ids != NULL || (begin[k] != 0 && (chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) >= 0))
