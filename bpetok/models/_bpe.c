@@ -162,15 +162,29 @@ typedef struct {
     uint32_t merged;
 } Merge;
 
+/* The table is several MB, so most probes miss the CPU's caches, and most pairs a piece asks
+ * about have no merge. A bit per hash value (its high bits; the table takes the low ones), set
+ * for every merge and small enough to stay in cache, answers those without touching the table. */
 typedef struct {
     Merge *slots;
     uint64_t mask;
+    uint64_t *filter; /* 1 << filter_bits bits */
+    unsigned filter_shift; /* 64 - filter_bits */
 } MergeTable;
+
+static inline int filter_has(const MergeTable *t, uint64_t h)
+{
+    uint64_t bit = h >> t->filter_shift;
+    return (int)(t->filter[bit >> 6] >> (bit & 63) & 1);
+}
 
 static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
 {
     uint64_t key = (uint64_t)left << 32 | right;
-    uint64_t i = mix64(key) & t->mask;
+    uint64_t h = mix64(key);
+    if (!filter_has(t, h))
+        return NULL;
+    uint64_t i = h & t->mask;
     for (;;) {
         const Merge *m = &t->slots[i];
         if (m->key == key)
@@ -184,7 +198,6 @@ static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32
 /* -- a table of byte strings -> ids (the piece cache, and whole tokens for ignore_merges) ---- */
 
 typedef struct {
-    uint64_t hash;
     uint32_t key_len;
     uint32_t n_ids;
     uint32_t ids[]; /* n_ids ids, then key_len bytes of key */
@@ -195,12 +208,26 @@ static inline const unsigned char *entry_key(const Entry *e)
     return (const unsigned char *)(e->ids + e->n_ids);
 }
 
+/* A slot keeps its entry's hash, so a probe reads the entry (a likely cache miss) only when the
+ * hash matches. */
 typedef struct {
-    Entry **slots;
+    uint64_t hash;
+    Entry *entry; /* NULL: free */
+} Slot;
+
+/* Entries are carved from blocks of ENTRY_BLOCK_BYTES (one allocation per block, not per entry);
+ * an entry above a quarter of that gets a block of its own. Each block starts with a pointer to
+ * the one made before it. Entries are never freed on their own. */
+#define ENTRY_BLOCK_BYTES ((size_t)1 << 16)
+
+typedef struct {
+    Slot *slots;
     size_t capacity; /* a power of two, or 0 */
     size_t count;
     size_t used;   /* bytes: entries plus the slot array */
     size_t budget; /* past it, nothing more is added */
+    void *blocks;  /* the newest block, or NULL */
+    unsigned char *free_at, *free_end; /* the room left in the block entries are carved from */
 } BytesTable;
 
 static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigned char *key, size_t len)
@@ -209,34 +236,67 @@ static const Entry *table_find(const BytesTable *t, uint64_t hash, const unsigne
         return NULL;
     size_t mask = t->capacity - 1;
     for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        const Entry *e = t->slots[i];
-        if (e == NULL)
+        const Slot *slot = &t->slots[i];
+        if (slot->entry == NULL)
             return NULL;
-        if (e->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
+        const Entry *e = slot->entry;
+        if (slot->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
             return e;
     }
+}
+
+/* Request the slot table_find(t, hash, ...) reads first (a lookup loop does this some keys
+ * ahead, so that the lookups' cache misses overlap). Under the same lock as the lookups. */
+#define LOOKUP_AHEAD 8
+
+static inline void table_prefetch(const BytesTable *t, uint64_t hash)
+{
+    if (t->capacity != 0)
+        __builtin_prefetch(&t->slots[hash & (t->capacity - 1)]);
 }
 
 static int table_grow(BytesTable *t)
 {
     size_t capacity = t->capacity ? t->capacity * 2 : 1024;
-    Entry **slots = PyMem_RawCalloc(capacity, sizeof(Entry *));
+    Slot *slots = PyMem_RawCalloc(capacity, sizeof(Slot));
     if (slots == NULL)
         return -1;
     for (size_t k = 0; k < t->capacity; k++) {
-        Entry *e = t->slots[k];
-        if (e == NULL)
+        if (t->slots[k].entry == NULL)
             continue;
-        size_t i = e->hash & (capacity - 1);
-        while (slots[i] != NULL)
+        size_t i = t->slots[k].hash & (capacity - 1);
+        while (slots[i].entry != NULL)
             i = (i + 1) & (capacity - 1);
-        slots[i] = e;
+        slots[i] = t->slots[k];
     }
     PyMem_RawFree(t->slots);
-    t->used += (capacity - t->capacity) * sizeof(Entry *);
+    t->used += (capacity - t->capacity) * sizeof(Slot);
     t->slots = slots;
     t->capacity = capacity;
     return 0;
+}
+
+/* Room for an entry of `size` bytes (4-aligned, as its fields need), or NULL (no memory). */
+static Entry *entry_room(BytesTable *t, size_t size)
+{
+    size = (size + 3) & ~(size_t)3;
+    if (t->free_at == NULL || size > (size_t)(t->free_end - t->free_at)) {
+        int own = size > ENTRY_BLOCK_BYTES / 4;
+        size_t bytes = sizeof(void *) + (own ? size : ENTRY_BLOCK_BYTES);
+        void **block = PyMem_RawMalloc(bytes);
+        if (block == NULL)
+            return NULL;
+        block[0] = t->blocks;
+        t->blocks = block;
+        unsigned char *room = (unsigned char *)(block + 1);
+        if (own)
+            return (Entry *)room;
+        t->free_at = room;
+        t->free_end = room + ENTRY_BLOCK_BYTES;
+    }
+    Entry *e = (Entry *)t->free_at;
+    t->free_at += size;
+    return e;
 }
 
 /* Add key -> ids unless it is there or does not fit the budget. 0: done (or skipped), -1: no memory. */
@@ -246,17 +306,16 @@ static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, siz
     if (len > UINT32_MAX || n_ids > UINT32_MAX)
         return 0;
     size_t size = sizeof(Entry) + n_ids * sizeof(uint32_t) + len;
-    size_t growth = (t->count + 1) * 2 > t->capacity ? (t->capacity ? t->capacity : 1024) * sizeof(Entry *) : 0;
+    size_t growth = (t->count + 1) * 2 > t->capacity ? (t->capacity ? t->capacity : 1024) * sizeof(Slot) : 0;
     if (t->used + size + growth > t->budget)
         return 0;
     if (table_find(t, hash, key, len) != NULL)
         return 0;
     if (growth && table_grow(t) < 0)
         return -1;
-    Entry *e = PyMem_RawMalloc(size);
+    Entry *e = entry_room(t, size);
     if (e == NULL)
         return -1;
-    e->hash = hash;
     e->key_len = (uint32_t)len;
     e->n_ids = (uint32_t)n_ids;
     if (n_ids)
@@ -265,9 +324,10 @@ static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, siz
         memcpy(e->ids + n_ids, key, len);
     size_t mask = t->capacity - 1;
     size_t i = hash & mask;
-    while (t->slots[i] != NULL)
+    while (t->slots[i].entry != NULL)
         i = (i + 1) & mask;
-    t->slots[i] = e;
+    t->slots[i].hash = hash;
+    t->slots[i].entry = e;
     t->count++;
     t->used += size;
     return 0;
@@ -275,10 +335,14 @@ static int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, siz
 
 static void table_free(BytesTable *t)
 {
-    for (size_t k = 0; k < t->capacity; k++)
-        PyMem_RawFree(t->slots[k]);
+    while (t->blocks != NULL) {
+        void **block = t->blocks;
+        t->blocks = block[0];
+        PyMem_RawFree(block);
+    }
     PyMem_RawFree(t->slots);
     t->slots = NULL;
+    t->free_at = t->free_end = NULL;
     t->capacity = t->count = t->used = 0;
 }
 
@@ -410,38 +474,39 @@ static HeapItem heap_pop(HeapItem *h, size_t *n)
     return top;
 }
 
+/* A pair's merge as one word, rank << 32 | merged, NO_PAIR if none. */
+#define NO_PAIR UINT64_MAX
+
+static inline uint64_t pair_word(const Kernel *k, uint32_t left, uint32_t right)
+{
+    const Merge *m = merge_find(&k->merges, left, right);
+    return m ? (uint64_t)m->rank << 32 | m->merged : NO_PAIR;
+}
+
 /* Merge s->sym[0 .. n) in place; returns the number of symbols left (in s->sym[0 ..)). */
 static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
 {
-    uint32_t *sym = s->sym, *rank = s->rank, *merged = s->merged;
-    for (size_t i = 0; i + 1 < n; i++) {
-        const Merge *m = merge_find(&k->merges, sym[i], sym[i + 1]);
-        rank[i] = m ? m->rank : NO_RANK;
-        merged[i] = m ? m->merged : 0;
-    }
+    uint32_t *sym = s->sym;
+    uint64_t *pair = s->heap; /* pair[i]: sym[i] with sym[i + 1] (the heap is not used here) */
+    for (size_t i = 0; i + 1 < n; i++)
+        pair[i] = pair_word(k, sym[i], sym[i + 1]);
     while (n > 1) {
         size_t best = 0;
         for (size_t i = 1; i + 1 < n; i++)
-            if (rank[i] < rank[best])
+            if (pair[i] >> 32 < pair[best] >> 32) /* the leftmost of the lowest rank */
                 best = i;
-        if (rank[best] == NO_RANK)
+        if (pair[best] == NO_PAIR)
             break;
-        sym[best] = merged[best];
-        /* drop symbol best + 1 and pair best */
-        memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(uint32_t));
-        memmove(rank + best, rank + best + 1, (n - best - 2) * sizeof(uint32_t));
-        memmove(merged + best, merged + best + 1, (n - best - 2) * sizeof(uint32_t));
+        sym[best] = (uint32_t)pair[best];
+        for (size_t i = best + 1; i + 1 < n; i++) { /* drop symbol best + 1 and pair best */
+            sym[i] = sym[i + 1];
+            pair[i - 1] = pair[i];
+        }
         n--;
-        if (best > 0) {
-            const Merge *m = merge_find(&k->merges, sym[best - 1], sym[best]);
-            rank[best - 1] = m ? m->rank : NO_RANK;
-            merged[best - 1] = m ? m->merged : 0;
-        }
-        if (best + 1 < n) {
-            const Merge *m = merge_find(&k->merges, sym[best], sym[best + 1]);
-            rank[best] = m ? m->rank : NO_RANK;
-            merged[best] = m ? m->merged : 0;
-        }
+        if (best > 0)
+            pair[best - 1] = pair_word(k, sym[best - 1], sym[best]);
+        if (best + 1 < n)
+            pair[best] = pair_word(k, sym[best], sym[best + 1]);
     }
     return n;
 }
@@ -725,6 +790,7 @@ static int read_u32(PyObject *value, uint32_t limit, const char *what, uint32_t 
 static void Kernel_dealloc(Kernel *self)
 {
     PyMem_RawFree(self->merges.slots);
+    PyMem_RawFree(self->merges.filter);
     PyMem_RawFree(self->virtual_start);
     PyMem_RawFree(self->virtual_ids);
     table_free(&self->whole);
@@ -748,7 +814,9 @@ static int merge_add(Kernel *self, unsigned long long left, unsigned long long r
         return -1;
     }
     uint64_t mkey = left << 32 | right;
-    uint64_t i = mix64(mkey) & self->merges.mask;
+    uint64_t h = mix64(mkey), bit = h >> self->merges.filter_shift;
+    uint64_t i = h & self->merges.mask;
+    self->merges.filter[bit >> 6] |= (uint64_t)1 << (bit & 63);
     while (self->merges.slots[i].key != EMPTY_KEY && self->merges.slots[i].key != mkey)
         i = (i + 1) & self->merges.mask;
     if (keep_first && self->merges.slots[i].key == mkey)
@@ -910,6 +978,15 @@ static int Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     size_t size = 1024;
     while (size < (size_t)count * 2)
         size *= 2;
+    unsigned filter_bits = 12; /* at least 16 bits per merge: few pairs without a merge get through */
+    while (((size_t)1 << filter_bits) < (size_t)count * 16 && filter_bits < 40)
+        filter_bits++;
+    self->merges.filter = PyMem_RawCalloc((size_t)1 << (filter_bits - 6), sizeof(uint64_t));
+    if (self->merges.filter == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->merges.filter_shift = 64 - filter_bits;
     self->merges.slots = PyMem_RawMalloc(size * sizeof(Merge));
     if (self->merges.slots == NULL) {
         PyErr_NoMemory();
@@ -1350,10 +1427,19 @@ static size_t text_view_utf8_length(const TextView *v)
 {
     if (v->ascii)
         return v->length;
-    size_t bytes = 0;
-    for (size_t i = 0; i < v->length; i++) {
-        Py_UCS4 c = PyUnicode_READ(v->kind, v->data, i);
-        bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    size_t bytes = v->length; /* one per code point, plus what each above 0x7F adds */
+    if (v->kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *cp = v->data;
+        for (size_t i = 0; i < v->length; i++)
+            bytes += cp[i] >> 7;
+    } else if (v->kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *cp = v->data;
+        for (size_t i = 0; i < v->length; i++)
+            bytes += (cp[i] >= 0x80) + (cp[i] >= 0x800);
+    } else {
+        const Py_UCS4 *cp = v->data;
+        for (size_t i = 0; i < v->length; i++)
+            bytes += (cp[i] >= 0x80) + (cp[i] >= 0x800) + (cp[i] >= 0x10000);
     }
     return bytes;
 }
@@ -1616,17 +1702,21 @@ static int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffe
     *buffer = NULL;
     size_t miss_capacity = 0, miss_bytes = 0, misses = 0;
     SeenSet seen;
-    if (seen_init(&seen, (size_t)n) < 0)
-        return FAIL_NO_MEMORY;
     for (Py_ssize_t i = 0; i < n; i++)
         p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
     lock_read_soon(&self->lock);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + LOOKUP_AHEAD < n)
+            table_prefetch(&self->cache, p[i + LOOKUP_AHEAD].hash);
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         p[i].ids = e ? e->ids : NULL;
         p[i].n_ids = e ? e->n_ids : 0;
+        misses += e == NULL;
     }
     unlock_read(&self->lock);
+    if (seen_init(&seen, misses) < 0) /* sized for the misses: only they are looked for in it */
+        return FAIL_NO_MEMORY;
+    misses = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         p[i].first = -1;
         p[i].offset = SIZE_MAX; /* not merged by this call */
@@ -1999,8 +2089,12 @@ static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
 {
     if (ids_reserve(b, n) < 0)
         return FAIL_NO_MEMORY;
-    if (n)
+    if (n <= 4) { /* most pieces and chunks: a loop costs less than a memcpy call */
+        for (size_t i = 0; i < n; i++)
+            b->ids[b->n + i] = ids[i];
+    } else {
         memcpy(b->ids + b->n, ids, n * sizeof(uint32_t));
+    }
     b->n += n;
     return 0;
 }
@@ -2014,8 +2108,11 @@ static size_t chunk_end(const unsigned char *s, size_t n, size_t at)
         if (space == NULL)
             return n;
         i = (size_t)(space - s);
-        if (split_space_after_nonspace(s, n, i))
-            return i;
+        unsigned char before = s[i - 1]; /* i > at >= 0 */
+        if (before < 0x80 ? !Py_UNICODE_ISSPACE(before) : split_space_after_nonspace(s, n, i))
+            return i; /* an ASCII byte is a whole codepoint: the same answer, without the call */
+        while (i + 1 < n && s[i + 1] == ' ')
+            i++; /* an indent's spaces follow a space: none is a cut */
     }
     return n;
 }
@@ -2077,7 +2174,7 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
     if (c == NULL || text == NULL || begin == NULL || end == NULL || stop == NULL)
         goto done;
     for (size_t t = 0, at = 0; t < count;) { /* the next chunk: text t's from byte at */
-        size_t m = 0, n_pieces = 0;
+        size_t m = 0, n_pieces = 0, chunk_misses = 0;
         while (m < most && t < count) {
             if (at >= n[t]) {
                 t++;
@@ -2091,8 +2188,6 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
         }
         if (m == 0)
             break;
-        if ((failure = seen_init(&seen, m)) < 0)
-            goto done;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             chunk->ids = NULL;
@@ -2103,13 +2198,18 @@ static int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t
         }
         lock_read_soon(&self->lock);
         for (size_t k = 0; k < m; k++) {
+            if (k + LOOKUP_AHEAD < m)
+                table_prefetch(&self->chunks, c[k + LOOKUP_AHEAD].hash);
             const Entry *e = begin[k] ? table_find(&self->chunks, c[k].hash, c[k].text, c[k].len) : NULL;
             if (e != NULL) {
                 c[k].ids = e->ids;
                 c[k].n_ids = e->n_ids;
             }
+            chunk_misses += e == NULL && begin[k] != 0;
         }
         unlock_read(&self->lock);
+        if ((failure = seen_init(&seen, chunk_misses)) < 0) /* only the misses are looked for in it */
+            goto done;
         for (size_t k = 0; k < m; k++) {
             Piece *chunk = &c[k];
             if (chunk->ids != NULL || (begin[k] != 0 && (chunk->first = seen_add(&seen, c, (Py_ssize_t)k)) >= 0))
