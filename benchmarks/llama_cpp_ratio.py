@@ -1,0 +1,78 @@
+"""bpetok's speed as a multiple of llama.cpp's, per vocabulary, with the ids compared.
+
+    python3 benchmarks/llama_cpp_ratio.py CORPUS.txt.xz VOCAB.gguf [VOCAB.gguf ...] [--limit-mb 0.25]
+
+For each vocabulary (any ``tokenizer.ggml.model`` both know): the corpus cut to ``--limit-mb`` MB
+of whole paragraphs, each encoded with ``parse_special=False`` by a fresh bpetok tokenizer (cold:
+load not counted) and by llama-cpp-python's ``Llama(path, vocab_only=True).tokenize(...,
+add_bos=False, special=False)``; CPU seconds, MB/s of UTF-8, the ratio, and how many paragraphs
+give different ids (llama.cpp is the reference: this should print 0). Needs the ``llama`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import lzma
+import os
+import shutil
+import tempfile
+import time
+
+import bpetok
+
+
+def paragraphs(path: str, limit: int) -> list[str]:
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    out, size = [], 0
+    for paragraph in text.split("\n\n"):
+        if paragraph.strip():
+            out.append(paragraph)
+            size += len(paragraph.encode())
+            if size >= limit:
+                break
+    return out
+
+
+def plain_gguf(path: str, scratch: str) -> str:
+    """llama.cpp reads plain GGUF files only: a ``.gguf.gz`` is inflated into ``scratch``."""
+    if not path.endswith(".gz"):
+        return path
+    out = os.path.join(scratch, os.path.basename(path)[:-3])
+    with gzip.open(path, "rb") as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpus")
+    parser.add_argument("vocab", nargs="+")
+    parser.add_argument("--limit-mb", type=float, default=0.25)
+    args = parser.parse_args()
+    from llama_cpp import Llama
+
+    texts = paragraphs(args.corpus, int(args.limit_mb * 1e6))
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    print(f"{len(texts)} paragraphs, {mb:.2f} MB of {os.path.basename(args.corpus)}")
+    print(f"{'vocabulary':<36} {'model':<10} {'bpetok MB/s':>11} {'llama.cpp MB/s':>14} {'ratio':>7} {'differ':>6}")
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in args.vocab:
+            plain = plain_gguf(path, scratch)
+            tok = bpetok.from_file(plain)
+            start = time.process_time()
+            ours = [tok.encode(t, parse_special=False) for t in texts]
+            ours_s = time.process_time() - start
+            llama = Llama(plain, vocab_only=True, verbose=False)
+            start = time.process_time()
+            theirs = [llama.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
+            theirs_s = time.process_time() - start
+            differ = sum(a != b for a, b in zip(ours, theirs))
+            print(f"{os.path.basename(path):<36} {tok.vocabulary.model:<10} {mb / ours_s:>11.2f} "
+                  f"{mb / theirs_s:>14.2f} {theirs_s / ours_s:>6.1f}x {differ:>6}")
+
+
+if __name__ == "__main__":
+    main()
