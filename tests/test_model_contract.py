@@ -192,7 +192,7 @@ def test_spawned_workers_get_the_same_ids(qwen3):
 def test_datasets_fingerprint_of_a_map_is_stable(qwen3):
     """``datasets`` fingerprints a map by hashing its function, tokenizer included: the hash is
     the same across processes and however much the tokenizer has encoded, so its cache is reused."""
-    datasets = pytest.importorskip("datasets")  # the bench extra
+    datasets = pytest.importorskip("datasets")  # the test extra has it; a bare install may not
     from datasets.fingerprint import Hasher
 
     before = Hasher.hash(qwen3)
