@@ -70,8 +70,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/plugins.md", "from bpetok.hookspecs import hookimpl"): "a fragment of a plugin module",
     ("docs/plugins.md", ">>> from bpetok.pretok.chain"): "a doctest-style session, not a script",
     ("docs/plugins.md", "python plugins/bpetok-hf/scripts/compare_corpora.py"):
-        NEEDS_CORPUS + " (it names ../shared/corpus/*.txt.xz, and tests/data/ggml-vocab-llama-bpe.gguf.gz, "
-        "which is tests/data/llama.cpp-tests/ggml-vocab-llama-bpe.gguf.gz)",
+        NEEDS_CORPUS + " (EN/CODE/MULTI.txt.xz)",
     ("docs/server.md", "pip install 'bpetok[server]'"): INSTALLS + " and serves until stopped",
     ("docs/server.md", "curl -s localhost:8080"): "needs a running bpetok serve",
     ("docs/server.md", "python benchmarks/server_"): "benchmarks a running server, for seconds to minutes",
