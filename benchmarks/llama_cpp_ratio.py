@@ -3,7 +3,7 @@
     python3 benchmarks/llama_cpp_ratio.py CORPUS.txt.xz VOCAB.gguf [VOCAB.gguf ...] [--limit-mb 0.25]
 
 For each vocabulary (any ``tokenizer.ggml.model`` both know): the corpus cut to ``--limit-mb`` MB
-of whole paragraphs, each encoded with ``parse_special=False`` by a fresh bpetok tokenizer (cold:
+of whole paragraphs (``models_bench.read_paragraphs``), each encoded with ``parse_special=False`` by a fresh bpetok tokenizer (cold:
 load not counted) and by llama-cpp-python's ``Llama(path, vocab_only=True).tokenize(...,
 add_bos=False, special=False)``; CPU seconds, MB/s of UTF-8, the ratio, and how many paragraphs
 give different ids (llama.cpp is the reference: this should print 0). Needs the ``llama`` extra.
@@ -13,27 +13,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import lzma
 import os
 import shutil
 import tempfile
 import time
 
 import bpetok
-
-
-def paragraphs(path: str, limit: int) -> list[str]:
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
-    out, size = [], 0
-    for paragraph in text.split("\n\n"):
-        if paragraph.strip():
-            out.append(paragraph)
-            size += len(paragraph.encode())
-            if size >= limit:
-                break
-    return out
+from models_bench import read_paragraphs  # benchmarks/ is on the path: scripts run from it
 
 
 def plain_gguf(path: str, scratch: str) -> str:
@@ -54,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     from llama_cpp import Llama
 
-    texts = paragraphs(args.corpus, int(args.limit_mb * 1e6))
+    texts = read_paragraphs(args.corpus, int(args.limit_mb * 1e6))
     mb = sum(len(t.encode()) for t in texts) / 1e6
     print(f"{len(texts)} paragraphs, {mb:.2f} MB of {os.path.basename(args.corpus)}")
     print(f"{'vocabulary':<36} {'model':<10} {'bpetok MB/s':>11} {'llama.cpp MB/s':>14} {'ratio':>7} {'differ':>6}")

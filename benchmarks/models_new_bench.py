@@ -14,7 +14,6 @@ printed apart.
 from __future__ import annotations
 
 import argparse
-import lzma
 import os
 import time
 
@@ -23,22 +22,10 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 import bpetok  # noqa: E402
 from bpetok.vocab import CHARSMAP_KEY, TokenAttr  # noqa: E402
+from models_bench import read_paragraphs  # noqa: E402  (benchmarks/ is on the path: scripts run from it)
 
 MB = 1_000_000
 SPACE = "\u2581"
-
-
-def read_paragraphs(path: str, limit: int) -> list[str]:
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
-    out, size = [], 0
-    for paragraph in text.split("\n\n"):
-        if size >= limit:
-            break
-        out.append(paragraph + "\n\n")
-        size += len(out[-1].encode())
-    return out
 
 
 def hf_wordpiece(vocabulary):
