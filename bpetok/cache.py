@@ -45,6 +45,11 @@ def cache_budget(cache_bytes: int | None) -> int:
     return cache_bytes
 
 
+# A key longer than this (characters, or bytes for a bytes key) is never cached: long keys are
+# rarely seen twice, and one could take a large share of the budget.
+LONGEST_KEY = 1024
+
+
 def as_ids(ids) -> array:
     """Ids in their cached form: ``array('I')``."""
     return array("I", ids)
@@ -82,6 +87,12 @@ class IdCache(dict):
         self[key] = ids
         self.used += cost
         return True
+
+    def keep(self, key: str | bytes, ids) -> None:
+        """:meth:`put` ``key``'s ids (a list or an ``array('I')``) if the key is at most
+        :data:`LONGEST_KEY` long and the cache has room: every model's caching rule."""
+        if len(key) <= LONGEST_KEY and not self.full:
+            self.put(key, ids if ids.__class__ is array else as_ids(ids))
 
     def put_many(self, keys, values) -> None:
         """:meth:`put` each pair that fits, in order."""

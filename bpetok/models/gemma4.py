@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 
-from bpetok.cache import as_ids
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -33,8 +32,6 @@ __all__ = ["RawBytePairModel"]
 _SPACE_BYTES = SPACE.encode()
 # llama.cpp's gemma4 split, [^\n]+|[\n]+: runs of newlines and the text between them.
 _NEWLINE_RUNS = re.compile(rb"[^\n]+|\n+")
-# A piece longer than this many bytes is never cached (the Tokenizer's rule for its pieces).
-_CACHE_LONGEST = 1024
 
 
 class RawBytePairModel(CompiledMergeLoop):
@@ -105,8 +102,7 @@ class RawBytePairModel(CompiledMergeLoop):
             found = cache.get(piece)
             if found is None:
                 found = encode_piece(piece)
-                if len(piece) <= _CACHE_LONGEST and not cache.full:
-                    cache.put(piece, as_ids(found))
+                cache.keep(piece, found)
             ids += found
         return ids
 

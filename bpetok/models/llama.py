@@ -30,7 +30,7 @@ from array import array
 from itertools import accumulate, chain, repeat
 from typing import Any
 
-from bpetok.cache import IdCache, as_ids
+from bpetok.cache import IdCache
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
@@ -42,8 +42,6 @@ __all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "bu
 SPACE = "\u2581"  # "▁", SentencePiece's visible space
 _SPACE_BYTES = SPACE.encode()
 ADD_SPACE_PREFIX = True  # llama.cpp's default for this model; tokenizer.ggml.add_space_prefix overrides
-# A fragment longer than this many characters is never cached (the Tokenizer's rule for its pieces).
-_CACHE_LONGEST = 1024
 
 
 def byte_token_ids(token_to_id: dict[bytes, int]) -> list[int | None]:
@@ -262,8 +260,7 @@ class SentencePieceModel(CompiledMergeLoop):
         if found is not None:
             return list(found)
         ids = self.encode_escaped(text.encode("utf-8", "surrogatepass"))
-        if len(text) <= _CACHE_LONGEST and not self._cache.full:
-            self._cache.put(text, as_ids(ids))
+        self._cache.keep(text, ids)
         return ids
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:

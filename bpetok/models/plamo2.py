@@ -31,7 +31,6 @@ from array import array
 from functools import cached_property
 from itertools import accumulate
 
-from bpetok.cache import as_ids
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
@@ -46,8 +45,6 @@ _UNKNOWN_SCORE = -10_000_000
 _NOWHERE = (None, False)  # a text no token starts with
 _UNREACHED = 1 << 60  # llama.cpp's initial cost of every position
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-# A fragment longer than this many characters is never cached.
-_CACHE_LONGEST = 1024
 
 
 def _byte_of(text: bytes) -> int | None:
@@ -147,8 +144,7 @@ class Plamo2Model(CachingModel):
             found = cache.get(chunk)
             if found is None:
                 found = best_path(chunk)
-                if len(chunk) <= _CACHE_LONGEST and not cache.full:
-                    cache.put(chunk, as_ids(found))
+                cache.keep(chunk, found)
             out += found
         return out
 

@@ -28,9 +28,8 @@ apply: this model splits each fragment itself and caches ids by piece.
 
 from __future__ import annotations
 
-from bpetok.cache import as_ids
 from bpetok.errors import InputError
-from bpetok.models.gemma4 import _CACHE_LONGEST, RawBytePairModel, _llama_decode
+from bpetok.models.gemma4 import RawBytePairModel, _llama_decode
 from bpetok.models.gpt2 import decode_token_text
 from bpetok.models.llama import SPACE
 
@@ -109,8 +108,7 @@ class RawUtf8Model(RawBytePairModel):
             found = cache.get(key)
             if found is None:
                 found = self.encode_piece(key)
-                if len(key) <= _CACHE_LONGEST and not cache.full:
-                    cache.put(key, as_ids(found))
+                cache.keep(key, found)
             ids += found
         return ids
 

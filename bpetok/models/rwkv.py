@@ -24,7 +24,6 @@ import re
 from array import array
 from functools import cached_property
 
-from bpetok.cache import as_ids
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
@@ -40,8 +39,6 @@ _ESCAPE = re.compile(rb"\\(x[0-9a-f]{2}|.)", re.S)
 _NAMED = {b"t": b"\t", b"n": b"\n", b"r": b"\r"}
 # Beyond this trie depth the regex nests too deep for Python's regex parser: the walk runs.
 _REGEX_DEPTH = 256
-# A chunk longer than this many bytes is never cached (the Tokenizer's rule for its pieces).
-_CACHE_LONGEST = 1024
 
 
 def _unescape_one(match: re.Match) -> bytes:
@@ -140,8 +137,7 @@ class RwkvModel(CachingModel):
             found = cache.get(chunk)
             if found is None:
                 found = list(map(ids, findall(chunk)))
-                if len(chunk) <= _CACHE_LONGEST and not cache.full:
-                    cache.put(chunk, as_ids(found))
+                cache.keep(chunk, found)
             out += found
         return out
 

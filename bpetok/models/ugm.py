@@ -29,7 +29,6 @@ import re
 import struct
 from typing import Any
 
-from bpetok.cache import as_ids
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
@@ -45,7 +44,6 @@ _SPACE_BYTES = SPACE.encode()
 _UNKNOWN_PENALTY = 10.0
 # unicode_len_utf8: a sequence's length from its first byte's high nibble (continuation bytes: 1).
 _LENGTH_OF_NIBBLE = (1,) * 12 + (2, 2, 3, 4)
-_CACHE_LONGEST = 1024
 _WORDS = re.compile(rb"\xe2\x96\x81(?:(?!\xe2\x96\x81).)*|(?:(?!\xe2\x96\x81).)+", re.S)
 
 
@@ -215,8 +213,7 @@ class UnigramModel(CachingModel):
             found = cache.get(word)
             if found is None:
                 found = viterbi(word)
-                if len(word) <= _CACHE_LONGEST and not cache.full:
-                    cache.put(word, as_ids(found))
+                cache.keep(word, found)
             if ids and ids[-1] == unk and found and found[0] == unk:
                 ids += found[1:]  # consecutive unknowns merge across words too
             else:

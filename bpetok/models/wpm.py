@@ -43,8 +43,6 @@ __all__ = ["WordPieceModel", "preprocess"]
 SPACE = "\u2581"
 _SPACE_BYTES = SPACE.encode()
 _OTHER, _DROPPED, _MARK, _PUNCT, _SYM = range(5)
-# A word longer than this many characters is never cached (the Tokenizer's rule for its pieces).
-_CACHE_LONGEST = 1024
 
 
 def _is_chinese(cpt: int) -> bool:
@@ -186,8 +184,7 @@ class WordPieceModel(CachingModel):
                 ids = found[k] = cache.get(word)  # an earlier miss may have cached it
                 if ids is None:
                     ids = found[k] = as_ids(encode_word(word))
-                    if len(word) <= _CACHE_LONGEST and not cache.full:
-                        cache.put(word, ids)
+                    cache.keep(word, ids)
         return list(chain.from_iterable(found))  # type: ignore[arg-type]  # every miss was filled above
 
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from itertools import chain, compress, islice, repeat
 from typing import Any
 
-from bpetok.cache import IdCache, as_ids, cache_budget
+from bpetok.cache import LONGEST_KEY, IdCache, as_ids, cache_budget
 from bpetok.compiled import warn_not_built
 from bpetok.models.base import TokenizerModel, gc_paused
 from bpetok.models.gpt2.bpe import BytePairModel, decode_token_text, kernel_module
@@ -34,8 +34,6 @@ __all__ = ["ByteLevelModel"]
 
 # The byte budget's shares: pieces, space chunks and text heads.
 _CACHE_SHARES = {"pieces": 0.25, "chunks": 0.5, "heads": 0.25}
-# A piece longer than this is never cached.
-_PIECE_CACHE_LONGEST = 1024
 # After a chunk cache miss, this many parts are looked up one at a time before trying C again.
 _MISS_RUN = 63
 # A text of more chunks than this, many of them new, has its new chunks encoded in one batch.
@@ -191,8 +189,7 @@ class ByteLevelModel(TokenizerModel):
             found = cache.get(piece)
             if found is None:
                 found = encode_piece(piece.encode("utf-8", "surrogatepass"))
-                if len(piece) <= _PIECE_CACHE_LONGEST and not cache.full:
-                    cache.put(piece, as_ids(found))
+                cache.keep(piece, found)
             ids += found
         return ids
 
@@ -278,6 +275,6 @@ class ByteLevelModel(TokenizerModel):
                 missing, map(as_ids, map(chain.from_iterable, map(piece_ids.__getitem__, map(slice, starts, stops))))
             )
             cache.put_many(
-                (piece for piece in encoded if len(piece) <= _PIECE_CACHE_LONGEST),
-                (as_ids(found) for piece, found in encoded.items() if len(piece) <= _PIECE_CACHE_LONGEST),
+                (piece for piece in encoded if len(piece) <= LONGEST_KEY),
+                (as_ids(found) for piece, found in encoded.items() if len(piece) <= LONGEST_KEY),
             )
