@@ -21,27 +21,11 @@ import bpetok
 from bpetok.server import props, tokenize_request
 from bpetok.server_io import PieceFragments, TokensBody, dumps
 from helpers import LLAMA_TESTS, QWEN3
+import test_server
 from test_server import HOST, Server, assert_error, request
 
 QWEN2 = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"  # carries tokenizer.chat_template
-
-
-@pytest.fixture
-def start_server(tmp_path):
-    """``start_server(*serve_args, model=...)``: a healthy server, stopped at the end of the test."""
-    started: list[Server] = []
-
-    def start(*args: str, model=QWEN3) -> Server:
-        srv = Server(tmp_path / f"server-{len(started)}.log", *args, model=model)
-        started.append(srv)
-        srv.wait_healthy()
-        return srv
-
-    try:
-        yield start
-    finally:
-        for srv in started:
-            srv.stop()
+start_server = test_server.start_server  # the fixture: servers started in a test, stopped at its end
 
 
 def cjk(n: int, seed: int = 0) -> str:
