@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from bpetok import gguf
-from bpetok.vocab import _wanted
+from bpetok.vocab.vocabulary import _wanted
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data"
 RUNS = 7
@@ -40,15 +40,15 @@ def best_of(fn, runs: int = RUNS) -> float:
 
 
 def reader_at(rev: str):
-    """bpetok/gguf.py as it was at git revision ``rev``, imported as a separate module."""
+    """bpetok/vocab/gguf.py as it was at git revision ``rev``, imported as a separate module."""
     root = pathlib.Path(__file__).resolve().parent.parent
     source = subprocess.run(
-        ["git", "show", f"{rev}:bpetok/gguf.py"], cwd=root, check=True, capture_output=True, text=True
+        ["git", "show", f"{rev}:bpetok/vocab/gguf.py"], cwd=root, check=True, capture_output=True, text=True
     ).stdout
     spec = importlib.util.spec_from_loader(f"gguf_at_{rev}", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
-    exec(compile(source, f"{rev}:bpetok/gguf.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:bpetok/vocab/gguf.py", "exec"), module.__dict__)
     return module
 
 
@@ -74,7 +74,7 @@ def bench(path: pathlib.Path, against=None, rev: str = "") -> None:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--against", metavar="GIT_REV", help="also time bpetok/gguf.py as of this commit")
+    parser.add_argument("--against", metavar="GIT_REV", help="also time bpetok/vocab/gguf.py as of this commit")
     parser.add_argument("paths", nargs="*", type=pathlib.Path)
     args = parser.parse_args(argv)
     against = reader_at(args.against) if args.against else None

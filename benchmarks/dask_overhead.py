@@ -11,7 +11,7 @@ process (the client, the scheduler and the two nannies) and, through ``client.ru
 - ``idle``: ``--idle`` seconds with nothing submitted (heartbeats, the nannies' memory monitors,
   the workers' statistical profiler, each process's system monitor);
 - ``tasks``: ``--tasks`` tasks of ``int(i)`` submitted and fetched the way ``bpetok.encode_dataset``
-  does (:func:`bpetok.datasets.in_order`, 2 unfinished per worker thread, each result fetched from
+  does (:func:`bpetok.apps.datasets.in_order`, 2 unfinished per worker thread, each result fetched from
   its worker), less the idle CPU of the same span.
 
 On 2 cores these processes share the cores with the workers' encoding: what they use while a run
@@ -36,8 +36,8 @@ def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 def measure(idle_s: float, tasks: int) -> dict:
     from dask.distributed import Client, LocalCluster
 
-    from bpetok._dask import result_from_worker
-    from bpetok.datasets import AHEAD_PER_WORKER, in_order
+    from bpetok.apps._dask import result_from_worker
+    from bpetok.apps.datasets import AHEAD_PER_WORKER, in_order
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:

@@ -139,7 +139,7 @@ def run_hf(vocab, data, work):
 def export_hf(vocab, work) -> None:
     """``tokenizer.json`` as ``bpetok export --format hf`` writes it (offline), for ``hf-datasets-2``."""
     directory = os.path.join(work, os.path.dirname(HF_TOKENIZER))
-    subprocess.run([sys.executable, "-m", "bpetok.cli", "export", vocab, "--format", "hf", "-o", directory], check=True)
+    subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "export", vocab, "--format", "hf", "-o", directory], check=True)
 
 
 def peers_agree(vocab, data, work, runs) -> dict[str, str]:

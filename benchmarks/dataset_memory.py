@@ -52,7 +52,7 @@ def sample_children_rss(proc: subprocess.Popen, peaks: dict[int, int], stop: thr
 
 
 def measure(vocab: str, data: str, out: str, workers: int, shard_tokens: int | None) -> dict:
-    command = [sys.executable, "-m", "bpetok.cli", "encode-dataset", vocab, data, "-o", out, "-q",
+    command = [sys.executable, "-m", "bpetok.apps.cli", "encode-dataset", vocab, data, "-o", out, "-q",
                "--workers", str(workers)]
     if shard_tokens:
         command += ["--shard-tokens", str(shard_tokens)]

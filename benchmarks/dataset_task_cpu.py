@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-import bpetok.datasets as ds
+import bpetok.apps.datasets as ds
 
 CASES = ("local-1", "local-2", "local-2-trim-unlifted", "local-2-trim", "dask-unlifted", "dask")
 RUN_TASK = ds.run_task  # the real one: workers (forkserver, Dask) import this module afresh

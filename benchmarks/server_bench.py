@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         host, port = url.hostname, url.port or 80
     else:
         host, port = "127.0.0.1", free_port()
-        cmd = [sys.executable, "-m", "bpetok.cli", "serve", args.model, "--port", str(port), "--workers", str(args.workers)]
+        cmd = [sys.executable, "-m", "bpetok.apps.cli", "serve", args.model, "--port", str(port), "--workers", str(args.workers)]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_healthy(host, port, proc)

@@ -32,7 +32,7 @@ def main() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "bpetok.cli", "serve", args.model, "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "bpetok.apps.cli", "serve", args.model, "--port", str(port),
                                "--shutdown-timeout", args.shutdown_timeout, "--log-level", "warning",
                                "--max-body-bytes", "5000000"])
     deadline = time.monotonic() + 120

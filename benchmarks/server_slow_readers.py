@@ -93,7 +93,7 @@ def main() -> int:
     args = ap.parse_args()
 
     port = free_port()
-    cmd = [sys.executable, "-m", "bpetok.cli", "serve", args.model, "--port", str(port), "--log-level", "warning",
+    cmd = [sys.executable, "-m", "bpetok.apps.cli", "serve", args.model, "--port", str(port), "--log-level", "warning",
            "--max-body-bytes", str(int(args.mb * 1_000_000) + 4096), "--compute-timeout", "120",
            *args.serve_args.split()]
     server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)

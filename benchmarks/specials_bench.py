@@ -36,8 +36,8 @@ import tracemalloc
 import numpy as np
 
 import bpetok
-from bpetok.gguf import read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bpetok  # noqa: E402
-from bpetok.gguf import read_gguf  # noqa: E402
+from bpetok.vocab.gguf import read_gguf  # noqa: E402
 
 MB = 1_000_000
 DATA = ROOT / "tests" / "data"

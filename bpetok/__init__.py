@@ -11,6 +11,7 @@ tests/data: ``pytest --doctest-modules bpetok``.)
 
 from typing import TYPE_CHECKING
 
+import bpetok._old_paths  # noqa: F401  (first: it makes the old paths such as bpetok.gguf import)
 from bpetok.errors import (
     BpetokError,
     ChatTemplateError,
@@ -26,7 +27,7 @@ from bpetok.train import extend, train
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
 if TYPE_CHECKING:
-    from bpetok.datasets import encode_dataset
+    from bpetok.apps.datasets import encode_dataset
 
 __version__ = "0.1.0"
 
@@ -55,7 +56,7 @@ __all__ = [
 def __getattr__(name: str):
     # bpetok.encode_dataset, imported on first use: loading a tokenizer needs none of the dataset code.
     if name == "encode_dataset":
-        from bpetok.datasets import encode_dataset
+        from bpetok.apps.datasets import encode_dataset
 
         return encode_dataset
     raise AttributeError(f"module 'bpetok' has no attribute {name!r}")

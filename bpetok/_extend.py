@@ -14,7 +14,7 @@ from typing import Iterable
 
 from bpetok._args import check_not_text
 from bpetok.errors import BpetokError
-from bpetok.gguf import GGUFValueType
+from bpetok.vocab.gguf import GGUFValueType
 from bpetok.vocab import TokenAttr, TokenType
 
 __all__ = ["extend", "ExtendResult", "read_pin_file"]
@@ -88,7 +88,7 @@ class ExtendResult:
     items: list = field(repr=False)  # the GGUF key/values to write
 
     def write(self, path: str | os.PathLike) -> None:
-        from bpetok.gguf_writer import write_gguf
+        from bpetok.vocab.gguf_writer import write_gguf
 
         write_gguf(path, self.items)
 
@@ -108,7 +108,7 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
     import numpy as np
 
     import bpetok
-    from bpetok.gguf import read_gguf
+    from bpetok.vocab.gguf import read_gguf
 
     base = os.fspath(base)
     check_not_text(pins, "extend(pins=...)", "a list of terms")

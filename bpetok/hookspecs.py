@@ -95,12 +95,12 @@ def bpetok_adjust_token_attributes(vocabulary: Vocabulary) -> None:
 def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add subcommands to the ``bpetok`` command line (simonw/llm's ``register_commands``).
 
-    Called once each time :func:`bpetok.cli.build_parser` builds the parser. Add each command with
+    Called once each time :func:`bpetok.apps.cli.build_parser` builds the parser. Add each command with
     ``subparsers.add_parser(name, help=...)`` and set ``func`` with ``set_defaults(func=...)``: it
     is called with the parsed arguments and returns the exit status (None means 0). Raise a
     :class:`bpetok.BpetokError` for a failure the user can fix; it is printed as one line.
-    Built-in implementations: :mod:`bpetok.train` (``train``, ``extend``), :mod:`bpetok.server`
-    (``serve``), :mod:`bpetok.chat` (``chat``) and :mod:`bpetok.datasets` (``encode-dataset``).
+    Built-in implementations: :mod:`bpetok.train` (``train``, ``extend``), :mod:`bpetok.apps.server`
+    (``serve``), :mod:`bpetok.apps.chat` (``chat``) and :mod:`bpetok.apps.datasets` (``encode-dataset``).
 
     :param subparsers: the ``argparse`` sub-parsers action of the ``bpetok`` parser.
     """

@@ -42,8 +42,8 @@ DISABLE_ENV = "BPETOK_DISABLE_PLUGINS"
 # built-in tokenizer models (bpetok_register_models), and the modules that add CLI subcommands
 # (bpetok_register_commands): train, serve, chat, encode-dataset.
 BUILTIN_PLUGINS = (
-    "bpetok.vocab",
-    "bpetok.overrides",
+    "bpetok.vocab.vocabulary",
+    "bpetok.vocab.overrides",
     "bpetok.models.gpt2",
     "bpetok.models.llama",
     "bpetok.models.gemma4",
@@ -53,15 +53,15 @@ BUILTIN_PLUGINS = (
     "bpetok.models.hybriddna",
     "bpetok.models.wpm",
     "bpetok.models.ugm",
-    "bpetok.server",
+    "bpetok.apps.server",
     "bpetok.train",
-    "bpetok.chat",
-    "bpetok.datasets",
+    "bpetok.apps.chat",
+    "bpetok.apps.datasets",
 )
 # Of those, the modules whose one hook is bpetok_register_commands: each is registered as a
 # stand-in (:class:`_CommandModule`) that imports it when the CLI builds its parser, so loading
 # a tokenizer does not import the server, chat and dataset code.
-COMMAND_MODULES = ("bpetok.server", "bpetok.chat", "bpetok.datasets")
+COMMAND_MODULES = ("bpetok.apps.server", "bpetok.apps.chat", "bpetok.apps.datasets")
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests")
 
 from chat_cases import CONTINUE_CASES, CONVERSATIONS, TOKENS, load_templates, render_with_transformers  # noqa: E402
 
-from bpetok.chat import render_template  # noqa: E402
+from bpetok.apps.chat import render_template  # noqa: E402
 from bpetok.errors import ChatTemplateError  # noqa: E402
 
 

@@ -18,8 +18,8 @@ import argparse
 def gguf_with_pre(src: str, dst: str, pre: str, model: str | None = None) -> None:
     """Copy ``src`` (plain or .gz) to ``dst`` with tokenizer.ggml.pre = ``pre`` ("" drops the key)
     and, if given, tokenizer.ggml.model = ``model``."""
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     items = []
     for item in items_of(read_gguf(src)):

@@ -30,8 +30,8 @@ from itertools import accumulate
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpetok.gguf import GGUFValueType, read_gguf  # noqa: E402
-from bpetok.gguf_writer import write_gguf  # noqa: E402
+from bpetok.vocab.gguf import GGUFValueType, read_gguf  # noqa: E402
+from bpetok.vocab.gguf_writer import write_gguf  # noqa: E402
 
 DEFAULT_BASE = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-llama-spm.gguf.gz"
 SPACE = "\u2581".encode()

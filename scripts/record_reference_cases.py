@@ -131,8 +131,8 @@ def read_inputs(path: str) -> list[str]:
 
 def gguf_with_pre(src: str, dst: str, pre: str) -> None:
     """Copy the GGUF vocabulary ``src`` (plain or .gz) to ``dst`` with tokenizer.ggml.pre set to ``pre``."""
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     items = [item for item in items_of(read_gguf(src)) if item[0] != "tokenizer.ggml.pre"]
     if pre:  # "" is a file without the key (llama.cpp's default pre-tokenizer)

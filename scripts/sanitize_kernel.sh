@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, _ugm.c, bpetok/_gguf.c, _specials.c, _train.c) with AddressSanitizer and UndefinedBehaviorSanitizer
+# Build the C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, _ugm.c, bpetok/vocab/_gguf.c, _specials.c, _train.c) with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run the tests that feed it: the kernel's own (reference pieces, Hypothesis, hostile calls,
 # threads), the compiled splitters against their Python twins, the oracle cases (llama.cpp's ids, qwen2
 # and llama3), the Hypothesis properties and the GGUF reader and fuzz tests.

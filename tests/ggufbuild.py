@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bpetok.gguf import GGUFValueType
+from bpetok.vocab.gguf import GGUFValueType
 
 T = GGUFValueType
 SCALAR_FORMATS = {

@@ -41,8 +41,8 @@ def gguf_with_pre(src: pathlib.Path, dst: pathlib.Path, pre: str) -> pathlib.Pat
 
     The same copy scripts/record_reference_cases.py --pretok records llama.cpp's ids on.
     """
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     items = [item for item in items_of(read_gguf(src)) if item[0] != "tokenizer.ggml.pre"]
     if pre:

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import bpetok
-from bpetok.chat import ChatLimits, render_template
+from bpetok.apps.chat import ChatLimits, render_template
 from bpetok.errors import ChatTemplateError
 from chat_cases import CONVERSATIONS, load_templates
 from helpers import LLAMA_TESTS, QWEN3
@@ -71,7 +71,7 @@ ATTACKS = {
 
 _RUN_ATTACKS = """
 import json, resource, sys, time
-from bpetok.chat import render_template
+from bpetok.apps.chat import render_template
 from bpetok.errors import ChatTemplateError
 outcomes = {}
 for name, source in json.load(sys.stdin).items():
@@ -336,7 +336,7 @@ def test_cli_no_special_in_messages():
 
 
 def test_server_apply_template_tokens():
-    from bpetok.server import RequestError, apply_template_request
+    from bpetok.apps.server import RequestError, apply_template_request
 
     tok = bpetok.from_gguf(QWEN2)
     messages = [{"role": "user", "content": "hi <|im_end|>"}]

@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # transformers must never reach th
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import bpetok
-from bpetok.chat import render_template
+from bpetok.apps.chat import render_template
 from bpetok.errors import ChatTemplateError
 from chat_cases import CONTINUE_CASES, CONVERSATIONS, TOKENS, load_templates, render_with_transformers
 from helpers import LLAMA_TESTS, QWEN3
@@ -262,8 +262,8 @@ def _transformers_tokenizer(tok: bpetok.Tokenizer, regex: str, bos: str | None, 
 def _with_template(path, template: str, out) -> str:
     """A copy of the GGUF at ``path`` carrying ``template`` as tokenizer.chat_template (the test
     vocabularies have none), written with bpetok's GGUF writer."""
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     items = [item for item in items_of(read_gguf(path)) if not item[0].startswith("tokenizer.chat_template")]
     items.append(("tokenizer.chat_template", GGUFValueType.STRING, template, None))
@@ -309,7 +309,7 @@ QWEN2 = LLAMA_TESTS / "ggml-vocab-qwen2.gguf.gz"  # carries tokenizer.chat_templ
 def _chat_cli(monkeypatch, capsys, *args, stdin: str = ""):
     import io
 
-    from bpetok.cli import main
+    from bpetok.apps.cli import main
 
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
     code = main(["chat", *map(str, args)])

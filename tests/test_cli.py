@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import bpetok
-from bpetok.cli import main
+from bpetok.apps.cli import main
 from helpers import LLAMA_TESTS, QWEN3, SMOLLM2, gguf_with_pre
 
 
@@ -149,7 +149,7 @@ def test_corrupt_file_is_one_line(tmp_path):
 
 
 def test_module_entry_point():
-    result = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], capture_output=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "--version"], capture_output=True, timeout=60)
     from bpetok.models.gpt2 import engine
 
     assert result.stdout.decode().strip() == f"bpetok {bpetok.__version__}, engine: {engine()}"

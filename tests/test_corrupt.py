@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bpetok
-from bpetok.gguf import GGUFValueType
+from bpetok.vocab.gguf import GGUFValueType
 from ggufbuild import HEADER_SIZE, build, layout
 from helpers import SMOLLM2
 

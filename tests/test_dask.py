@@ -14,8 +14,8 @@ import time
 import pytest
 
 import bpetok
-import bpetok.datasets as ds
-from bpetok.cli import main
+import bpetok.apps.datasets as ds
+from bpetok.apps.cli import main
 from helpers import SMOLLM2, load_cases
 
 distributed = pytest.importorskip("dask.distributed", reason="the dask extra: pip install 'bpetok[dask]'")
@@ -83,7 +83,7 @@ def test_a_worker_with_two_threads_writes_the_same_bytes(tmp_path, corpus):
 def test_cli_dask_scheduler_address(tmp_path, client, corpus):
     bpetok.encode_dataset(SMOLLM2, [corpus], tmp_path / "local", format="parquet", shard_tokens=30_000)
     run = subprocess.run(
-        [sys.executable, "-m", "bpetok.cli", "encode-dataset", str(SMOLLM2), str(corpus), "-o", str(tmp_path / "dask"),
+        [sys.executable, "-m", "bpetok.apps.cli", "encode-dataset", str(SMOLLM2), str(corpus), "-o", str(tmp_path / "dask"),
          "--format", "parquet", "--shard-tokens", "30000", "--dask", client.scheduler.address],
         capture_output=True, text=True,
     )
@@ -103,7 +103,7 @@ def test_a_malformed_dask_address_is_a_one_line_error(tmp_path, corpus, command,
     args = {"encode-dataset": ["encode-dataset", str(SMOLLM2), str(corpus), "-o", str(tmp_path / "out")],
             "train": ["train", str(corpus), "--vocab-size", "600", "-o", str(tmp_path / "out.gguf")]}[command]
     start = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "bpetok.cli", *args, "--dask", address], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", *args, "--dask", address], capture_output=True, text=True)
     assert run.returncode == 1, run.stderr
     assert run.stderr == (f"bpetok: error: --dask {address!r}: {says}; give the scheduler's address as tcp://HOST:PORT, "
                           "e.g. tcp://127.0.0.1:8786 (or tls://, ucx://, ws://, wss://)\n")
@@ -112,7 +112,7 @@ def test_a_malformed_dask_address_is_a_one_line_error(tmp_path, corpus, command,
 
 
 def test_a_well_formed_dask_address_passes_the_check():
-    from bpetok._dask import check_scheduler_address
+    from bpetok.apps._dask import check_scheduler_address
 
     for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tls://scheduler.example:8786", "tcp://[::1]:8786", "ws://h:1"):
         assert check_scheduler_address(address) == address
@@ -159,7 +159,7 @@ def test_a_lost_worker_does_not_change_the_output(tmp_path, corpus):
 def test_a_replacement_worker_gets_the_model_too(tmp_path):
     """The GGUF's bytes reach a worker that joins after the run started (a nanny's replacement for a
     killed one): scattered data would be lost with its worker, a worker plugin is set up again."""
-    from bpetok._dask import ModelOnWorkers
+    from bpetok.apps._dask import ModelOnWorkers
 
     data = open(SMOLLM2, "rb").read()
     plugin = ModelOnWorkers(ds.file_sha256(SMOLLM2), data)

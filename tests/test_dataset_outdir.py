@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import bpetok
-import bpetok.datasets as ds
-from bpetok import _outdir
+import bpetok.apps.datasets as ds
+from bpetok.apps import _outdir
 from bpetok.errors import BpetokError
 from helpers import SMOLLM2, load_cases
 
@@ -26,9 +26,9 @@ SMOLLM2_EOS = 2  # <|endoftext|>, tokenizer.ggml.eos_token_id
 # The CLI with small tasks, each made to take 50 ms longer: a run of the cases lasts seconds, so
 # two runs started together overlap whatever the machine's load.
 SLOW_CLI = (
-    "import sys, time, bpetok.cli, bpetok.datasets as d; d.encode_dataset.__kwdefaults__['block_bytes'] = 20_000; "
+    "import sys, time, bpetok.apps.cli, bpetok.apps.datasets as d; d.encode_dataset.__kwdefaults__['block_bytes'] = 20_000; "
     "run = d.run_task; d.run_task = lambda *a, **k: (time.sleep(0.05), run(*a, **k))[1]; "
-    "sys.exit(bpetok.cli.main(sys.argv[1:]))"
+    "sys.exit(bpetok.apps.cli.main(sys.argv[1:]))"
 )
 
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bpetok
-import bpetok.datasets as ds
+import bpetok.apps.datasets as ds
 from bpetok.errors import BpetokError
 from helpers import QWEN3, SMOLLM2, load_cases
 
@@ -256,8 +256,8 @@ def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2
 # interrupt it after the first one on a small input (with 4M-character blocks all shards of a small
 # input come out in one burst after a single encode).
 SMALL_BLOCKS_CLI = (
-    "import sys, bpetok.cli, bpetok.datasets as d; d.encode_dataset.__kwdefaults__['block_bytes'] = 20_000; "
-    "sys.exit(bpetok.cli.main(sys.argv[1:]))"
+    "import sys, bpetok.apps.cli, bpetok.apps.datasets as d; d.encode_dataset.__kwdefaults__['block_bytes'] = 20_000; "
+    "sys.exit(bpetok.apps.cli.main(sys.argv[1:]))"
 )
 
 
@@ -464,7 +464,7 @@ def test_a_bad_record_fails_by_default_naming_file_and_line(tmp_path):
 def test_cli_reports_skipped_records_and_fails_without_traceback(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(BAD_JSONL)
-    run = [sys.executable, "-m", "bpetok.cli", "encode-dataset", str(SMOLLM2), str(path)]
+    run = [sys.executable, "-m", "bpetok.apps.cli", "encode-dataset", str(SMOLLM2), str(path)]
     ok = subprocess.run(run + ["-o", str(tmp_path / "a"), "--on-error", "skip"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "1 shard, 2 documents, 4 tokens (uint16)" in ok.stdout
@@ -607,7 +607,7 @@ def test_resume_counts_the_kept_shards_bad_records_again(tmp_path, smollm2_cases
 
 FAULTS = """
 import resource, sys
-import bpetok.datasets as ds
+import bpetok.apps.datasets as ds
 
 def faults_of_buffers():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -61,7 +61,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/training.md", "python3 benchmarks/train_bench.py"): NEEDS_CORPUS + "; " + LONG,
     ("docs/training.md", "python3 benchmarks/train_pathological.py"): LONG + " (each case up to 60 s)",
     ("docs/chat.md", "import bpetok"): NEEDS_MODEL + " (Qwen3-8B-Q4_K_M.gguf) and a tool schema",
-    ("docs/chat.md", "from bpetok.chat import ChatLimits"): "a fragment: needs tok and messages from the first example",
+    ("docs/chat.md", "from bpetok.apps.chat import ChatLimits"): "a fragment: needs tok and messages from the first example",
     ("docs/chat.md", "stream = tok.decode_stream()"): "a fragment: needs tok and generated_ids from a serving loop",
     # Pages other helpers own; their examples are fragments of a plugin module or need a server.
     ("docs/hooks.md", "from bpetok import hookimpl"): "a fragment of a plugin module",

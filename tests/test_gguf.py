@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import bpetok
-import bpetok.gguf
-from bpetok.gguf import MAX_ARRAY_NESTING, GGUFValueType, _Cursor, read_gguf
+import bpetok.vocab.gguf
+from bpetok.vocab.gguf import MAX_ARRAY_NESTING, GGUFValueType, _Cursor, read_gguf
 from ggufbuild import EVERY_TYPE, HEADER_SIZE, build, element_type, expected, nested, plain
 from helpers import DATA, QWEN3, SMOLLM2
 
@@ -312,7 +312,7 @@ def test_fast_string_array_on_awkward_data(tmp_path, strings, reader, monkeypatc
     from bpetok import _gguf  # the suite requires the C modules to be built (CI builds them)
 
     # Each fast path, whichever engine runs (BPETOK_PURE_PYTHON=1 would pick the struct one).
-    monkeypatch.setattr(bpetok.gguf, "_compiled_reader", lambda: _gguf if reader == "compiled" else None)
+    monkeypatch.setattr(bpetok.vocab.gguf, "_compiled_reader", lambda: _gguf if reader == "compiled" else None)
     string_array_both_ways(tmp_path, strings)
 
 
@@ -335,7 +335,7 @@ def test_compiled_string_reader_checks_every_bound():
 
 def test_the_numpy_scan_proves_most_of_a_real_vocabulary():
     # Not a timing: checks the fast path is really taken on a real token array.
-    from bpetok.gguf import _scan_prefixes
+    from bpetok.vocab.gguf import _scan_prefixes
     from ggufbuild import layout
 
     with gzip.open(SMOLLM2, "rb") as f:
@@ -353,7 +353,7 @@ def test_the_numpy_scan_proves_most_of_a_real_vocabulary():
 
 def test_loader_reads_strings_as_c_strings(tmp_path):
     # llama.cpp truncates token and merge texts at a NUL and renames an empty token [EMPTY_<id>].
-    from bpetok.vocab import load_gguf_vocabulary
+    from bpetok.vocab.vocabulary import load_gguf_vocabulary
 
     kvs = [
         ("tokenizer.ggml.model", T.STRING, b"gpt2"),

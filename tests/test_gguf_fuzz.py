@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bpetok
-from bpetok.gguf import GGUFValueType, read_gguf
+from bpetok.vocab.gguf import GGUFValueType, read_gguf
 from ggufbuild import EVERY_TYPE, HEADER_SIZE, build, element_type, expected, plain
 from helpers import SMOLLM2
 

@@ -12,7 +12,7 @@ from array import array
 import pytest
 
 import bpetok
-from bpetok.gguf import read_gguf
+from bpetok.vocab.gguf import read_gguf
 from ggufbuild import EVERY_TYPE, build
 from helpers import QWEN3, SMOLLM2
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import bpetok
-from bpetok.gguf import GGUFValueType as T
-from bpetok.gguf import read_gguf
-from bpetok.gguf_writer import ALIGNMENT, items_of, write_gguf
+from bpetok.vocab.gguf import GGUFValueType as T
+from bpetok.vocab.gguf import read_gguf
+from bpetok.vocab.gguf_writer import ALIGNMENT, items_of, write_gguf
 from helpers import QWEN3
 
 ITEMS = [
@@ -113,7 +113,7 @@ def test_a_users_file_named_like_a_temporary_is_never_touched(tmp_path):
 def test_a_failed_write_leaves_no_temporary_and_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "v.gguf"
     path.write_bytes(b"old")
-    import bpetok.gguf_writer as writer
+    import bpetok.vocab.gguf_writer as writer
 
     def fail(src, dst):
         raise OSError(28, "No space left on device")

@@ -235,14 +235,14 @@ def test_a_tokenizer_uses_the_kernel_unless_told_not_to(qwen3):
 
 def test_the_cli_says_which_engine_runs(qwen3):
     env = {k: v for k, v in os.environ.items() if k != "BPETOK_PURE_PYTHON"}
-    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "--version"], env=env, capture_output=True, text=True)
     assert out.stdout.strip().endswith("engine: C kernel")
     env["BPETOK_PURE_PYTHON"] = "1"
-    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "--version"], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "--version"], env=env, capture_output=True, text=True)
     assert out.stdout.strip().endswith("engine: pure Python: BPETOK_PURE_PYTHON is set")
     from helpers import QWEN3
 
-    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "info", str(QWEN3)], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "info", str(QWEN3)], env=env, capture_output=True, text=True)
     assert "engine:          pure Python" in out.stdout
 
 

@@ -49,7 +49,7 @@ def bpetok_cli(*args: str, env_extra: dict[str, str] | None = None, stdin: str =
     env = {k: v for k, v in os.environ.items() if k != DISABLE_ENV}
     env.update(env_extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "bpetok.cli", *args],
+        [sys.executable, "-m", "bpetok.apps.cli", *args],
         input=stdin.encode(), capture_output=True, env=env, timeout=120,
     )
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from bpetok.cli import main
+from bpetok.apps.cli import main
 from bpetok.errors import InputError
 from helpers import DATA, QWEN3, SMOLLM2, VOCABS
 

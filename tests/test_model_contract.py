@@ -22,7 +22,7 @@ import bpetok
 import bpetok.compiled
 import bpetok.plugins
 from bpetok import hookimpl
-from bpetok.gguf import GGUFValueType as T
+from bpetok.vocab.gguf import GGUFValueType as T
 from bpetok.models import ModelSpec, TokenizerModel
 from bpetok.plugins import make_plugin_manager
 from bpetok.pretok import PreTokenizerSpec
@@ -128,12 +128,12 @@ def test_a_model_of_only_the_abstract_methods_gets_every_api(toy_gguf, toy_plugi
     assert tok.apply_chat_template(messages, add_generation_prompt=True) == prompt
     assert tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True) == expected_ids(prompt)
 
-    from bpetok.server import tokenize_request
+    from bpetok.apps.server import tokenize_request
 
     assert tokenize_request(tok, {"content": words[1]}) == {"tokens": expected_ids(words[1])}
     assert tokenize_request(tok, {"content": [words[2], 7]}) == {"tokens": expected_ids(words[2]) + [7]}
 
-    from bpetok.datasets import encode_dataset
+    from bpetok.apps.datasets import encode_dataset
 
     docs = words[2000:2300]
     jsonl = tmp_path / "docs.jsonl"
@@ -236,7 +236,7 @@ def test_a_missing_kernel_is_said_once_with_how_to_build_it(kernel_not_built):
 
 
 def test_info_says_the_kernel_is_not_built(kernel_not_built, capsys):
-    from bpetok.cli import main
+    from bpetok.apps.cli import main
 
     with pytest.warns(RuntimeWarning):
         assert main(["info", str(QWEN3), "--json"]) == 0

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import GGUFError, VocabularyError
-from bpetok.gguf import GGUFValueType
-from bpetok.gguf_writer import write_gguf
+from bpetok.vocab.gguf import GGUFValueType
+from bpetok.vocab.gguf_writer import write_gguf
 from bpetok.models.charsmap import CharsMap
 from helpers import LLAMA_TESTS, load_cases
 from model_cases import llama_detokenize, load_dump

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import VocabularyError
-from bpetok.gguf import GGUFValueType, read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import GGUFValueType, read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 from bpetok.models.wpm import preprocess
 from helpers import LLAMA_TESTS, load_cases, read_vectors
 from model_cases import llama_detokenize, load_dump
@@ -143,11 +143,11 @@ def test_a_word_without_tokens_needs_an_unknown_token(tmp_path):
 
 def test_cli_shows_the_model():
     env = {**os.environ}
-    listed = subprocess.run([sys.executable, "-m", "bpetok.cli", "list-models", "--json"], capture_output=True, text=True, env=env)
+    listed = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "list-models", "--json"], capture_output=True, text=True, env=env)
     assert listed.returncode == 0, listed.stderr
     names = {row["name"]: row for row in json.loads(listed.stdout)}
     assert names["bert"]["plugin"] == "bpetok.models.wpm" and names["t5"]["plugin"] == "bpetok.models.ugm"
-    info = subprocess.run([sys.executable, "-m", "bpetok.cli", "info", str(BERT), "--json"], capture_output=True, text=True, env=env)
+    info = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "info", str(BERT), "--json"], capture_output=True, text=True, env=env)
     assert info.returncode == 0, info.stderr
     data = json.loads(info.stdout)
     assert data["model"] == "bert" and data["model_plugin"] == "bpetok.models.wpm" and data["add_sep"] is True

@@ -13,8 +13,8 @@ import pytest
 
 import bpetok
 from bpetok.errors import InputError
-from bpetok.gguf import GGUFValueType, read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import GGUFValueType, read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 from helpers import GEMMA4, LLAMA_SPM, PHI3
 
 
@@ -105,7 +105,7 @@ def test_count_and_batch_agree_with_encode(llama_spm):
 
 
 def test_cli_info_and_list_models(capsys):
-    from bpetok.cli import main
+    from bpetok.apps.cli import main
 
     assert main(["info", str(PHI3), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

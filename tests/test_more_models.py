@@ -20,8 +20,8 @@ import pytest
 
 import bpetok
 from bpetok.errors import InputError, UnsupportedVocabularyError, VocabularyError
-from bpetok.gguf import GGUFValueType, read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import GGUFValueType, read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 from helpers import DATA, LLAMA_TESTS
 
 MORE = DATA / "more-models"

@@ -205,7 +205,7 @@ def test_offsets_equal_hf_tokenizers(name, tmp_path):
 
 def bpetok_cli(*args: str, text: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bpetok.cli", *args], input=text.encode(), capture_output=True, timeout=120,
+        [sys.executable, "-m", "bpetok.apps.cli", *args], input=text.encode(), capture_output=True, timeout=120,
         env={**os.environ, **(env or {})},
     )
 
@@ -224,7 +224,7 @@ def test_cli_offsets(qwen3):
 
 def test_cli_offsets_refuses_invalid_utf8():
     done = subprocess.run(
-        [sys.executable, "-m", "bpetok.cli", "tokenize", str(QWEN3), "--offsets"], input=b"ab\xff", capture_output=True
+        [sys.executable, "-m", "bpetok.apps.cli", "tokenize", str(QWEN3), "--offsets"], input=b"ab\xff", capture_output=True
     )
     assert done.returncode == 1
     assert done.stderr.decode().strip() == "bpetok: error: stdin: --offsets needs UTF-8 text, byte 2 is not; tokenize without --offsets"
@@ -241,7 +241,7 @@ def run_on_terminal(args: list[str], text: str, env: dict) -> bytes:
     main, child = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bpetok.cli", *args], stdin=subprocess.PIPE, stdout=child, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "bpetok.apps.cli", *args], stdin=subprocess.PIPE, stdout=child, stderr=subprocess.PIPE,
             env={**os.environ, **env},
         )
         os.close(child)

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bpetok
-from bpetok.gguf import GGUFValueType, read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import GGUFValueType, read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 from helpers import QWEN3
 
 

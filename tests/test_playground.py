@@ -75,7 +75,7 @@ def test_tokenize_with_offsets(server):
     assert [t["partial"] for t in tokens] == found.partial
     assert [t["special"] for t in tokens] == [False] * (len(tokens) - 1) + [True]
     assert tokens[0]["piece"] == "Hi"
-    from bpetok.server import tokenize_request
+    from bpetok.apps.server import tokenize_request
 
     assert tokenize_request(bpetok.from_gguf(QWEN3), {"content": text, "with_offsets": True, "with_pieces": True}) == {"tokens": tokens}
     status, _, answer = request(server.port, "POST", "/tokenize", {"content": ["a", 1], "with_offsets": True})
@@ -265,7 +265,7 @@ def test_serve_refuses_two_models_of_one_name(tmp_path):
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "bpetok.cli", "serve", str(QWEN3), "--model", f"ggml-vocab-qwen3={LLAMA_SPM}"],
+        [sys.executable, "-m", "bpetok.apps.cli", "serve", str(QWEN3), "--model", f"ggml-vocab-qwen3={LLAMA_SPM}"],
         capture_output=True, timeout=120,
     )
     assert done.returncode == 1

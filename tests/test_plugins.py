@@ -429,7 +429,7 @@ def _subcommands(parser):
 
 
 def test_register_commands_adds_a_plugin_s_subcommand(pm, temporary_plugin, capsys):
-    from bpetok.cli import build_parser
+    from bpetok.apps.cli import build_parser
 
     class Greeter:
         @hookimpl
@@ -446,13 +446,13 @@ def test_register_commands_adds_a_plugin_s_subcommand(pm, temporary_plugin, caps
 
 def test_builtin_commands_arrive_through_the_hook(pm):
     """train, extend, serve and encode-dataset are the built-in plugins bpetok.train, .server, .datasets."""
-    from bpetok.cli import build_parser
+    from bpetok.apps.cli import build_parser
 
     assert {"train", "extend", "serve", "encode-dataset"} <= _subcommands(build_parser(pm))
     names = {name for name, _ in pm.list_name_plugin()}
-    assert {"bpetok.train", "bpetok.server", "bpetok.datasets"} <= names
+    assert {"bpetok.train", "bpetok.apps.server", "bpetok.apps.datasets"} <= names
     impls = pm.hook.bpetok_register_commands.get_hookimpls()
-    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.server", "bpetok.datasets"}
+    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.apps.server", "bpetok.apps.datasets"}
 
 
 def test_a_command_module_that_fails_to_import_is_shown_not_skipped(monkeypatch):
@@ -569,7 +569,7 @@ def test_command_modules_are_imported_only_for_the_cli():
         "import sys, bpetok; from bpetok.plugins import COMMAND_MODULES; "
         "tok = bpetok.from_gguf(sys.argv[1]); tok.encode('Hello world'); "
         "print(sorted(m for m in COMMAND_MODULES if m in sys.modules)); "
-        "from bpetok.cli import build_parser; build_parser(); "
+        "from bpetok.apps.cli import build_parser; build_parser(); "
         "print(sorted(m for m in COMMAND_MODULES if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code, str(QWEN3)], capture_output=True, text=True, check=True)

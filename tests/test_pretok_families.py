@@ -18,7 +18,7 @@ import json
 import pytest
 
 import bpetok
-import bpetok.gguf
+import bpetok.vocab.gguf
 import bpetok.tokenizer
 from bpetok.plugins import get_registry
 from helpers import (DATA, LLAMA_TESTS, gguf_with_pre, load_cases, read_inputs, read_vectors, sharing_bpe_models,
@@ -213,16 +213,16 @@ def test_a_file_with_this_pre_loads_with_its_type(pre, tmp_path):
 
 
 def test_kimi_k2_loads_without_merges_as_llama_cpp_does(tmp_path):
-    from bpetok.gguf import read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     skip = ("tokenizer.ggml.merges", "tokenizer.ggml.pre")
     items = [item for item in items_of(read_gguf(QWEN2)) if item[0] not in skip]
     path = tmp_path / "vocab.gguf"
-    write_gguf(path, items + [("tokenizer.ggml.pre", bpetok.gguf.GGUFValueType.STRING, "kimi-k2", None)])
+    write_gguf(path, items + [("tokenizer.ggml.pre", bpetok.vocab.gguf.GGUFValueType.STRING, "kimi-k2", None)])
     tok = bpetok.from_gguf(path)
     assert tok.encode("ab") == [tok.id("a"), tok.id("b")]  # no merges: one token per byte symbol
-    write_gguf(path, items + [("tokenizer.ggml.pre", bpetok.gguf.GGUFValueType.STRING, "qwen2", None)])
+    write_gguf(path, items + [("tokenizer.ggml.pre", bpetok.vocab.gguf.GGUFValueType.STRING, "qwen2", None)])
     with pytest.raises(bpetok.GGUFError, match="tokenizer.ggml.merges"):
         bpetok.from_gguf(path)
 
@@ -273,8 +273,8 @@ NO_BOS_KEY = {"glm4": (None, False), "chatglm-bpe": (None, False), "gpt-2": (11,
 
 @pytest.mark.parametrize("pre", sorted(NO_BOS_KEY))
 def test_default_bos_id_follows_the_type(pre, tmp_path):
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     skip = ("tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id")
     items = [item for item in items_of(read_gguf(QWEN2)) if item[0] not in skip]

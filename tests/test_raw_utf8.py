@@ -31,8 +31,8 @@ def _record(pre: str) -> dict:
 
 def gemma4_as_gpt2(path, pre: str):
     """llama.cpp's Gemma 4 test vocabulary as a gpt2 model with ``pre``, the copy the cases were recorded on."""
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     items = []
     for key, vtype, value, elem in items_of(read_gguf(GEMMA4)):

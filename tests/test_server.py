@@ -46,7 +46,7 @@ class Server:
         self.port = free_port()
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        cmd = [sys.executable, "-m", "bpetok.cli", "serve", str(model), "--host", HOST, "--port", str(self.port), *args]
+        cmd = [sys.executable, "-m", "bpetok.apps.cli", "serve", str(model), "--host", HOST, "--port", str(self.port), *args]
         # its own process group, so that a server that ignores SIGTERM is killed with its workers
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
@@ -460,7 +460,7 @@ def _run_cli(*args: str, blocked: tuple[str, ...] = (), report_modules: bool = F
         "        if name.split('.')[0] in BLOCKED:\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "from bpetok.cli import main\n"
+        "from bpetok.apps.cli import main\n"
         f"code = main({list(args)!r})\n"
         "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn'})\n"
         f"if {report_modules!r}:\n"
@@ -548,7 +548,7 @@ def test_a_bug_is_a_500_in_the_error_shape_and_the_app_goes_on(qwen3):
     # In-process (no subprocess can be made to fail on purpose): a tokenizer whose encode raises.
     import asyncio
 
-    from bpetok.server import create_app
+    from bpetok.apps.server import create_app
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
@@ -584,7 +584,7 @@ def test_a_bug_is_a_500_in_the_error_shape_and_the_app_goes_on(qwen3):
     assert asyncio.run(call("/detokenize", b'{"tokens": [9707]}')) == (200, {"content": "Hello"})
 
 
-# -- /apply-template (bpetok.chat) ---------------------------------------------------------------------------
+# -- /apply-template (bpetok.apps.chat) ---------------------------------------------------------------------------
 
 
 def test_apply_template(start_server):
@@ -625,7 +625,7 @@ def test_apply_template_without_a_template_is_400(port):
 
 def test_apply_template_failure_names_the_line():
     # a conversation the template refuses: the template's own message, with its line
-    from bpetok.server import apply_template_request
+    from bpetok.apps.server import apply_template_request
 
     qwen2 = bpetok.from_gguf(os.path.join(os.path.dirname(__file__), "data", "llama.cpp-tests", "ggml-vocab-qwen2.gguf.gz"))
     messages = [
@@ -723,7 +723,7 @@ def test_sigterm_finishes_with_a_client_stuck_mid_request(start_server):
 SLOW_SERVER = """
 import sys, time
 import bpetok
-from bpetok.cli import main
+from bpetok.apps.cli import main
 
 def slow_encode(self, text, **kwargs):  # a request that runs far longer than the grace period
     time.sleep(120)
@@ -807,7 +807,7 @@ def test_limit_concurrency_must_fit_the_open_file_limit():
     def low_fd_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
 
-    cmd = [sys.executable, "-m", "bpetok.cli", "serve", str(QWEN3), "--port", str(free_port()), "--limit-concurrency", "1000"]
+    cmd = [sys.executable, "-m", "bpetok.apps.cli", "serve", str(QWEN3), "--port", str(free_port()), "--limit-concurrency", "1000"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=low_fd_limit)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [

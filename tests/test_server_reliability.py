@@ -18,8 +18,8 @@ import time
 import pytest
 
 import bpetok
-from bpetok.server import props, tokenize_request
-from bpetok.server_io import PieceFragments, TokensBody, dumps
+from bpetok.apps.server import props, tokenize_request
+from bpetok.apps.server_io import PieceFragments, TokensBody, dumps
 from helpers import LLAMA_TESTS, QWEN3
 import test_server
 from test_server import HOST, Server, assert_error, request
@@ -72,7 +72,7 @@ def test_props_carry_the_files_chat_templates(qwen3):
 SLOW_SERVER = """
 import sys, time
 import bpetok
-from bpetok.cli import main
+from bpetok.apps.cli import main
 
 real_encode = bpetok.Tokenizer.encode
 

@@ -20,8 +20,8 @@ import pytest
 
 import bpetok
 from bpetok.errors import BpetokError
-from bpetok.gguf import read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 from bpetok.models import _symbols  # the suite requires the C modules to be built (CI builds them)
 from bpetok.models.llama import SPACE
 from helpers import LLAMA_SPM, PHI3, load_cases

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import BpetokError
-from bpetok.gguf import read_gguf
-from bpetok.gguf_writer import items_of, write_gguf
+from bpetok.vocab.gguf import read_gguf
+from bpetok.vocab.gguf_writer import items_of, write_gguf
 from bpetok.models import _symbols  # the suite requires the C modules to be built (CI builds them)
 from bpetok.models.gemma4 import _NEWLINE_RUNS
 from bpetok.models.llama import SPACE

@@ -9,8 +9,8 @@ import re
 import pytest
 
 import bpetok
-from bpetok.cli import main
-from bpetok.gguf import read_gguf
+from bpetok.apps.cli import main
+from bpetok.vocab.gguf import read_gguf
 from bpetok._train_merge import _PairCounts, _RecountedPairs
 from bpetok.train import extend, train
 from helpers import QWEN3, SMOLLM2, load_cases

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from bpetok.cli import main
+from bpetok.apps.cli import main
 from bpetok.train import count_pieces, train
 from helpers import load_cases
 

@@ -4,7 +4,7 @@ vocabulary: GEMMA4 (``gemma4``, ``granite-embed-multi-311m``), SARVAM_MOE and MM
 All three split only into runs of non-newlines and runs of newlines, ``[^\\n]+|[\\n]+``, after the
 spaces became ``▁`` (U+2581); then (:mod:`bpetok.models.raw_utf8`) GEMMA4 and MMBERT take a newline
 run that is a token whole, and MMBERT cuts every line into metaspace words (``▁`` in front, a new
-word at each ``▁``). llama.cpp forces BOS on for GEMMA4 (bpetok.overrides) and marks ``<mask>``
+word at each ``▁``). llama.cpp forces BOS on for GEMMA4 (bpetok.vocab.overrides) and marks ``<mask>``
 LSTRIP for mmbert; sarvam-moe keeps its spaces when decoding (no clean_spaces).
 """
 

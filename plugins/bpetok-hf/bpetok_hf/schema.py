@@ -22,7 +22,7 @@ _FIX = "the file is damaged or not a Hugging Face tokenizer.json: re-download or
 
 
 def load_json(path: str, what: str = "a tokenizer.json") -> object:
-    """The parsed JSON of ``path`` (``.gz`` inflated), at most ``bpetok.gguf.MAX_GUNZIPPED`` bytes of
+    """The parsed JSON of ``path`` (``.gz`` inflated), at most ``bpetok.vocab.gguf.MAX_GUNZIPPED`` bytes of
     text: the bound of a .gguf.gz (a tokenizer.json is tens of MB), and the same inflate."""
     try:
         if path.lower().endswith(".gz"):

@@ -38,7 +38,7 @@ def exported_spm(tmp_path_factory):
     def get(name):
         if name not in cache:
             out = tmp_path_factory.mktemp(f"hf-{name}")
-            result = subprocess.run([sys.executable, "-m", "bpetok.cli", "export", str(_gguf(name)), "--format", "hf",
+            result = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "export", str(_gguf(name)), "--format", "hf",
                                      "-o", str(out)], capture_output=True, text=True, timeout=300)
             assert result.returncode == 0, result.stderr
             cache[name] = out

@@ -102,7 +102,7 @@ def test_special_tokens_map_and_add_flags_as_transformers_reads_them(qwen2_folde
 
 
 def test_folder_on_the_command_line(qwen2_folder):
-    out = subprocess.run([sys.executable, "-m", "bpetok.cli", "tokenize", str(qwen2_folder)], input="Cafe\u0301 <|im_end|>",
+    out = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "tokenize", str(qwen2_folder)], input="Cafe\u0301 <|im_end|>",
                          capture_output=True, text=True, timeout=120)
     hf = _hf(qwen2_folder / "tokenizer.json").encode("Cafe\u0301 <|im_end|>", add_special_tokens=False).ids
     assert out.returncode == 0, out.stderr

@@ -252,11 +252,11 @@ def test_deep_nesting_is_refused(tmp_path):
 
 
 def test_gzip_bomb_stops_at_the_gguf_inflate_limit(tmp_path, monkeypatch):
-    # The same bound and the same inflate as a .gguf.gz (bpetok.gguf.MAX_GUNZIPPED, 1 GiB), made
+    # The same bound and the same inflate as a .gguf.gz (bpetok.vocab.gguf.MAX_GUNZIPPED, 1 GiB), made
     # 1 MiB here so the test inflates little: 64 MiB of spaces, 64 KB on disk.
-    import bpetok.gguf
+    import bpetok.vocab.gguf
 
-    monkeypatch.setattr(bpetok.gguf, "MAX_GUNZIPPED", 1 << 20)
+    monkeypatch.setattr(bpetok.vocab.gguf, "MAX_GUNZIPPED", 1 << 20)
     member = gzip.compress(b" " * (8 << 20))
     path = tmp_path / "tokenizer.json.gz"
     path.write_bytes(member * 8)  # gzip members concatenated inflate to one stream

@@ -19,7 +19,7 @@ LLAMA_TESTS = pathlib.Path(__file__).resolve().parents[3] / "tests" / "data" / "
 
 def _bpetok(*args, input_text=None):
     return subprocess.run(
-        [sys.executable, "-m", "bpetok.cli", *map(str, args)], capture_output=True, text=True, input=input_text
+        [sys.executable, "-m", "bpetok.apps.cli", *map(str, args)], capture_output=True, text=True, input=input_text
     )
 
 
@@ -50,8 +50,8 @@ def test_export_command_errors_are_one_line(tmp_path):
 
 def _raw_utf8_copy(tmp_path) -> pathlib.Path:
     """llama.cpp's Gemma 4 test vocabulary as a gpt2 model with pre mmbert (BPE over raw UTF-8)."""
-    from bpetok.gguf import GGUFValueType, read_gguf
-    from bpetok.gguf_writer import items_of, write_gguf
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
 
     items = []
     for key, vtype, value, elem in items_of(read_gguf(LLAMA_TESTS / "ggml-vocab-gemma-4.gguf.gz")):

@@ -87,8 +87,8 @@ def test_bpetok_trained_vocabulary_exports_with_its_pins(corpus, tmp_path, oracl
 
 
 def test_chat_template_goes_to_tokenizer_config(gguf_path, tmp_path):
-    from bpetok.gguf import GGUFValueType
-    from bpetok.gguf_writer import write_gguf
+    from bpetok.vocab.gguf import GGUFValueType
+    from bpetok.vocab.gguf_writer import write_gguf
 
     # Qwen3's template as llama.cpp's tests keep it (models/templates, MIT: data/LICENSE-llama.cpp).
     with gzip.open(pathlib.Path(__file__).parent / "data" / "Qwen-Qwen3-0.6B.jinja.gz", "rt") as f:

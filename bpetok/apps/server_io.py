@@ -1,6 +1,6 @@
 """How ``bpetok serve`` runs requests and writes answers without blocking or pinning memory.
 
-Plain Python, no HTTP and no asyncio imports at module level (``bpetok.server`` uses it):
+Plain Python, no HTTP and no asyncio imports at module level (``bpetok.apps.server`` uses it):
 
 - :class:`WorkPool`: a fixed number of daemon threads that run every request's work
   (parsing, tokenizing, rendering, detokenizing) off the event loop, with a time limit per

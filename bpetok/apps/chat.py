@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from bpetok import chat_limits
-from bpetok.chat_limits import DEFAULT_LIMITS, ChatLimits, LimitExceeded, check_nesting
+from bpetok.apps.chat_limits import DEFAULT_LIMITS, ChatLimits, LimitExceeded, check_nesting
 from bpetok.errors import BpetokError, ChatTemplateError
 from bpetok.hookspecs import hookimpl
 from bpetok.vocab import CHAT_TEMPLATE_KEY
@@ -283,7 +283,7 @@ def render_template(
     ``continue_final_message`` leaves the last message open for the model to continue (a prefill),
     cut where transformers cuts it; a string names the field to continue (e.g. ``reasoning_content``).
     ``limits`` bounds the rendering's time, output, loops and the input's nesting
-    (:class:`~bpetok.chat_limits.ChatLimits`; default ``ChatLimits()``).
+    (:class:`~bpetok.apps.chat_limits.ChatLimits`; default ``ChatLimits()``).
 
     :raises ChatTemplateError: the template does not parse, fails while rendering (its own
         ``raise_exception``, an undefined variable...) or exceeds a limit; the message names the
@@ -292,7 +292,7 @@ def render_template(
     jinja2 = _jinja()
     limits = limits or DEFAULT_LIMITS
     if not isinstance(limits, ChatLimits):
-        raise ChatTemplateError(f"limits must be a bpetok.chat.ChatLimits, got {type(limits).__name__}")
+        raise ChatTemplateError(f"limits must be a bpetok.apps.chat.ChatLimits, got {type(limits).__name__}")
     check_nesting(messages, limits, "the messages")
     check_nesting(tools, limits, "the tools")
     check_nesting(variables, limits, "the template variables")
@@ -418,7 +418,7 @@ def apply_chat_template(
     file's ``tool_use`` template when ``tools`` are given and it has one, else its default template.
     ``bos_token`` and ``eos_token`` are the vocabulary's; other keyword arguments reach the template
     as variables (``enable_thinking=False``, ``documents=[...]``...) and override those two.
-    ``limits`` bounds the rendering (:class:`~bpetok.chat_limits.ChatLimits`).
+    ``limits`` bounds the rendering (:class:`~bpetok.apps.chat_limits.ChatLimits`).
 
     The ids are ``encode(prompt, parse_special=True)``: the template writes the BOS itself. With
     ``parse_special_in_messages=False``, special-token text that came from the messages, tools or
@@ -447,7 +447,7 @@ def apply_chat_template(
         return prompt
     if parse_special_in_messages:
         return tokenizer.encode(prompt, parse_special=True)
-    from bpetok.chat_spans import message_spans
+    from bpetok.apps.chat_spans import message_spans
 
     plain_variables = {**variables, "documents": _plain(variables["documents"])} if "documents" in variables else variables
     spans = message_spans(tokenizer, prompt, name, render, _plain(messages), _plain(tools), plain_variables)

@@ -9,7 +9,7 @@ Endpoints, with llama-server's request, response and error shapes (``tools/serve
   (``with_offsets``, bpetok's own: each token's character and byte span, see bpetok.offsets)
 - ``POST /detokenize`` ``{"tokens"}`` -> ``{"content"}``
 - ``POST /apply-template`` ``{"messages", "tools", "add_generation_prompt", "chat_template_kwargs"}``
-  -> ``{"prompt"}``: the model's chat template, rendered as transformers does (bpetok.chat)
+  -> ``{"prompt"}``: the model's chat template, rendered as transformers does (bpetok.apps.chat)
 - ``GET /health`` (and ``/v1/health``) -> ``{"status": "ok"}``
 - ``GET /props`` -> the vocabulary's facts (model, pre, n_tokens, eog ids, bos/eos, ...)
 - ``GET /models`` (and ``/v1/models``) -> the vocabularies served, by name
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import bpetok
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
-from bpetok.server_io import dumps, piece_json
+from bpetok.apps.server_io import dumps, piece_json
 from bpetok.vocab import TokenAttr
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ SMALL_ANSWER_IDS = 8192
 
 _INSTALL_HINT = "pip install 'bpetok[server]'"
 
-log = logging.getLogger("bpetok.server")
+log = logging.getLogger("bpetok.apps.server")
 
 
 # -- errors ------------------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def tokenize_request(tok: bpetok.Tokenizer, data: dict) -> dict:
     ``content`` is a string, or (as llama-server's ``tokenize_mixed`` allows) an array of strings
     and token ids; with ``add_special`` only the first element, if it is a string, gets BOS/EOS.
     (The server writes the same answer compactly, from :func:`tokenize_ids`, with
-    :class:`bpetok.server_io.TokensBody`.)
+    :class:`bpetok.apps.server_io.TokensBody`.)
 
     >>> tokenize_request(tok, {"content": "Hello world"})
     {'tokens': [9707, 1879]}
@@ -383,7 +383,7 @@ def props(tok: bpetok.Tokenizer, model_path: str) -> dict:
     """``GET /props``: the fields of llama-server's that need no model weights (``model_path``,
     ``chat_template``, ``chat_template_tool_use``, ``bos_token``, ``eos_token``, ``modalities``,
     ``build_info``, ``is_sleeping``) plus the vocabulary's facts."""
-    from bpetok.chat import chat_templates
+    from bpetok.apps.chat import chat_templates
 
     vocab = tok.vocabulary
     templates = chat_templates(vocab)
@@ -475,8 +475,8 @@ def create_app(
     from starlette.responses import Response, StreamingResponse
     from starlette.routing import Route
 
-    from bpetok.playground import playground_routes
-    from bpetok.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout
+    from bpetok.apps.playground import playground_routes
+    from bpetok.apps.server_io import CHUNK_BYTES, BytesBody, OutputBudget, PieceFragments, TokensBody, WorkPool, WorkTimeout
 
     if max_body_bytes < 1:
         raise BpetokError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
@@ -696,8 +696,8 @@ def app_from_env() -> Starlette:
     """App factory for uvicorn workers: the model path and limits come from the environment.
 
     ``bpetok serve --workers N`` sets ``BPETOK_SERVE_MODEL`` and the ``BPETOK_SERVE_*`` limits of
-    :data:`ENV_LIMITS` and starts uvicorn with ``bpetok.server:app_from_env`` (``factory=True``); it
-    can be used directly: ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.server:app_from_env``.
+    :data:`ENV_LIMITS` and starts uvicorn with ``bpetok.apps.server:app_from_env`` (``factory=True``); it
+    can be used directly: ``BPETOK_SERVE_MODEL=model.gguf uvicorn --factory bpetok.apps.server:app_from_env``.
     """
     several = os.environ.get(ENV_MODELS)
     path = os.environ.get(ENV_MODEL)
@@ -797,7 +797,7 @@ def _cmd_serve(args) -> int:
     )
     try:
         if args.workers == 1:
-            from bpetok.server_http import run_server
+            from bpetok.apps.server_http import run_server
 
             served = create_app(models, **limits) if len(pairs) > 1 else create_app(tok, model_path=pairs[0][1], **limits)
             run_server(uvicorn.Config(served, **options))
@@ -820,10 +820,10 @@ def _cmd_serve(args) -> int:
 
 
 def _protocol(request_timeout: float, header_timeout: float, write_timeout: float):
-    """uvicorn's h11 protocol with head and write timeouts and a lingering close (bpetok.server_http)."""
+    """uvicorn's h11 protocol with head and write timeouts and a lingering close (bpetok.apps.server_http)."""
     import functools
 
-    from bpetok.server_http import BoundedH11Protocol
+    from bpetok.apps.server_http import BoundedH11Protocol
 
     return functools.partial(
         BoundedH11Protocol,
@@ -898,9 +898,9 @@ def _run_workers(uvicorn, workers: int, options: dict) -> None:
     try:
         from uvicorn.supervisors import Multiprocess
     except ImportError:  # an uvicorn laid out differently: correct, only slower
-        uvicorn.run("bpetok.server:app_from_env", factory=True, workers=workers, **options)
+        uvicorn.run("bpetok.apps.server:app_from_env", factory=True, workers=workers, **options)
         return
-    config = uvicorn.Config("bpetok.server:app_from_env", factory=True, workers=workers, **options)
+    config = uvicorn.Config("bpetok.apps.server:app_from_env", factory=True, workers=workers, **options)
     sock = config.bind_socket()
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -913,7 +913,7 @@ def _run_workers(uvicorn, workers: int, options: dict) -> None:
 @hookimpl
 def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``bpetok serve`` to the CLI (a built-in plugin of the CLI hook)."""
-    from bpetok.cli import positive_int
+    from bpetok.apps.cli import positive_int
 
     p = subparsers.add_parser(
         "serve",

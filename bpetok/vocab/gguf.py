@@ -12,7 +12,7 @@ numpy arrays (copies: nothing refers to the map once the file is closed), or wit
 ``numpy=False`` as ``array.array`` (bool arrays as lists) without importing numpy, which saves
 its ~0.07 s import when loading a vocabulary; nested arrays as lists.
 String arrays, 300k strings in a vocabulary, take a fast path (:meth:`_Cursor.string_array`:
-the compiled ``bpetok._gguf.read_strings`` when it is built, else a ``struct`` layout) checked
+the compiled ``bpetok.vocab._gguf.read_strings`` when it is built, else a ``struct`` layout) checked
 against a plain one-string-at-a-time reference.
 """
 
@@ -311,9 +311,9 @@ class _Cursor:
 
 
 def _compiled_reader():
-    """``bpetok._gguf`` (bpetok/_gguf.c), or None: not built, or ``BPETOK_PURE_PYTHON=1``
+    """``bpetok.vocab._gguf`` (bpetok/vocab/_gguf.c), or None: not built, or ``BPETOK_PURE_PYTHON=1``
     (which runs all of bpetok as pure Python, as it does the BPE engine)."""
-    return compiled_module("bpetok._gguf")
+    return compiled_module("bpetok.vocab._gguf")
 
 
 _SCAN_CHUNK = 1 << 17  # bytes per numpy scan: small enough to read little past an array's end

@@ -35,7 +35,7 @@ def check_scheduler_address(address: str) -> str:
 
 
 class ModelOnWorkers(WorkerPlugin):
-    """The GGUF's bytes on every worker, for :meth:`bpetok.datasets.ModelSource.tokenizer`.
+    """The GGUF's bytes on every worker, for :meth:`bpetok.apps.datasets.ModelSource.tokenizer`.
 
     A worker plugin rather than ``client.scatter``: Dask runs a plugin's ``setup`` again on every
     worker that joins later, a nanny's replacement for a killed worker included, whereas scattered

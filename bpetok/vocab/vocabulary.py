@@ -14,7 +14,7 @@ from itertools import repeat
 from typing import Any
 
 from bpetok.errors import GGUFError, UnsupportedVocabularyError, VocabularyError
-from bpetok.gguf import GGUFValueType, read_gguf
+from bpetok.vocab.gguf import GGUFValueType, read_gguf
 from bpetok.hookspecs import hookimpl
 
 __all__ = ["TokenType", "TokenAttr", "Vocabulary", "SPECIAL_ID_KEYS"]
@@ -160,7 +160,7 @@ class Vocabulary:
 # -- the built-in GGUF loader ------------------------------------------------------------------
 
 
-# The chat templates (read by bpetok.chat): tokenizer.chat_template and tokenizer.chat_template.NAME.
+# The chat templates (read by bpetok.apps.chat): tokenizer.chat_template and tokenizer.chat_template.NAME.
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 
@@ -296,7 +296,7 @@ def load_gguf_vocabulary(path: str) -> Vocabulary:
     if charsmap is not None:
         metadata[CHARSMAP_KEY] = charsmap
     for key, (vtype, _) in gguf.types.items():
-        # Kept as text for bpetok.chat; a template of another type is left out (the tokenizer
+        # Kept as text for bpetok.apps.chat; a template of another type is left out (the tokenizer
         # does not need it, so it is no reason to refuse the file).
         if (key == CHAT_TEMPLATE_KEY or key.startswith(CHAT_TEMPLATE_KEY + ".")) and vtype == GGUFValueType.STRING:
             metadata[key] = gguf.metadata[key].decode("utf-8", "replace")

@@ -24,7 +24,7 @@ Output (``OUTDIR``): ``shard-00000.npy`` (the ids, one flat array, ``uint16`` wh
 vocabulary has at most 65,536 tokens, else ``uint32``) with ``shard-00000.idx.npy`` (``uint64``
 offsets: document ``i`` is ``ids[idx[i]:idx[i + 1]]``), or ``shard-00000.parquet`` (one row per
 document, an ``ids`` column of ``list<uint16>`` or ``list<uint32>``, as the manifest's ``dtype``
-says); and ``manifest.json``; while a run writes there, its lock file (:mod:`bpetok._outdir`).
+says); and ``manifest.json``; while a run writes there, its lock file (:mod:`bpetok.apps._outdir`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from bpetok import _outdir
+from bpetok.apps import _outdir
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
 
@@ -747,7 +747,7 @@ def connect_dask(address: str):
         from dask.distributed import Client
     except ImportError:
         raise BpetokError("--dask needs dask.distributed: pip install 'bpetok[dask]'") from None
-    from bpetok._dask import check_scheduler_address
+    from bpetok.apps._dask import check_scheduler_address
 
     try:
         return Client(check_scheduler_address(address), timeout="20s")
@@ -1052,7 +1052,7 @@ def encode_dataset(
     :param block_bytes: about how much input one task reads (the output does not depend on it).
     :raises BpetokError: unreadable model or input, a bad record with ``on_error="fail"``, an
         output directory holding another run's shards, or being written by another run at the
-        moment (:class:`bpetok._outdir.DirectoryBusy`, naming its pid).
+        moment (:class:`bpetok.apps._outdir.DirectoryBusy`, naming its pid).
     """
     import numpy as np
 
@@ -1147,7 +1147,7 @@ def encode_dataset(
 
         try:
             if client is not None:
-                from bpetok._dask import ModelOnWorkers, result_from_worker
+                from bpetok.apps._dask import ModelOnWorkers, result_from_worker
 
                 plugin = ModelOnWorkers(source.sha256, _read_bytes(model))
                 client.register_plugin(plugin)
@@ -1226,7 +1226,7 @@ def _cmd_encode_dataset(args) -> int:
 @hookimpl
 def bpetok_register_commands(subparsers) -> None:
     """Add ``bpetok encode-dataset`` (a built-in plugin of the CLI hook)."""
-    from bpetok.cli import positive_int
+    from bpetok.apps.cli import positive_int
 
     p = subparsers.add_parser("encode-dataset", help="encode text/JSONL/Parquet files into token-id shards")
     p.add_argument("model", metavar="MODEL.gguf")

@@ -1,6 +1,6 @@
 """A GGUF writer for vocabulary-only files: the key/value section, no tensors.
 
-The sibling of :mod:`bpetok.gguf` (the reader). We write GGUF ourselves rather than with the
+The sibling of :mod:`bpetok.vocab.gguf` (the reader). We write GGUF ourselves rather than with the
 ``gguf`` package's ``GGUFWriter``: a vocab-only file is a header and a list of typed key/values
 (about 80 lines), and keeping it here leaves bpetok with no dependency beyond numpy, writes
 byte-identical files for identical input, and round-trips every value type the reader returns
@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from bpetok.errors import BpetokError
-from bpetok.gguf import _SCALAR, GGUFFile, GGUFValueType
+from bpetok.vocab.gguf import _SCALAR, GGUFFile, GGUFValueType
 
 __all__ = ["write_gguf", "items_of", "GGUF_VERSION", "ALIGNMENT"]
 

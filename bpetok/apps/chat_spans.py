@@ -1,7 +1,7 @@
 """Where message text landed in a rendered chat, for ``apply_chat_template(...,
 parse_special_in_messages=False)``: the spans of the prompt no special token may overlap.
 
-The inputs arrive as plain JSON-like data (bpetok.chat._plain), already rendered once.
+The inputs arrive as plain JSON-like data (bpetok.apps.chat._plain), already rendered once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-/* The hot loop of reading a GGUF vocabulary in C (bpetok/gguf.py is the reference).
+/* The hot loop of reading a GGUF vocabulary in C (bpetok/vocab/gguf.py is the reference).
  *
  * read_strings cuts `count` length-prefixed strings (u64 little-endian length, then the bytes)
  * out of a buffer: the two arrays of a vocabulary, 2 x 150k strings, which a Python loop walks
@@ -77,7 +77,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef gguf_module = {
-    PyModuleDef_HEAD_INIT, "_gguf", "bpetok's compiled GGUF string-array reader (see bpetok/gguf.py).", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "_gguf", "bpetok's compiled GGUF string-array reader (see bpetok/vocab/gguf.py).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__gguf(void)
