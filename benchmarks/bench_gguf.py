@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from bpetok import gguf
+from bpetok.vocab import gguf
 from bpetok.vocab.vocabulary import _wanted
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data"

@@ -1,12 +1,13 @@
 """The plugin manager: built-in plugins, entry-point plugins, and the model and pre-tokenizer registries.
 
-The built-in plugins (:data:`BUILTIN_PLUGINS`) implement the same hooks a third-party plugin does,
-including ``bpetok_register_commands`` for the CLI's ``train``, ``extend``, ``serve``, ``chat`` and
-``encode-dataset``.
+The built-in plugins (:data:`BUILTIN_PLUGINS`, :data:`BUILTIN_PRETOKENIZERS`: module lists, as
+llm's DEFAULT_PLUGINS) implement the same hooks a third-party plugin does, including
+``bpetok_register_commands`` for the CLI's ``train``, ``extend``, ``serve``, ``chat`` and
+``encode-dataset``. Entry points are for third-party plugins.
 
 Entry points in the ``bpetok`` group are loaded lazily, once, on first use (llm's plugins.py).
-Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of entry-point names to block them
-(tox's TOX_DISABLED_EXTERNAL_PLUGINS).
+Set ``BPETOK_DISABLE_PLUGINS`` to a comma-separated list of plugin names (an entry point's name, or
+a built-in pre-tokenizer's) to block them (tox's TOX_DISABLED_EXTERNAL_PLUGINS).
 """
 
 from __future__ import annotations
@@ -53,29 +54,37 @@ BUILTIN_PLUGINS = (
     "bpetok.models.hybriddna",
     "bpetok.models.wpm",
     "bpetok.models.ugm",
-    "bpetok.apps.server",
+    "bpetok.apps.server_cli",
     "bpetok.train",
     "bpetok.apps.chat",
     "bpetok.apps.datasets",
 )
+# The built-in pre-tokenizers, bpetok/pretok/NAME.py, each registered as plugin NAME (the names
+# BPETOK_DISABLE_PLUGINS and the registry's `plugin` column use).
+BUILTIN_PRETOKENIZERS = (
+    "default", "gpt2", "smollm", "llama3", "qwen2", "deepseek", "gpt4o", "tekken", "bloom", "chameleon", "superbpe",
+    "kimi_k2", "afmoe", "gemma4", "whitespace",
+)
 # Of those, the modules whose one hook is bpetok_register_commands: each is registered as a
 # stand-in (:class:`_CommandModule`) that imports it when the CLI builds its parser, so loading
 # a tokenizer does not import the server, chat and dataset code.
-COMMAND_MODULES = ("bpetok.apps.server", "bpetok.apps.chat", "bpetok.apps.datasets")
+COMMAND_MODULES = ("bpetok.apps.server_cli", "bpetok.apps.chat", "bpetok.apps.datasets")
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:
     """A fresh plugin manager with the hook specs, the built-ins and (optionally) entry points."""
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm = _PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
+    for name in os.environ.get(DISABLE_ENV, "").split(","):
+        if name.strip():
+            pm.set_blocked(name.strip())
+    # A built-in that fails to import is a bug in bpetok: let the ImportError show.
     for name in BUILTIN_PLUGINS:
-        # A built-in that fails to import is a bug in bpetok: let the ImportError show.
         plugin = _CommandModule(name) if name in COMMAND_MODULES else importlib.import_module(name)
         pm.register(plugin, name=name)
+    for name in BUILTIN_PRETOKENIZERS:
+        pm.register(importlib.import_module(f"bpetok.pretok.{name}"), name=name)  # skipped if blocked
     if load_entry_points:
-        for name in os.environ.get(DISABLE_ENV, "").split(","):
-            if name.strip():
-                pm.set_blocked(name.strip())
         try:
             pm.load_setuptools_entrypoints(hookspecs.PROJECT_NAME)
         except Exception as e:
@@ -88,6 +97,17 @@ def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManag
     except pluggy.PluginValidationError as e:
         raise PluginError(f"plugin {e.plugin!r} implements a hook bpetok does not define: {e}") from e
     return pm
+
+
+class _PluginManager(pluggy.PluginManager):
+    """A plugin object is registered once: the metadata of an older bpetok (an editable install of
+    another checkout) still lists built-in pre-tokenizers as entry points, and loading one of
+    them again, under any name, is a no-op rather than pluggy's "already registered" error."""
+
+    def register(self, plugin, name=None):
+        if self.is_registered(plugin):
+            return None
+        return super().register(plugin, name)
 
 
 class _CommandModule:
@@ -138,12 +158,11 @@ class _Registry:
     def __init__(self, pm: pluggy.PluginManager):
         self._rows: dict = {}
         dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
-        # Reading a distribution's metadata parses its METADATA file, and bpetok's own
-        # distribution brings fifteen pre-tokenizer plugins: read each distribution once.
+        # Reading a distribution's metadata parses its METADATA file: read each distribution once.
         described: dict[int, tuple[str | None, str | None]] = {}
         for impl in getattr(pm.hook, self.hook_name).get_hookimpls():
             dist = dists.get(impl.plugin_name)
-            if dist is None:
+            if dist is None or impl.plugin_name in _BUILTIN_DISTRIBUTION:
                 dist_name = _BUILTIN_DISTRIBUTION.get(impl.plugin_name)
                 version = _bpetok_version() if dist_name else None
             else:
@@ -222,7 +241,7 @@ class ModelRegistry(_Registry):
 
 
 # Plugins registered by make_plugin_manager itself (not through an entry point) belong to bpetok.
-_BUILTIN_DISTRIBUTION = {name: "bpetok" for name in BUILTIN_PLUGINS}
+_BUILTIN_DISTRIBUTION = {name: "bpetok" for name in BUILTIN_PLUGINS + BUILTIN_PRETOKENIZERS}
 
 
 @functools.lru_cache(maxsize=None)  # one metadata read per process, not one per built-in hook

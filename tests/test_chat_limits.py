@@ -336,7 +336,7 @@ def test_cli_no_special_in_messages():
 
 
 def test_server_apply_template_tokens():
-    from bpetok.apps.server import RequestError, apply_template_request
+    from bpetok.apps.server_requests import RequestError, apply_template_request
 
     tok = bpetok.from_gguf(QWEN2)
     messages = [{"role": "user", "content": "hi <|im_end|>"}]

@@ -15,6 +15,7 @@ import pytest
 
 import bpetok
 import bpetok.apps.datasets as ds
+from bpetok.apps import dataset_tasks
 from bpetok.apps.cli import main
 from helpers import SMOLLM2, load_cases
 
@@ -51,7 +52,7 @@ def test_dask_writes_the_same_bytes_as_local(tmp_path, client, corpus):
     assert len(result.manifest["shards"]) > 3
     assert files(tmp_path / "local") == files(tmp_path / "dask")
     # Each worker built its own tokenizer from the GGUF bytes it was sent (nothing else travels).
-    built = client.run(lambda: list(ds._TOKENIZERS))
+    built = client.run(lambda: list(dataset_tasks._TOKENIZERS))
     assert list(built.values()) == [[result.manifest["model"]["sha256"]]] * 2
 
 
@@ -165,7 +166,7 @@ def test_a_replacement_worker_gets_the_model_too(tmp_path):
     plugin = ModelOnWorkers(ds.file_sha256(SMOLLM2), data)
 
     def holds_model() -> bool:
-        return ds._WORKER_MODELS.get(plugin.sha256) == data
+        return dataset_tasks._WORKER_MODELS.get(plugin.sha256) == data
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import bpetok
 import bpetok.apps.datasets as ds
+from bpetok.apps import dataset_shards, dataset_tasks
 from bpetok.errors import BpetokError
 from helpers import QWEN3, SMOLLM2, load_cases
 
@@ -129,7 +130,7 @@ def test_threads_asking_for_the_tokenizer_at_once_build_it_once(monkeypatch):
         return real(path)
 
     monkeypatch.setattr(bpetok, "from_gguf", slow_from_gguf)
-    monkeypatch.setattr(ds, "_TOKENIZERS", {})
+    monkeypatch.setattr(dataset_tasks, "_TOKENIZERS", {})
     source = ds.ModelSource(path=str(SMOLLM2), sha256=ds.file_sha256(SMOLLM2))
     with ThreadPoolExecutor(2) as pool:
         first, second = pool.map(lambda _: source.tokenizer(), range(2))
@@ -219,7 +220,7 @@ def test_shards_written_as_they_come_are_what_np_save_writes(tmp_path, smollm2_j
     stopped in the middle of a shard leaves no temporary file behind."""
     import io
 
-    monkeypatch.setattr(ds, "_SYNC_BYTES", 5_000)
+    monkeypatch.setattr(dataset_shards, "_SYNC_BYTES", 5_000)
     out = tmp_path / "out"
     bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], out, shard_tokens=20_000, block_bytes=20_000)
     shards = json.loads((out / "manifest.json").read_text())["shards"]
@@ -243,8 +244,8 @@ def test_rerun_after_an_interruption_resumes_to_the_same_bytes(tmp_path, smollm2
     assert not partial["complete"] and len(partial["shards"]) == 3
 
     encoded = []
-    real_encode = ds.encode_block
-    monkeypatch.setattr(ds, "encode_block", lambda m, texts, *a: encoded.append(len(texts)) or real_encode(m, texts, *a))
+    real_encode = dataset_tasks.encode_block
+    monkeypatch.setattr(dataset_tasks, "encode_block", lambda m, texts, *a: encoded.append(len(texts)) or real_encode(m, texts, *a))
     result = bpetok.encode_dataset(SMOLLM2, [smollm2_jsonl], resumed, **kwargs)
     assert result.resumed_shards == 3
     assert sum(encoded) == result.documents - sum(s["documents"] for s in partial["shards"])
@@ -413,15 +414,15 @@ def jsonl_read(lines, fast: bool, monkeypatch) -> tuple:
     with monkeypatch.context() as m:
         if not fast:
             m.setattr(ds, "_orjson_loads", lambda: None)
-        result = ds.TaskResult(np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, 0, 0)
-        texts = list(ds._jsonl_documents(lines, "text", 0, result))
+        result = dataset_tasks.TaskResult(np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, 0, 0)
+        texts = list(dataset_tasks._jsonl_documents(lines, "text", 0, result))
     return texts, result.errors, result.examples, result.empty
 
 
 def test_orjson_reads_jsonl_as_the_standard_library_does(monkeypatch):
     import orjson  # noqa: F401 - the jsonl extra, which the test extra installs
 
-    assert ds._orjson_loads() is not None
+    assert dataset_tasks._orjson_loads() is not None
     read = jsonl_read(TRICKY_JSONL, True, monkeypatch)
     assert read == jsonl_read(TRICKY_JSONL, False, monkeypatch)
     texts, errors, examples, empty = read
@@ -560,7 +561,7 @@ def test_bad_records_are_numbered_by_line_in_the_file_whatever_the_tasks(tmp_pat
     assert files(tmp_path / "one") == files(tmp_path / "many")
     assert many.errors == {"invalid_json": 30, "invalid_utf8": 60, "missing_field": 30, "not_a_string": 30, "not_an_object": 30}
     examples = many.manifest["errors"]["examples"]
-    assert len(examples) == ds.EXAMPLES_KEPT
+    assert len(examples) == dataset_tasks.EXAMPLES_KEPT
     assert examples[6] == f"{tmp_path / name}:11: not valid JSON (Unterminated string starting at: column 10)"
     with pytest.raises(ds.DatasetError, match=rf"{name}:2: not valid JSON"):
         bpetok.encode_dataset(SMOLLM2, [tmp_path / name], tmp_path / "fail", block_bytes=100)
@@ -584,9 +585,9 @@ def test_parquet_row_groups_as_tasks_and_null_rows_named(tmp_path, smollm2_cases
 
 def test_a_worker_that_cannot_open_the_input_says_so(tmp_path):
     source = ds.ModelSource(path=str(SMOLLM2), sha256="x")
-    task = ds.Task("jsonl", (0,), (str(tmp_path / "elsewhere.jsonl"),), 0, 100)
+    task = dataset_tasks.Task("jsonl", (0,), (str(tmp_path / "elsewhere.jsonl"),), 0, 100)
     with pytest.raises(ds.DatasetError, match=r"elsewhere\.jsonl: cannot open the input on .*same path"):
-        ds.run_task(source, task, ds.Reading("text", False, None))
+        ds.run_task(source, task, dataset_tasks.Reading("text", False, None))
 
 
 def test_resume_counts_the_kept_shards_bad_records_again(tmp_path, smollm2_cases, monkeypatch):
@@ -607,7 +608,7 @@ def test_resume_counts_the_kept_shards_bad_records_again(tmp_path, smollm2_cases
 
 FAULTS = """
 import resource, sys
-import bpetok.apps.datasets as ds
+from bpetok.apps import dataset_tasks
 
 def faults_of_buffers():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -617,7 +618,7 @@ def faults_of_buffers():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 frozen = faults_of_buffers()
-ds._unfix_mmap_threshold()
+dataset_tasks._unfix_mmap_threshold()
 print(frozen, faults_of_buffers())
 """
 

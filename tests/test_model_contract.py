@@ -128,7 +128,7 @@ def test_a_model_of_only_the_abstract_methods_gets_every_api(toy_gguf, toy_plugi
     assert tok.apply_chat_template(messages, add_generation_prompt=True) == prompt
     assert tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True) == expected_ids(prompt)
 
-    from bpetok.apps.server import tokenize_request
+    from bpetok.apps.server_requests import tokenize_request
 
     assert tokenize_request(tok, {"content": words[1]}) == {"tokens": expected_ids(words[1])}
     assert tokenize_request(tok, {"content": [words[2], 7]}) == {"tokens": expected_ids(words[2]) + [7]}

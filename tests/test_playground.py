@@ -75,7 +75,7 @@ def test_tokenize_with_offsets(server):
     assert [t["partial"] for t in tokens] == found.partial
     assert [t["special"] for t in tokens] == [False] * (len(tokens) - 1) + [True]
     assert tokens[0]["piece"] == "Hi"
-    from bpetok.apps.server import tokenize_request
+    from bpetok.apps.server_requests import tokenize_request
 
     assert tokenize_request(bpetok.from_gguf(QWEN3), {"content": text, "with_offsets": True, "with_pieces": True}) == {"tokens": tokens}
     status, _, answer = request(server.port, "POST", "/tokenize", {"content": ["a", 1], "with_offsets": True})

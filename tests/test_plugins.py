@@ -16,17 +16,13 @@ from bpetok.plugins import DISABLE_ENV, PreTokenizerRegistry, make_plugin_manage
 from bpetok.models import TokenizerModel
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.pretok import qwen2 as qwen2_plugin
-from bpetok.pretok import smollm as smollm_plugin
 from helpers import LLAMA_TESTS, QWEN3, SMOLLM2, gguf_with_pre
 
 
 @pytest.fixture
 def pm():
-    """A fresh manager with the built-ins and the two bundled pre-tokenizers, no entry points."""
-    pm = make_plugin_manager(load_entry_points=False)
-    pm.register(qwen2_plugin, name="qwen2")
-    pm.register(smollm_plugin, name="smollm")
-    return pm
+    """A fresh manager with the built-ins (models, pre-tokenizers, commands), no entry points."""
+    return make_plugin_manager(load_entry_points=False)
 
 
 @pytest.fixture
@@ -386,7 +382,28 @@ def test_entry_point_discovery_with_a_faked_distribution(monkeypatch):
     registry = PreTokenizerRegistry(make_plugin_manager())
     row = registry.get("gpt2", "words")
     assert (row.spec.plugin, row.distribution, row.version) == ("words", "bpetok-words", "1.2.3")
-    assert registry.get("gpt2", "qwen2") is None  # only what the (faked) environment declares
+    assert registry.get("gpt2", "qwen2").spec.plugin == "qwen2"  # a built-in, with no entry point
+
+
+def test_a_builtin_listed_again_as_an_entry_point_loads_once(monkeypatch):
+    """An older bpetok's metadata (an editable install of another checkout) still lists built-in
+    pre-tokenizers in the entry-point group, under their own name or another: each is one plugin,
+    bpetok's, and its keys are registered once (no "registered by both" error)."""
+    old = FakeDistribution("bpetok", "0.0.1", [FakeEntryPoint("qwen2", qwen2_plugin), FakeEntryPoint("renamed", qwen2_plugin),
+                                               FakeEntryPoint("words", _fake_plugin_module())])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [old])
+    pm = make_plugin_manager()
+    assert pm.get_name(qwen2_plugin) == "qwen2" and pm.get_plugin("renamed") is None
+    registry = PreTokenizerRegistry(pm)
+    row = registry.get("gpt2", "qwen2")
+    assert (row.spec.plugin, row.distribution, row.version) == ("qwen2", "bpetok", bpetok.plugins._bpetok_version())
+    assert registry.get("gpt2", "words").distribution == "bpetok"  # a third-party entry point of that distribution
+
+
+def test_a_builtin_pretokenizer_can_be_blocked(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "smollm")
+    registry = PreTokenizerRegistry(make_plugin_manager(load_entry_points=False))
+    assert registry.get("gpt2", "smollm") is None and registry.get("gpt2", "qwen2") is not None
 
 
 def test_blocked_plugin_is_not_loaded(monkeypatch):
@@ -407,15 +424,23 @@ def test_broken_plugin_is_a_plugin_error(monkeypatch):
         make_plugin_manager()
 
 
-def test_builtin_pretokenizers_come_from_bpetok_s_own_entry_points():
-    """The installed bpetok declares qwen2 and smollm in its entry-point group (pyproject.toml)."""
-    eps = importlib.metadata.distribution("bpetok").entry_points
-    declared = {ep.name: ep.value for ep in eps if ep.group == "bpetok"}
-    families = ("default", "gpt2", "smollm", "llama3", "qwen2", "deepseek", "gpt4o", "tekken", "bloom", "chameleon",
-                "superbpe", "kimi_k2", "afmoe", "gemma4", "whitespace")
-    assert declared == {name: f"bpetok.pretok.{name}" for name in families}
-    row = PreTokenizerRegistry(make_plugin_manager()).get("gpt2", "qwen2")
-    assert (row.distribution, row.version) == ("bpetok", importlib.metadata.version("bpetok"))
+def test_builtin_pretokenizers_come_from_the_module_list_not_entry_points(monkeypatch):
+    """Every module of bpetok/pretok/ with a pre-tokenizer hook is in BUILTIN_PRETOKENIZERS and
+    loads with no entry point at all; bpetok's pyproject.toml declares none (they are for third parties)."""
+    import pathlib
+
+    from bpetok.plugins import BUILTIN_PRETOKENIZERS
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    with_hook = sorted(p.stem for p in (root / "bpetok" / "pretok").glob("*.py")
+                       if "def bpetok_register_pretokenizers" in p.read_text(encoding="utf-8"))
+    assert sorted(BUILTIN_PRETOKENIZERS) == with_hook
+    assert "\n[project.entry-points.bpetok]" not in (root / "pyproject.toml").read_text(encoding="utf-8")
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [])
+    registry = PreTokenizerRegistry(make_plugin_manager())
+    assert {registry.get(m, p).spec.plugin for m, p in registry.keys()} == set(BUILTIN_PRETOKENIZERS)
+    row = registry.get("gpt2", "qwen2")
+    assert (row.distribution, row.version) == ("bpetok", bpetok.plugins._bpetok_version())
 
 
 # -- bpetok_register_commands ------------------------------------------------------------------
@@ -450,9 +475,9 @@ def test_builtin_commands_arrive_through_the_hook(pm):
 
     assert {"train", "extend", "serve", "encode-dataset"} <= _subcommands(build_parser(pm))
     names = {name for name, _ in pm.list_name_plugin()}
-    assert {"bpetok.train", "bpetok.apps.server", "bpetok.apps.datasets"} <= names
+    assert {"bpetok.train", "bpetok.apps.server_cli", "bpetok.apps.datasets"} <= names
     impls = pm.hook.bpetok_register_commands.get_hookimpls()
-    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.apps.server", "bpetok.apps.datasets"}
+    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.apps.server_cli", "bpetok.apps.datasets"}
 
 
 def test_a_command_module_that_fails_to_import_is_shown_not_skipped(monkeypatch):
@@ -465,7 +490,8 @@ def test_a_command_module_that_fails_to_import_is_shown_not_skipped(monkeypatch)
 
 
 def test_a_command_plugin_that_fails_to_load_is_reported_by_the_cli(monkeypatch, capsys):
-    from bpetok import cli, plugins
+    from bpetok import plugins
+    from bpetok.apps import cli
 
     class Broken(FakeEntryPoint):
         def load(self):

@@ -516,7 +516,7 @@ def test_port_in_use_is_a_one_line_error(workers):
 
 
 def test_default_body_limit_is_documented():
-    from bpetok import server
+    from bpetok.apps import server
 
     assert server.DEFAULT_MAX_BODY_BYTES == 4 * 1024 * 1024
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "server.md"), encoding="utf-8") as f:
@@ -625,7 +625,7 @@ def test_apply_template_without_a_template_is_400(port):
 
 def test_apply_template_failure_names_the_line():
     # a conversation the template refuses: the template's own message, with its line
-    from bpetok.apps.server import apply_template_request
+    from bpetok.apps.server_requests import apply_template_request
 
     qwen2 = bpetok.from_gguf(os.path.join(os.path.dirname(__file__), "data", "llama.cpp-tests", "ggml-vocab-qwen2.gguf.gz"))
     messages = [

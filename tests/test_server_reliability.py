@@ -18,7 +18,7 @@ import time
 import pytest
 
 import bpetok
-from bpetok.apps.server import props, tokenize_request
+from bpetok.apps.server_requests import props, tokenize_request
 from bpetok.apps.server_io import PieceFragments, TokensBody, dumps
 from helpers import LLAMA_TESTS, QWEN3
 import test_server

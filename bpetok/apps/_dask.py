@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from bpetok import datasets
+from bpetok.apps import dataset_tasks
 from bpetok.errors import BpetokError
 
 def check_scheduler_address(address: str) -> str:
@@ -49,10 +49,10 @@ class ModelOnWorkers(WorkerPlugin):
         self.data = data
 
     def setup(self, worker) -> None:
-        datasets._WORKER_MODELS[self.sha256] = self.data
+        dataset_tasks._WORKER_MODELS[self.sha256] = self.data
 
     def teardown(self, worker) -> None:
-        datasets._WORKER_MODELS.pop(self.sha256, None)
+        dataset_tasks._WORKER_MODELS.pop(self.sha256, None)
 
 
 def result_from_worker(client):

@@ -28,7 +28,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from bpetok import chat_limits
+from bpetok.apps import chat_limits
 from bpetok.apps.chat_limits import DEFAULT_LIMITS, ChatLimits, LimitExceeded, check_nesting
 from bpetok.errors import BpetokError, ChatTemplateError
 from bpetok.hookspecs import hookimpl

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from bpetok import GGUFError, VocabularyError, gguf
+from bpetok import GGUFError, VocabularyError
+from bpetok.vocab import gguf
 
 __all__ = ["MAX_JSON_VALUES", "load_json", "describe", "count", "bad", "key_of", "section", "array", "flag", "text_of", "token_id"]
 
