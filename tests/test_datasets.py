@@ -413,7 +413,7 @@ TRICKY_JSONL = BAD_JSONL.split(b"\n")[:-1] + [
 def jsonl_read(lines, fast: bool, monkeypatch) -> tuple:
     with monkeypatch.context() as m:
         if not fast:
-            m.setattr(ds, "_orjson_loads", lambda: None)
+            m.setattr(dataset_tasks, "_orjson_loads", lambda: None)
         result = dataset_tasks.TaskResult(np.zeros(0, np.uint32), np.zeros(0, np.int64), 0, 0, 0)
         texts = list(dataset_tasks._jsonl_documents(lines, "text", 0, result))
     return texts, result.errors, result.examples, result.empty
