@@ -35,9 +35,8 @@ A model whose pieces are not the text's bytes supplies its own alignment: a meth
 
 from __future__ import annotations
 
-import re
 import weakref
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -56,6 +55,16 @@ _ASCII_SPACE = b" \t\n\v\f\r"  # C isspace: what LSTRIP/RSTRIP strip (bpetok.spe
 
 class OffsetsError(BpetokError):
     """The tokens' pieces are not the text's bytes, so their spans cannot be derived exactly."""
+
+
+def refuse_offsets(tok: Tokenizer, why: str):
+    """Raise the :class:`OffsetsError` of a model that cannot give exact spans, saying ``why``
+    (a model's ``token_offsets`` calls it)."""
+    vocab = tok.vocabulary
+    raise OffsetsError(
+        f"{vocab.path}: bpetok gives no token offsets for a {vocab.model} model: {why}; "
+        "use encode() without offsets for this vocabulary"
+    )
 
 
 class TokenOffsets:
@@ -340,19 +349,28 @@ def _pieces_are_the_text(t: _Tables, data: bytes, body, specials: list[int], sta
 
 
 def offsets_by_walk(
-    tok: Tokenizer, text: str, ids: Sequence[int], *, add_special: bool = False, gaps: re.Pattern[bytes] | None = None
+    tok: Tokenizer,
+    text: str,
+    ids: Sequence[int],
+    *,
+    add_special: bool = False,
+    gap: Callable[[bytes, int], int] | None = None,
+    spelling: Callable[[int], bytes] | None = None,
 ) -> TokenOffsets:
     """The spans of ``ids`` token by token, each piece compared with the text's next bytes: the
-    readable twin of the fast path, and what a model with gaps in its pieces uses (``gaps``: text
-    the model drops between tokens, tried where the next piece is not next in the text)."""
-    return _Walk(tok, text, gaps).run(list(ids), add_special)
+    readable twin of the fast path, and what a model with gaps uses. ``gap(data, at)``: where
+    text the model dropped at byte ``at`` ends (``at``: none there), tried where the next piece is
+    not next in the text. ``spelling``: the
+    bytes an ordinary token matched in the text, where that is not its piece."""
+    return _Walk(tok, text, gap, spelling).run(list(ids), add_special)
 
 
 class _Walk:
     """One pass over the ids against the text's bytes."""
 
-    def __init__(self, tok: Tokenizer, text: str, gaps: re.Pattern[bytes] | None):
-        self.tok, self.t, self.gaps = tok, _tables(tok), gaps
+    def __init__(self, tok: Tokenizer, text: str, gap: Callable[[bytes, int], int] | None, spelling: Callable[[int], bytes] | None):
+        self.tok, self.t, self.gap = tok, _tables(tok), gap
+        self.spelling = spelling if spelling is not None else self.t.pieces.__getitem__
         self.data = text.encode("utf-8", "surrogatepass")
         self.pos = 0  # bytes of the text accounted for
         self.chars = 0  # characters before self.pos
@@ -391,7 +409,7 @@ class _Walk:
             self.partial.append(False)
 
     def _ordinary(self, token_id: int, at_start: bool) -> None:
-        data, piece = self.data, self.t.pieces[token_id]
+        data, piece = self.data, self.spelling(token_id)
         if self.tok.model.add_space_prefix and at_start:
             if piece[:1] != b" ":
                 self._fail(f"token {token_id} {piece!r} at byte {self.pos} lacks the space the model adds in front")
@@ -399,7 +417,7 @@ class _Walk:
         self._skip_gap(piece)
         start, end = self.pos, self.pos + len(piece)
         if data[start:end] != piece:
-            self._fail(f"token {token_id} {self.t.pieces[token_id]!r} is not the text's bytes at byte {start}")
+            self._fail(f"token {token_id} {self.spelling(token_id)!r} is not the text's bytes at byte {start}")
         starts_mid = bool(piece) and _is_continuation(piece[0])
         ends_mid = end < len(data) and _is_continuation(data[end])
         chars = self.chars + _characters_in(piece)
@@ -429,16 +447,16 @@ class _Walk:
 
     def _skip_gap(self, expected: bytes | None) -> None:
         """Step over text with no token (bytes llama.cpp dropped, which no token holds alone;
-        what the model drops: ``gaps``) until ``expected`` is next (None: the text's end)."""
+        what the model drops: ``gap``) until ``expected`` is next (None: the text's end)."""
         data, at = self.data, self.pos
 
         def found(at: int) -> bool:
             return at == len(data) if expected is None else data.startswith(expected, at)
 
         while not found(at) and at < len(data):
-            gap = self.gaps.match(data, at) if self.gaps is not None else None
-            if gap is not None and gap.end() > at:
-                at = gap.end()
+            gap_end = self.gap(data, at) if self.gap is not None else at
+            if gap_end > at:
+                at = gap_end
             elif data[at] in self.t.droppable:
                 at += 1
             else:

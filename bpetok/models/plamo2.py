@@ -69,6 +69,7 @@ class Plamo2Model(CachingModel):
 
     emits_special_tokens = False  # llama.cpp's plamo2 branch of tokenize drops them
     may_add_eos = False  # and adds BOS only (when tokenizer.ggml.add_bos_token says so)
+    _special_gaps: re.Pattern[bytes] | None = None  # what token_offsets skips: the special tokens' texts
 
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
@@ -215,6 +216,21 @@ class Plamo2Model(CachingModel):
     def normal_piece(self, text: bytes) -> bytes:
         """A NORMAL token's bytes: its text as stored (PLaMo's pieces hold real spaces)."""
         return text
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """Spans with a gap where a special token's text was (llama.cpp's plamo2 drops them)."""
+        from bpetok.offsets import offsets_by_walk
+
+        if self._special_gaps is None:
+            attrs, special = tok.vocabulary.attrs, TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+            texts = sorted({tok.piece(i) for i in range(tok.n_tokens) if attrs[i] & special} - {b""}, key=len, reverse=True)
+            self._special_gaps = re.compile(b"|".join(map(re.escape, texts))) if texts else re.compile(b"(?!)")
+        return offsets_by_walk(tok, text, ids, add_special=add_special, gap=self.special_gap)
+
+    def special_gap(self, data: bytes, at: int) -> int:
+        """Where a special token's text at byte ``at`` ends (``at``: none there): what token_offsets skips."""
+        found = self._special_gaps.match(data, at)  # type: ignore[union-attr]  # set by token_offsets
+        return found.end() if found else at
 
 
 @hookimpl

@@ -18,10 +18,12 @@ from bpetok.errors import UnsupportedVocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec, TokenizerModel
 from bpetok.pretok.unicode_data import WHITESPACE
+from bpetok.vocab import TokenAttr
 
 __all__ = ["Gpt2Runs", "Gpt2RunsModel", "WhitespaceModel"]
 
 _WHITESPACE_RUNS = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(WHITESPACE)) + "]+")
+_WHITESPACE_UTF8 = re.compile(b"(?:" + b"|".join(re.escape(chr(c).encode()) for c in sorted(WHITESPACE)) + b")+")
 
 
 class Gpt2Runs:
@@ -92,6 +94,32 @@ class WhitespaceModel(Gpt2RunsModel):
         """:meth:`encode_fragment` by the gpt2 model's reference merge."""
         encode = self.runs.encode_reference
         return [i for run in _WHITESPACE_RUNS.split(text) if run for i in encode(run)]
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """Spans with a gap where the dropped whitespace was (no token holds whitespace). Over raw
+        UTF-8 a NORMAL token matched its stored text, which its piece (read through GPT-2's
+        alphabet) need not be."""
+        from bpetok.offsets import offsets_by_walk
+
+        tokens, attrs = tok.vocabulary.tokens, tok.vocabulary.attrs
+        raw = not getattr(self.runs.spec, "byte_encode", True) and not getattr(self.runs.spec, "escape_whitespaces", False)
+
+        def spelling(token_id: int) -> bytes:
+            return tokens[token_id] if raw and attrs[token_id] & TokenAttr.NORMAL else tok.piece(token_id)
+
+        index = tok.vocabulary.token_index()
+
+        def gap(data: bytes, at: int) -> int:
+            """Whitespace, or over raw UTF-8 a character that is no token (llama.cpp drops it)."""
+            found = _WHITESPACE_UTF8.match(data, at)
+            if found:
+                return found.end()
+            end = at + 1
+            while end < len(data) and 0x80 <= data[end] < 0xC0:
+                end += 1
+            return end if raw and data[at:end] not in index else at
+
+        return offsets_by_walk(tok, text, ids, add_special=add_special, gap=gap, spelling=spelling)
 
 
 @hookimpl
