@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 
 from bpetok.errors import BpetokError
-from bpetok.models.base import TokenizerModel
+from bpetok.models.base import TokenizerModel, gc_paused
 from bpetok.vocab import TokenAttr
 
 if TYPE_CHECKING:
@@ -93,12 +93,13 @@ class TokenOffsets:
     def _as_lists(self) -> tuple:
         if self._lists is None:
             ids, byte_starts, byte_ends, char_starts, char_ends, partial = self._columns  # type: ignore[misc]
-            self._lists = (
-                ids.tolist(),
-                list(zip(char_starts.tolist(), char_ends.tolist())),
-                list(zip(byte_starts.tolist(), byte_ends.tolist())),
-                partial.tolist(),
-            )
+            with gc_paused():  # a tuple per token, which all live on: a collection would only rescan them
+                self._lists = (
+                    ids.tolist(),
+                    list(zip(char_starts.tolist(), char_ends.tolist())),
+                    list(zip(byte_starts.tolist(), byte_ends.tolist())),
+                    partial.tolist(),
+                )
         return self._lists
 
     def _as_arrays(self) -> tuple:
@@ -211,11 +212,13 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
     """``tok.encode(text, ...)`` with each token's character and byte span (see the module's conventions)."""
     if not isinstance(text, str):
         raise TypeError(f"encode_with_offsets() takes a str, not {type(text).__name__}")
-    if _own_alignment(tok):
-        ids = tok.encode(text, parse_special=parse_special, add_special=add_special)
-        return offsets_of_ids(tok, text, ids, add_special=add_special)
     body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
-    return _offsets_of_own_ids(tok, text, body, _added(tok, add_special))
+    added = _added(tok, add_special)
+    if _own_alignment(tok):
+        custom = tok.model.token_offsets(tok, text, added[0] + body.tolist() + added[1], add_special)
+        if custom is not None:
+            return custom
+    return _offsets_of_own_ids(tok, text, body, added)
 
 
 def encode_batch_with_offsets(
@@ -223,12 +226,14 @@ def encode_batch_with_offsets(
 ) -> list[TokenOffsets]:
     """:meth:`bpetok.Tokenizer.encode_batch` (on ``workers`` threads) with every text's spans."""
     texts = list(texts)
-    if _own_alignment(tok):
-        batch = tok.encode_batch(texts, parse_special=parse_special, workers=workers)
-        return [offsets_of_ids(tok, text, ids) for text, ids in zip(texts, batch)]
     ids, bounds = tok.encode_batch_to_numpy(texts, parse_special=parse_special, workers=workers)
     bounds = bounds.tolist()
-    return [_offsets_of_own_ids(tok, text, ids[bounds[i] : bounds[i + 1]], ([], [])) for i, text in enumerate(texts)]
+    found = []
+    for i, text in enumerate(texts):
+        body = ids[bounds[i] : bounds[i + 1]]
+        custom = tok.model.token_offsets(tok, text, body.tolist(), False) if _own_alignment(tok) else None
+        found.append(custom if custom is not None else _offsets_of_own_ids(tok, text, body, ([], [])))
+    return found
 
 
 def offsets_of_ids(tok: Tokenizer, text: str, ids: Sequence[int], *, add_special: bool = False) -> TokenOffsets:

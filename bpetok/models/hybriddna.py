@@ -95,7 +95,7 @@ class HybridDnaModel(Gpt2RunsModel):
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """None (bpetok.offsets' own spans: the tokens spell the text) unless the ids hold k-mers,
         which have no exact spans here."""
-        if self.kmer_ids.isdisjoint(ids):
+        if not self.dna or _OPEN not in text or self.kmer_ids.isdisjoint(ids):
             return None
         from bpetok.offsets import refuse_offsets
 

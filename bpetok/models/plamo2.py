@@ -70,6 +70,7 @@ class Plamo2Model(CachingModel):
     emits_special_tokens = False  # llama.cpp's plamo2 branch of tokenize drops them
     may_add_eos = False  # and adds BOS only (when tokenizer.ggml.add_bos_token says so)
     _special_gaps: re.Pattern[bytes] | None = None  # what token_offsets skips: the special tokens' texts
+    _special_texts: list[str] = []
 
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
@@ -224,7 +225,10 @@ class Plamo2Model(CachingModel):
         if self._special_gaps is None:
             attrs, special = tok.vocabulary.attrs, TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
             texts = sorted({tok.piece(i) for i in range(tok.n_tokens) if attrs[i] & special} - {b""}, key=len, reverse=True)
+            self._special_texts = [t.decode("utf-8", "surrogatepass") for t in texts]
             self._special_gaps = re.compile(b"|".join(map(re.escape, texts))) if texts else re.compile(b"(?!)")
+        if not any(t in text for t in self._special_texts):
+            return None  # nothing dropped: bpetok.offsets' own spans
         return offsets_by_walk(tok, text, ids, add_special=add_special, gap=self.special_gap)
 
     def special_gap(self, data: bytes, at: int) -> int:
