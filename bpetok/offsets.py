@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 
 from bpetok.errors import BpetokError
-from bpetok.models.base import TokenizerModel, gc_paused
+from bpetok.models.base import gc_paused
 from bpetok.vocab import TokenAttr
 
 if TYPE_CHECKING:
@@ -196,9 +196,9 @@ def _tables(tok: Tokenizer) -> _Tables:
     return found
 
 
-def _own_alignment(tok: Tokenizer) -> bool:
-    """Whether the model overrides :meth:`TokenizerModel.token_offsets` (it normalizes, drops text...)."""
-    return getattr(tok.model.token_offsets, "__func__", None) is not TokenizerModel.token_offsets
+def _own_alignment(tok: Tokenizer, text: str) -> bool:
+    """Whether the model's ``token_offsets`` gives this text's spans (it normalizes, drops text...)."""
+    return tok.model.aligns_offsets(text)
 
 
 def _added(tok: Tokenizer, add_special: bool) -> tuple[list[int], list[int]]:
@@ -214,7 +214,7 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
         raise TypeError(f"encode_with_offsets() takes a str, not {type(text).__name__}")
     body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
     added = _added(tok, add_special)
-    if _own_alignment(tok):
+    if _own_alignment(tok, text):
         custom = tok.model.token_offsets(tok, text, added[0] + body.tolist() + added[1], add_special)
         if custom is not None:
             return custom
@@ -231,7 +231,7 @@ def encode_batch_with_offsets(
     found = []
     for i, text in enumerate(texts):
         body = ids[bounds[i] : bounds[i + 1]]
-        custom = tok.model.token_offsets(tok, text, body.tolist(), False) if _own_alignment(tok) else None
+        custom = tok.model.token_offsets(tok, text, body.tolist(), False) if _own_alignment(tok, text) else None
         found.append(custom if custom is not None else _offsets_of_own_ids(tok, text, body, ([], [])))
     return found
 
@@ -239,7 +239,7 @@ def encode_batch_with_offsets(
 def offsets_of_ids(tok: Tokenizer, text: str, ids: Sequence[int], *, add_special: bool = False) -> TokenOffsets:
     """The spans of ``ids``, which must be ``tok.encode(text, add_special=add_special)`` (with either
     ``parse_special``); :class:`OffsetsError` where a piece is not the text's next bytes."""
-    custom = tok.model.token_offsets(tok, text, list(ids), add_special)
+    custom = tok.model.token_offsets(tok, text, list(ids), add_special) if _own_alignment(tok, text) else None
     if custom is not None:
         return custom
     head, tail = _added(tok, add_special)

@@ -156,6 +156,8 @@ def test_a_model_supplies_its_own_alignment(qwen3, monkeypatch):
         return TokenOffsets(ids, [(0, len(text))] * len(ids), [(0, 0)] * len(ids), [False] * len(ids))
 
     monkeypatch.setattr(qwen3.model, "token_offsets", token_offsets, raising=False)
+    monkeypatch.setattr(qwen3.model, "aligns_offsets", lambda text: text == "ab", raising=False)
+    assert qwen3.encode_with_offsets("abc").offsets[0] == (0, len(qwen3.piece(qwen3.encode("abc")[0])))  # not asked
     found = qwen3.encode_with_offsets("ab")
     assert seen == [("ab", qwen3.encode("ab"), False)] and found.offsets[0] == (0, 2)
 

@@ -92,10 +92,13 @@ class HybridDnaModel(Gpt2RunsModel):
             text = text[: -len(KMER_MARKER)]
         return super().normal_piece(text)
 
+    def aligns_offsets(self, text: str) -> bool:
+        return self.dna and _OPEN in text
+
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """None (bpetok.offsets' own spans: the tokens spell the text) unless the ids hold k-mers,
         which have no exact spans here."""
-        if not self.dna or _OPEN not in text or self.kmer_ids.isdisjoint(ids):
+        if self.kmer_ids.isdisjoint(ids):
             return None
         from bpetok.offsets import refuse_offsets
 

@@ -64,13 +64,14 @@ def _fixed_score(score: float) -> int:
     return value if -(2**31) <= value < 2**31 else _INVALID_SCORE
 
 
+_PARTITIONED = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN  # cut out of the text first
+
+
 class Plamo2Model(CachingModel):
     """The best-score path over code points (see the module docstring)."""
 
     emits_special_tokens = False  # llama.cpp's plamo2 branch of tokenize drops them
     may_add_eos = False  # and adds BOS only (when tokenizer.ggml.add_bos_token says so)
-    _special_gaps: re.Pattern[bytes] | None = None  # what token_offsets skips: the special tokens' texts
-    _special_texts: list[str] = []
 
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
@@ -99,6 +100,10 @@ class Plamo2Model(CachingModel):
                 f"and {len(missing)} are missing (llama.cpp refuses to load it too)"
             )
         self.candidates = {k: v for k, v in candidates.items() if v[1] > _INVALID_SCORE}
+        # what token_offsets skips: the special tokens' texts (a special token's piece is its text)
+        specials = sorted({t for t, a in zip(vocabulary.tokens, attrs) if a & _PARTITIONED and t}, key=len, reverse=True)
+        self._special_texts = [t.decode("utf-8", "replace") for t in specials]
+        self._special_gaps = re.compile(b"|".join(map(re.escape, specials)) or b"(?!)")
         module = compiled_module("bpetok.models._trie")
         if module is None:
             warn_not_built("bpetok.models._trie")
@@ -218,22 +223,19 @@ class Plamo2Model(CachingModel):
         """A NORMAL token's bytes: its text as stored (PLaMo's pieces hold real spaces)."""
         return text
 
+    def aligns_offsets(self, text: str) -> bool:
+        """Where the text holds a special token's text, which llama.cpp's plamo2 drops."""
+        return any(t in text for t in self._special_texts)
+
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """Spans with a gap where a special token's text was (llama.cpp's plamo2 drops them)."""
         from bpetok.offsets import offsets_by_walk
 
-        if self._special_gaps is None:
-            attrs, special = tok.vocabulary.attrs, TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
-            texts = sorted({tok.piece(i) for i in range(tok.n_tokens) if attrs[i] & special} - {b""}, key=len, reverse=True)
-            self._special_texts = [t.decode("utf-8", "surrogatepass") for t in texts]
-            self._special_gaps = re.compile(b"|".join(map(re.escape, texts))) if texts else re.compile(b"(?!)")
-        if not any(t in text for t in self._special_texts):
-            return None  # nothing dropped: bpetok.offsets' own spans
         return offsets_by_walk(tok, text, ids, add_special=add_special, gap=self.special_gap)
 
     def special_gap(self, data: bytes, at: int) -> int:
         """Where a special token's text at byte ``at`` ends (``at``: none there): what token_offsets skips."""
-        found = self._special_gaps.match(data, at)  # type: ignore[union-attr]  # set by token_offsets
+        found = self._special_gaps.match(data, at)
         return found.end() if found else at
 
 

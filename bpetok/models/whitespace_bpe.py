@@ -95,6 +95,9 @@ class WhitespaceModel(Gpt2RunsModel):
         encode = self.runs.encode_reference
         return [i for run in _WHITESPACE_RUNS.split(text) if run for i in encode(run)]
 
+    def aligns_offsets(self, text: str) -> bool:
+        return True
+
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """Spans with a gap where the dropped whitespace was (no token holds whitespace). Over raw
         UTF-8 a NORMAL token matched its stored text, which its piece (read through GPT-2's
