@@ -87,6 +87,17 @@ def test_plamo2_leaves_a_gap_where_it_dropped_a_special_token(more):
     assert "".join(text[s:e] for s, e in not_parsed.offsets) == text
 
 
+def test_hybriddna_numpy_ids_are_its_ids(more):
+    # encode_batch_to_numpy (which offsets encode through) takes the gpt2 kernel when no text has <dna>
+    tok = more["hybriddna"]
+    for special in (True, False):
+        texts = [c["text"] for c in reference_cases(MORE / "hybriddna.jsonl.gz") if c["special"] == special][::3]
+        texts += ["x<dna>acgtacGG</dna>y", "a <dna>ACG"]
+        for batch in (texts, [t for t in texts if "<dna>" not in t]):
+            ids, bounds = tok.encode_batch_to_numpy(batch, parse_special=special)
+            assert [ids[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])] == [tok.encode(t, parse_special=special) for t in batch]
+
+
 def test_hybriddna_bpe_has_spans_and_kmers_are_refused(more):
     tok = more["hybriddna"]
     text = "x<dna>acgtacGG</dna>y"

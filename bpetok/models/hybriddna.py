@@ -54,6 +54,13 @@ class HybridDnaModel(Gpt2RunsModel):
         """:meth:`encode_fragment` by the gpt2 model's reference merge."""
         return self._encode(text, self.runs.encode_reference)
 
+    def encode_texts_to_numpy(self, texts, specials, workers=1):
+        """The gpt2 model's own (its C kernel's) when no text holds ``<dna>``: all is plain BPE then
+        (what bpetok.offsets encodes through)."""
+        if not self.dna or not any(_OPEN in text for text in texts):
+            return self.runs.model.encode_texts_to_numpy(texts, specials, workers)
+        return super().encode_texts_to_numpy(texts, specials, workers)
+
     def _encode(self, text: str, encode) -> list[int]:
         if not self.dna or _OPEN not in text:
             return encode(text) if text else []
