@@ -1,14 +1,14 @@
 """Where each token of an encoding lies in its text: character and byte spans derived from the ids.
 
 :func:`encode_with_offsets` encodes as :meth:`bpetok.Tokenizer.encode` does and derives the spans
-from the ids with numpy: each token's byte length from a per-vocabulary table, running sums for
-the spans (the tokens' pieces are the text's bytes, one after the other), each special token
-checked to be where the sums put it, and the total checked to be the text's length. Where that
-does not hold (a byte llama.cpp dropped, a special token's swallowed whitespace is checked
-there too), the spans come from :func:`offsets_by_walk`, the readable token-by-token twin that
-tests hold the fast path equal to. :func:`offsets_of_ids`, for ids you bring, also compares
-every piece with the text's bytes: nothing is guessed, a piece that is not the next bytes of the
-text is an :class:`OffsetsError`.
+from encode's ids with numpy: each token's byte and character length from a per-vocabulary table,
+one running sum for both (the tokens' pieces are the text's bytes, one after the other), each
+special token checked to be where the sums put it (with the whitespace LSTRIP/RSTRIP made it
+swallow), the total checked to be the text's length. Where the sums fall short (a byte llama.cpp
+dropped), the spans come from :func:`offsets_by_walk`, the readable token-by-token twin that tests
+hold the fast path equal to. :func:`offsets_of_ids`, for ids you bring, also compares every piece
+with the text: nothing is guessed, a piece that is not the next bytes of the text is an
+:class:`OffsetsError`.
 
 Conventions (the spans are half-open ``(start, end)``):
 
@@ -28,9 +28,10 @@ Conventions (the spans are half-open ``(start, end)``):
   text's start, or right after a special token) is not in the text: it has no width, so a token
   that is only that ``▁`` gets an empty span at the fragment's start.
 
-A model whose pieces are not the text's bytes supplies its own alignment: a method
-``token_offsets(tokenizer, text, ids, add_special)`` on the model object returning a
-:class:`TokenOffsets` (or raising :class:`OffsetsError`, as the normalizing bert and t5 models do).
+A model whose pieces are not the text's bytes supplies its own alignment
+(:meth:`~bpetok.models.TokenizerModel.aligns_offsets` says for which texts, ``token_offsets``
+gives them): whitespace and plamo2 walk with gaps, bert and t5 (they normalize) and hybriddna's
+k-mers raise :class:`OffsetsError` saying why.
 """
 
 from __future__ import annotations
