@@ -328,6 +328,37 @@ def _spans_from_lengths(
         starts_mid[specials] = False  # a special's span starts at its text
         partial |= starts_mid
         char_starts -= starts_mid
+    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends, char_starts, char_ends, partial)
+
+
+def spans_over_kept_bytes(
+    text: str, body: np.ndarray, added: tuple[list[int], list[int]], lengths: np.ndarray, dropped: np.ndarray
+) -> TokenOffsets | None:
+    """The fast path of a model that drops some of the text's bytes (``dropped``: a bool per byte
+    of its UTF-8) and whose tokens (``body``) spell the others in order (``lengths``: each one's
+    bytes, none empty); None where the lengths do not add up to the kept bytes (the model's walk
+    then finds what else it dropped)."""
+    kept = np.flatnonzero(~dropped)
+    if len(body) == 0 or int(lengths.sum()) != len(kept) or not lengths.all():
+        return None if len(kept) or len(body) else _empty_spans(text, added)
+    ends = np.cumsum(lengths)
+    byte_starts, byte_ends = kept[ends - lengths], kept[ends - 1] + 1
+    data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    continues = np.append((data & 0xC0) == 0x80, False)  # the end continues no character
+    chars_before = np.concatenate(([0], np.cumsum(~continues[:-1])))  # characters before each byte
+    starts_mid, ends_mid = continues[byte_starts], continues[byte_ends]
+    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends,
+                       chars_before[byte_starts] - starts_mid, chars_before[byte_ends], starts_mid | ends_mid)
+
+
+def _empty_spans(text: str, added: tuple[list[int], list[int]]) -> TokenOffsets:
+    n = len(text.encode("utf-8", "surrogatepass"))
+    none = np.zeros(0, dtype=np.int64)
+    return _with_added(none, added, n, len(text), none, none, none, none, np.zeros(0, dtype=bool))
+
+
+def _with_added(body, added, n_bytes: int, n_chars: int, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
+    """The spans with empty ones for what add_special put before (at 0) and after (at the end)."""
     head, tail = added
     ids = body
     if head or tail:
@@ -335,8 +366,8 @@ def _spans_from_lengths(
             return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
 
         ids = np.concatenate((np.array(head, dtype=np.int64), body, np.array(tail, dtype=np.int64)))
-        byte_starts, byte_ends = around(byte_starts, 0, len(data)), around(byte_ends, 0, len(data))
-        char_starts, char_ends = around(char_starts, 0, len(text)), around(char_ends, 0, len(text))
+        byte_starts, byte_ends = around(byte_starts, 0, n_bytes), around(byte_ends, 0, n_bytes)
+        char_starts, char_ends = around(char_starts, 0, n_chars), around(char_ends, 0, n_chars)
         partial = around(partial, False, False, bool)
     return TokenOffsets._of_columns(ids, byte_starts, byte_ends, char_starts, char_ends, partial)
 
