@@ -1,10 +1,15 @@
 """Time encode_with_offsets against encode on the same text (the cost of deriving the spans).
 
-    python benchmarks/offsets_bench.py tests/data/ggml-vocab-qwen3.gguf.gz /work/shared/corpus/en.txt.xz --chars 1000000
+    python benchmarks/offsets_bench.py tests/data/ggml-vocab-qwen3.gguf.gz \\
+        tests/data/llama.cpp-tests/ggml-vocab-llama-spm.gguf.gz /work/shared/corpus/en.txt.xz --chars 300000
 
-Prints tokens, encode's time, encode_with_offsets's time and their ratio (process time, best of
---repeat, caches warm: the second encode of a text is what a server sees for repeated text, so
-both are timed warm). The per-token tables are filled by a first, untimed call.
+For each model (one process, the same text): tokens, encode's time, encode_with_offsets's time
+and their ratio, and the ratio once the spans are also read as Python lists (``.offsets``,
+``.byte_offsets``, ``.partial``: a tuple per token, which the arrays ``char_spans`` /
+``byte_spans`` avoid). Process time, best of --repeat, encode and offsets timed in turn in each
+round, caches warm (the second encode of a text is what a server sees for repeated text). The
+per-token tables are filled by a first, untimed call. A model that has no offsets (bert, t5)
+says so.
 """
 
 from __future__ import annotations
@@ -14,35 +19,46 @@ import lzma
 import time
 
 import bpetok
+from bpetok.offsets import OffsetsError
 
 
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return min(times)
+def timed(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def as_lists(found) -> None:
+    found.offsets, found.byte_offsets, found.partial
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model")
+    parser.add_argument("models", nargs="+", help="vocabulary files")
     parser.add_argument("corpus", help="a text file (.xz read as xz)")
-    parser.add_argument("--chars", type=int, default=1_000_000, help="characters of the corpus to use")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--chars", type=int, default=300_000, help="characters of the corpus to use")
+    parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     opener = lzma.open if args.corpus.endswith(".xz") else open
     with opener(args.corpus, "rt", encoding="utf-8") as f:
         text = f.read(args.chars)
-    tok = bpetok.from_file(args.model)
-    found = tok.encode_with_offsets(text)  # fills the caches and the offsets tables
-    encode = best(lambda: tok.encode(text), args.repeat)
-    offsets = best(lambda: tok.encode_with_offsets(text), args.repeat)
-    print(f"model:               {args.model} ({tok.engine})")
-    print(f"text:                {len(text):,} characters, {len(text.encode()):,} bytes, {len(found):,} tokens")
-    print(f"encode:              {encode * 1000:8.1f} ms")
-    print(f"encode_with_offsets: {offsets * 1000:8.1f} ms  ({offsets / encode:.2f}x encode)")
+    print(f"text: {len(text):,} characters, {len(text.encode()):,} bytes")
+    print(f"{'model':44s} {'engine':11s} {'tokens':>8s} {'encode ms':>10s} {'offsets ms':>11s} {'ratio':>6s} {'+lists':>7s}")
+    for path in args.models:
+        tok = bpetok.from_file(path)
+        name = path.rsplit("/", 1)[-1]
+        try:
+            found = tok.encode_with_offsets(text)  # fills the caches and the offsets tables
+        except OffsetsError as e:
+            print(f"{name:44s} {tok.engine:11s} no offsets: {str(e).split(': ', 2)[-1][:60]}...")
+            continue
+        encode, offsets, lists = [], [], []
+        for _ in range(args.repeat):
+            encode.append(timed(lambda: tok.encode(text)))
+            offsets.append(timed(lambda: tok.encode_with_offsets(text)))
+            lists.append(timed(lambda: as_lists(tok.encode_with_offsets(text))))
+        e, o, k = min(encode), min(offsets), min(lists)
+        print(f"{name:44s} {tok.engine:11s} {len(found):8,} {e * 1000:10.1f} {o * 1000:11.1f} {o / e:5.2f}x {k / e:6.2f}x")
 
 
 if __name__ == "__main__":

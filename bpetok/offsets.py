@@ -1,15 +1,22 @@
 """Where each token of an encoding lies in its text: character and byte spans derived from the ids.
 
-:func:`encode_with_offsets` encodes as :meth:`bpetok.Tokenizer.encode` does, then walks the
-tokens' pieces (:meth:`~bpetok.Tokenizer.piece`) against the text's UTF-8 bytes; nothing is
-guessed: a piece that is not the next bytes of the text is an :class:`OffsetsError`.
+:func:`encode_with_offsets` encodes as :meth:`bpetok.Tokenizer.encode` does and derives the spans
+from encode's ids with numpy: each token's byte and character length from a per-vocabulary table,
+one running sum for both (the tokens' pieces are the text's bytes, one after the other), each
+special token checked to be where the sums put it (with the whitespace LSTRIP/RSTRIP made it
+swallow), the total checked to be the text's length. Where the sums fall short (a byte llama.cpp
+dropped), the spans come from :func:`offsets_by_walk`, the readable token-by-token twin that tests
+hold the fast path equal to. :func:`offsets_of_ids`, for ids you bring, also compares every piece
+with the text: nothing is guessed, a piece that is not the next bytes of the text is an
+:class:`OffsetsError`.
 
 Conventions (the spans are half-open ``(start, end)``):
 
 - ``byte_offsets`` are exact: every byte of the text (UTF-8; a lone surrogate as its 3 bytes)
   is in exactly one token's span, in order, except a byte that llama.cpp drops because the
-  vocabulary has no token for it (a byte-level vocabulary without ``\x1d``'s token): it is in
-  none, the spans around it leave a gap.
+  vocabulary has no token for it (a byte-level vocabulary without ``\\x1d``'s token), or text
+  the model drops (the whitespace model's whitespace, plamo2's special tokens): it is in none,
+  the spans around it leave a gap.
 - ``offsets`` (characters, Python string indices) follow Hugging Face tokenizers' byte-level
   BPE: a token's span covers every character it holds a byte of. The byte-level pieces of one
   emoji each get the emoji's whole span, and ``partial`` is True for a token that starts or
@@ -21,20 +28,18 @@ Conventions (the spans are half-open ``(start, end)``):
   text's start, or right after a special token) is not in the text: it has no width, so a token
   that is only that ``▁`` gets an empty span at the fragment's start.
 
-A model whose pieces are not the text's bytes (one that normalizes, lowercases or strips accents)
-supplies its own alignment: a method ``token_offsets(tokenizer, text, ids, add_special)`` on the
-model object returning a :class:`TokenOffsets`; without one, such a model's misaligned pieces
-raise :class:`OffsetsError`.
+A model whose pieces are not the text's bytes supplies its own alignment
+(:meth:`~bpetok.models.TokenizerModel.aligns_offsets` says for which texts, ``token_offsets``
+gives them): whitespace and plamo2 walk with gaps, bert and t5 (they normalize) and hybriddna's
+k-mers raise :class:`OffsetsError` saying why.
 """
 
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
-from dataclasses import dataclass
-from operator import itemgetter
-from typing import TYPE_CHECKING, Iterable
 
 from bpetok.errors import BpetokError
 from bpetok.models.base import gc_paused
@@ -43,84 +48,133 @@ from bpetok.vocab import TokenAttr
 if TYPE_CHECKING:
     from bpetok.tokenizer import Tokenizer
 
-__all__ = ["OffsetsError", "TokenOffsets", "encode_with_offsets", "encode_batch_with_offsets", "offsets_of_ids"]
+__all__ = ["OffsetsError", "TokenOffsets", "encode_with_offsets", "encode_batch_with_offsets", "offsets_of_ids", "offsets_by_walk"]
 
 _SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
-_ASCII_SPACE = b" \t\n\v\f\r"  # C isspace: what LSTRIP/RSTRIP strip (bpetok.tokenizer's _partition)
+_ASCII_SPACE = b" \t\n\v\f\r"  # C isspace: what LSTRIP/RSTRIP strip (bpetok.specials' partition)
 
 
 class OffsetsError(BpetokError):
     """The tokens' pieces are not the text's bytes, so their spans cannot be derived exactly."""
 
 
-@dataclass(frozen=True)
+def refuse_offsets(tok: Tokenizer, why: str):
+    """Raise the :class:`OffsetsError` of a model that cannot give exact spans, saying ``why``
+    (a model's ``token_offsets`` calls it)."""
+    vocab = tok.vocabulary
+    raise OffsetsError(
+        f"{vocab.path}: bpetok gives no token offsets for a {vocab.model} model: {why}; "
+        "use encode() without offsets for this vocabulary"
+    )
+
+
 class TokenOffsets:
     """An encoding with each token's span: ``ids[k]`` covers ``text[offsets[k][0]:offsets[k][1]]``
     (characters) and ``text.encode()[byte_offsets[k][0]:byte_offsets[k][1]]`` (bytes); ``partial[k]``:
-    the token holds only part of a character at its start or end."""
+    the token holds only part of a character at its start or end.
 
-    ids: list[int]
-    offsets: list[tuple[int, int]]
-    byte_offsets: list[tuple[int, int]]
-    partial: list[bool]
+    ``char_spans`` and ``byte_spans`` (``(n, 2)`` int64 numpy arrays) and ``partial_mask`` (bool)
+    are the quick form for a long text: :func:`encode_with_offsets` makes no Python object per
+    token. ``ids``, ``offsets``, ``byte_offsets`` and ``partial`` are the same as lists (of
+    tuples), made on first use."""
+
+    __slots__ = ("_lists", "_columns")
+
+    def __init__(self, ids, offsets, byte_offsets, partial):
+        self._lists: tuple | None = (list(ids), list(offsets), list(byte_offsets), list(partial))
+        self._columns: tuple | None = None
+
+    @classmethod
+    def _of_columns(cls, ids, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
+        """From one-dimensional arrays, as the fast path makes them."""
+        found = cls.__new__(cls)
+        found._lists, found._columns = None, (ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+        return found
+
+    def _as_lists(self) -> tuple:
+        if self._lists is None:
+            ids, byte_starts, byte_ends, char_starts, char_ends, partial = self._columns  # type: ignore[misc]
+            with gc_paused():  # a tuple per token, which all live on: a collection would only rescan them
+                self._lists = (
+                    ids.tolist(),
+                    list(zip(char_starts.tolist(), char_ends.tolist())),
+                    list(zip(byte_starts.tolist(), byte_ends.tolist())),
+                    partial.tolist(),
+                )
+        return self._lists
+
+    def _as_arrays(self) -> tuple:
+        if self._columns is None:
+            ids, offsets, byte_offsets, partial = self._lists  # type: ignore[misc]
+            chars = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+            spans = np.array(byte_offsets, dtype=np.int64).reshape(-1, 2)
+            self._columns = (np.array(ids, dtype=np.int64), spans[:, 0], spans[:, 1], chars[:, 0], chars[:, 1], np.array(partial, dtype=bool))
+        return self._columns
+
+    ids = property(lambda self: self._as_lists()[0], doc="The token ids (``Tokenizer.encode``'s list).")
+    offsets = property(lambda self: self._as_lists()[1], doc="Each token's character span.")
+    byte_offsets = property(lambda self: self._as_lists()[2], doc="Each token's byte span in the text's UTF-8.")
+    partial = property(lambda self: self._as_lists()[3], doc="Whether the token starts or ends inside a character.")
+    char_spans = property(lambda self: np.stack(self._as_arrays()[3:5], axis=1), doc="``offsets`` as an ``(n, 2)`` int64 array.")
+    byte_spans = property(lambda self: np.stack(self._as_arrays()[1:3], axis=1), doc="``byte_offsets`` as an ``(n, 2)`` array.")
+    partial_mask = property(lambda self: self._as_arrays()[5], doc="``partial`` as a bool array.")
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._as_arrays()[0] if self._lists is None else self._lists[0])
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, TokenOffsets):
+            return NotImplemented
+        return all(np.array_equal(a, b) for a, b in zip(self._as_arrays(), other._as_arrays()))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        ids, offsets, byte_offsets, partial = self._as_lists()
+        return f"TokenOffsets(ids={ids!r}, offsets={offsets!r}, byte_offsets={byte_offsets!r}, partial={partial!r})"
 
 
-class _Column(dict):
-    """One per-token fact, keyed by id, filled on first use (rendering a whole 256k vocabulary's
-    pieces up front took over a second)."""
+def _is_continuation(byte: int) -> bool:
+    return 0x80 <= byte < 0xC0  # 10xxxxxx continues a UTF-8 character
 
-    def __init__(self, tables: _Tables, index: int):
-        super().__init__()
-        self.tables, self.index = tables, index
 
-    def __missing__(self, token_id: int):
-        return self.tables.fill(token_id)[self.index]
+def _characters_in(data: bytes) -> int:
+    return sum(1 for b in data if not _is_continuation(b))
+
+
+_PACK = 1 << 32  # a token's byte length and its characters as one number: bytes * _PACK + characters
+_LOW = _PACK - 1
+# bits of _Tables.kinds: the token is special (cut out by the partition), not yet known, starts
+# with a byte that continues a character (10xxxxxx: a byte-level piece of a character)
+_SPECIAL_TOKEN, _UNFILLED, _STARTS_MID = 1, 2, 4
 
 
 class _Tables:
-    """Per-token facts the walk needs, for one tokenizer."""
+    """Per-token facts, for one tokenizer, filled for the ids met (rendering a whole 256k
+    vocabulary's pieces up front took over a second)."""
 
     def __init__(self, tok: Tokenizer):
         self.tok = tok
         self.attrs = tok.vocabulary.attrs
-        self.pieces = _Column(self, 0)  # what the token stands for in the text (a special: its text)
-        self.lengths = _Column(self, 1)
-        self.char_starts = _Column(self, 2)  # bytes of the piece that start a UTF-8 character
-        self.mid_char = _Column(self, 3)  # the piece's first byte continues a character
-        self.special = _Column(self, 4)  # cut out of the text by the partition (Tokenizer._partition)
+        self.pieces: dict[int, bytes] = {}  # what the token stands for in the text (a special: its text)
         self._droppable: frozenset[int] | None = None
-        # the numeric facts again as arrays, for the bulk walk; ``filled``: the ids done
         n = tok.n_tokens
-        self.filled = np.zeros(n, dtype=bool)
-        self.length_array = np.zeros(n, dtype=np.int64)
-        self.char_start_array = np.zeros(n, dtype=np.int64)
-        self.mid_char_array = np.zeros(n, dtype=bool)
-        self.special_array = np.zeros(n, dtype=bool)
+        # the piece's bytes and its bytes that start a character, packed (_PACK): one running sum
+        # gives both a token's byte end and its character end
+        self.packed = np.zeros(n, dtype=np.int64)
+        self.kinds = np.full(n, _UNFILLED, dtype=np.int8)
 
-    def ensure(self, ids) -> None:
-        """Fill the facts of every id in the array ``ids``."""
-        missing = ids[~self.filled[ids]]
+    def ensure(self, ids: np.ndarray) -> None:
+        """Fill the facts of every id in the array ``ids`` (in range)."""
+        missing = ids[self.kinds[ids] & _UNFILLED != 0]
         for token_id in np.unique(missing).tolist():
-            self.fill(token_id)
-
-    def fill(self, token_id: int) -> tuple:
-        piece = self.tok.piece(token_id)  # checks the id's range
-        facts = (
-            piece,
-            len(piece),
-            len(piece) - sum(1 for b in piece if 0x80 <= b < 0xC0),  # a byte 10xxxxxx continues a character
-            bool(piece) and 0x80 <= piece[0] < 0xC0,
-            bool(self.attrs[token_id] & _SPECIAL),
-        )
-        for column, value in zip((self.pieces, self.lengths, self.char_starts, self.mid_char, self.special), facts):
-            column[token_id] = value
-        for array, value in zip((self.length_array, self.char_start_array, self.mid_char_array, self.special_array), facts[1:]):
-            array[token_id] = value
-        self.filled[token_id] = True  # last: another thread may read the arrays as soon as this is set
-        return facts
+            piece = self.tok.piece(token_id)
+            self.pieces[token_id] = piece
+            self.packed[token_id] = len(piece) * _PACK + _characters_in(piece)
+            # last: another thread may read the arrays as soon as this is set
+            self.kinds[token_id] = (_SPECIAL_TOKEN if self.attrs[token_id] & _SPECIAL else 0) | (
+                _STARTS_MID if piece and _is_continuation(piece[0]) else 0
+            )
 
     @property
     def droppable(self) -> frozenset[int]:
@@ -143,10 +197,29 @@ def _tables(tok: Tokenizer) -> _Tables:
     return found
 
 
+def _own_alignment(tok: Tokenizer, text: str) -> bool:
+    """Whether the model's ``token_offsets`` gives this text's spans (it normalizes, drops text...)."""
+    return tok.model.aligns_offsets(text)
+
+
+def _added(tok: Tokenizer, add_special: bool) -> tuple[list[int], list[int]]:
+    """The ids ``add_special`` puts before and after a text's (BOS; EOS, SEP), as encode adds them."""
+    added = tok.encode("", parse_special=False, add_special=add_special)  # which also checks the flag
+    head = 1 if add_special and tok.add_bos else 0
+    return added[:head], added[head:]
+
+
 def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True, add_special: bool = False) -> TokenOffsets:
     """``tok.encode(text, ...)`` with each token's character and byte span (see the module's conventions)."""
-    ids = tok.encode(text, parse_special=parse_special, add_special=add_special)
-    return offsets_of_ids(tok, text, ids, add_special=add_special)
+    if not isinstance(text, str):
+        raise TypeError(f"encode_with_offsets() takes a str, not {type(text).__name__}")
+    body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
+    added = _added(tok, add_special)
+    if _own_alignment(tok, text):
+        custom = tok.model.token_offsets(tok, text, added[0] + body.tolist() + added[1], add_special)
+        if custom is not None:
+            return custom
+    return _offsets_of_own_ids(tok, text, body, added)
 
 
 def encode_batch_with_offsets(
@@ -154,33 +227,188 @@ def encode_batch_with_offsets(
 ) -> list[TokenOffsets]:
     """:meth:`bpetok.Tokenizer.encode_batch` (on ``workers`` threads) with every text's spans."""
     texts = list(texts)
-    batch = tok.encode_batch(texts, parse_special=parse_special, workers=workers)
-    return [offsets_of_ids(tok, text, ids) for text, ids in zip(texts, batch)]
+    ids, bounds = tok.encode_batch_to_numpy(texts, parse_special=parse_special, workers=workers)
+    bounds = bounds.tolist()
+    found = []
+    for i, text in enumerate(texts):
+        body = ids[bounds[i] : bounds[i + 1]]
+        custom = tok.model.token_offsets(tok, text, body.tolist(), False) if _own_alignment(tok, text) else None
+        found.append(custom if custom is not None else _offsets_of_own_ids(tok, text, body, ([], [])))
+    return found
 
 
-def offsets_of_ids(tok: Tokenizer, text: str, ids: list[int], *, add_special: bool = False) -> TokenOffsets:
+def offsets_of_ids(tok: Tokenizer, text: str, ids: Sequence[int], *, add_special: bool = False) -> TokenOffsets:
     """The spans of ``ids``, which must be ``tok.encode(text, add_special=add_special)`` (with either
     ``parse_special``); :class:`OffsetsError` where a piece is not the text's next bytes."""
-    custom = tok.model.token_offsets(tok, text, ids, add_special)
+    custom = tok.model.token_offsets(tok, text, list(ids), add_special) if _own_alignment(tok, text) else None
     if custom is not None:
         return custom
+    head, tail = _added(tok, add_special)
+    n = len(ids)
+    if n < len(head) + len(tail) or list(ids[: len(head)]) != head or list(ids[n - len(tail) :]) != tail:
+        return offsets_by_walk(tok, text, ids, add_special=add_special)  # it names what is wrong
+    body = np.asarray(ids[len(head) : n - len(tail)], dtype=np.int64)
+    found = _spans_from_lengths(tok, text, body, (head, tail), check_pieces=True)
+    return found if found is not None else offsets_by_walk(tok, text, ids, add_special=add_special)
 
-    with gc_paused():  # the spans are hundreds of thousands of tuples that all live on
-        return _Walk(tok, text).run(ids, add_special)
+
+def _offsets_of_own_ids(tok: Tokenizer, text: str, body: np.ndarray, added: tuple[list[int], list[int]]) -> TokenOffsets:
+    """The spans of encode's own ids (``body``, without what add_special added)."""
+    found = _spans_from_lengths(tok, text, body, added, check_pieces=False)
+    if found is None:
+        return offsets_by_walk(tok, text, added[0] + body.tolist() + added[1], add_special=bool(added[0] or added[1]))
+    return found
+
+
+def _spans_from_lengths(
+    tok: Tokenizer, text: str, body: np.ndarray, added: tuple[list[int], list[int]], check_pieces: bool
+) -> TokenOffsets | None:
+    """The fast path: spans as running sums of the pieces' lengths, or None where that does not
+    give the text (the walk then finds the gaps or says what is wrong). ``check_pieces``: also
+    compare the ordinary tokens' pieces with the text (ids encode did not make)."""
+    t = _tables(tok)
+    data = text.encode("utf-8", "surrogatepass")
+    if check_pieces and len(body) and (int(body.min()) < 0 or int(body.max()) >= tok.n_tokens):
+        return None
+    index = body.astype(np.intp)  # numpy gathers by intp fastest
+    kinds = t.kinds[index]
+    flagged = np.flatnonzero(kinds & (_SPECIAL_TOKEN | _UNFILLED))
+    if len(flagged) and (kinds[flagged] & _UNFILLED).any():
+        t.ensure(index)
+        kinds = t.kinds[index]
+        flagged = np.flatnonzero(kinds & _SPECIAL_TOKEN)
+    specials = flagged.tolist()
+    packed = t.packed[index]  # a copy: changed below
+    if tok.model.add_space_prefix:  # each fragment's first token holds the space the model added
+        starts = [0] + ([k + 1 for k in specials] if tok.model.start_after_special else [])
+        for k in sorted(set(starts) - set(specials)):
+            if k < len(body):
+                if t.pieces[int(body[k])][:1] != b" ":
+                    return None
+                packed[k] -= _PACK + 1
+    ends = np.cumsum(packed)
+    if specials:  # each where the sums put it; whitespace it swallowed (ASCII) joins its span
+        shift = 0
+        for k in specials:
+            token_id = int(body[k])
+            piece, attr = t.pieces[token_id], t.attrs[token_id]
+            start = at = int(ends[k] - packed[k]) // _PACK + shift
+            if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
+                while at < len(data) and data[at] in _ASCII_SPACE:
+                    at += 1
+            if not data.startswith(piece, at):
+                return None
+            end = at + len(piece)
+            if attr & TokenAttr.RSTRIP:
+                while end < len(data) and data[end] in _ASCII_SPACE:
+                    end += 1
+            swallowed = end - start - len(piece)
+            packed[k] += swallowed * (_PACK + 1)
+            shift += swallowed
+        if shift:
+            ends = np.cumsum(packed)
+    if (int(ends[-1]) // _PACK if len(body) else 0) != len(data):
+        return None
+    byte_ends = ends >> 32
+    if check_pieces and not _pieces_are_the_text(t, data, body, specials, byte_ends - (packed >> 32), byte_ends):
+        return None
+    char_ends = np.bitwise_and(ends, _LOW, out=ends)
+    # the spans are contiguous here: each starts where the one before ends, and a token ends inside
+    # a character where the next starts inside one (the first byte of its piece continues one)
+    byte_starts = packed  # no longer needed: its room is reused
+    char_starts = np.empty_like(char_ends)
+    if len(body):
+        byte_starts[0], byte_starts[1:] = 0, byte_ends[:-1]
+        char_starts[0], char_starts[1:] = 0, char_ends[:-1]
+    continues = (kinds >> 2).view(bool)
+    partial = np.zeros(len(body), dtype=bool)
+    partial[:-1] = continues[1:]
+    if not text.isascii():
+        starts_mid = continues.copy()
+        starts_mid[specials] = False  # a special's span starts at its text
+        partial |= starts_mid
+        char_starts -= starts_mid
+    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends, char_starts, char_ends, partial)
+
+
+def spans_over_kept_bytes(
+    text: str, body: np.ndarray, added: tuple[list[int], list[int]], lengths: np.ndarray, dropped: np.ndarray
+) -> TokenOffsets | None:
+    """The fast path of a model that drops some of the text's bytes (``dropped``: a bool per byte
+    of its UTF-8) and whose tokens (``body``) spell the others in order (``lengths``: each one's
+    bytes, none empty); None where the lengths do not add up to the kept bytes (the model's walk
+    then finds what else it dropped)."""
+    kept = np.flatnonzero(~dropped)
+    if len(body) == 0 or int(lengths.sum()) != len(kept) or not lengths.all():
+        return None if len(kept) or len(body) else _empty_spans(text, added)
+    ends = np.cumsum(lengths)
+    byte_starts, byte_ends = kept[ends - lengths], kept[ends - 1] + 1
+    data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    continues = np.append((data & 0xC0) == 0x80, False)  # the end continues no character
+    chars_before = np.concatenate(([0], np.cumsum(~continues[:-1])))  # characters before each byte
+    starts_mid, ends_mid = continues[byte_starts], continues[byte_ends]
+    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends,
+                       chars_before[byte_starts] - starts_mid, chars_before[byte_ends], starts_mid | ends_mid)
+
+
+def _empty_spans(text: str, added: tuple[list[int], list[int]]) -> TokenOffsets:
+    n = len(text.encode("utf-8", "surrogatepass"))
+    none = np.zeros(0, dtype=np.int64)
+    return _with_added(none, added, n, len(text), none, none, none, none, np.zeros(0, dtype=bool))
+
+
+def _with_added(body, added, n_bytes: int, n_chars: int, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
+    """The spans with empty ones for what add_special put before (at 0) and after (at the end)."""
+    head, tail = added
+    ids = body
+    if head or tail:
+        def around(column, before, after, dtype=np.int64):
+            return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
+
+        ids = np.concatenate((np.array(head, dtype=np.int64), body, np.array(tail, dtype=np.int64)))
+        byte_starts, byte_ends = around(byte_starts, 0, n_bytes), around(byte_ends, 0, n_bytes)
+        char_starts, char_ends = around(char_starts, 0, n_chars), around(char_ends, 0, n_chars)
+        partial = around(partial, False, False, bool)
+    return TokenOffsets._of_columns(ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+
+
+def _pieces_are_the_text(t: _Tables, data: bytes, body, specials: list[int], starts, ends) -> bool:
+    """Whether each run of ordinary tokens' pieces (less a model's space prefix) is the text under it."""
+    bounds = [-1, *specials, len(body)]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b - a > 1:
+            run = body[a + 1 : b].tolist()
+            joined = b"".join(map(t.pieces.__getitem__, run))
+            s, e = int(starts[a + 1]), int(ends[b - 1])
+            if joined[len(joined) - (e - s) :] != data[s:e] or len(joined) - (e - s) not in (0, 1):
+                return False
+    return True
+
+
+def offsets_by_walk(
+    tok: Tokenizer,
+    text: str,
+    ids: Sequence[int],
+    *,
+    add_special: bool = False,
+    gap: Callable[[bytes, int], int] | None = None,
+    spelling: Callable[[int], bytes] | None = None,
+) -> TokenOffsets:
+    """The spans of ``ids`` token by token, each piece compared with the text's next bytes: the
+    readable twin of the fast path, and what a model with gaps uses. ``gap(data, at)``: where
+    text the model dropped at byte ``at`` ends (``at``: none there), tried where the next piece is
+    not next in the text. ``spelling``: the
+    bytes an ordinary token matched in the text, where that is not its piece."""
+    return _Walk(tok, text, gap, spelling).run(list(ids), add_special)
 
 
 class _Walk:
-    """One pass over the ids: runs of ordinary tokens are checked and measured in bulk (one join,
-    one comparison, running sums); special tokens, few, one at a time."""
+    """One pass over the ids against the text's bytes."""
 
-    bulk = True  # False: every run token by token (the readable twin; tests compare the two)
-
-    def __init__(self, tok: Tokenizer, text: str):
-        self.tok = tok
-        self.t = _tables(tok)
+    def __init__(self, tok: Tokenizer, text: str, gap: Callable[[bytes, int], int] | None, spelling: Callable[[int], bytes] | None):
+        self.tok, self.t, self.gap = tok, _tables(tok), gap
+        self.spelling = spelling if spelling is not None else self.t.pieces.__getitem__
         self.data = text.encode("utf-8", "surrogatepass")
-        # where a whole-fragment model writes a space in front of each fragment (llama's SPM)
-        self.prefix_space = tok.model.add_space_prefix
         self.pos = 0  # bytes of the text accounted for
         self.chars = 0  # characters before self.pos
         self.offsets: list[tuple[int, int]] = []
@@ -188,28 +416,28 @@ class _Walk:
         self.partial: list[bool] = []
 
     def run(self, ids: list[int], add_special: bool) -> TokenOffsets:
-        tok, n = self.tok, len(ids)
-        head = 1 if add_special and tok.add_bos and n else 0
-        tail = 1 if add_special and tok.add_eos and n > head else 0
-        self._empty(head)
-        body = ids[head : n - tail]
-        array = np.array(body, dtype=np.int64)
-        if len(body) and (array.min() < 0 or array.max() >= tok.n_tokens):
-            tok.piece(int(array.min() if array.min() < 0 else array.max()))  # the id error of a token id out of range
-        self.t.ensure(array)
-        at_start, run_start = True, 0
-        for k in np.flatnonzero(self.t.special_array[array]).tolist():
-            if k > run_start:
-                self._ordinary(body[run_start:k], array[run_start:k], at_start)
-            self._special(body[k])
-            at_start, run_start = True, k + 1
-        if run_start < len(body):
-            self._ordinary(body[run_start:], array[run_start:], at_start)
-        self._skip_dropped(None)
+        tok = self.tok
+        head, tail = _added(tok, add_special)
+        if len(ids) < len(head) + len(tail) or ids[: len(head)] != head or ids[len(ids) - len(tail) :] != tail:
+            self._fail(f"add_special={add_special} wants {head} first and {tail} last, and the ids are {ids[:3]}...{ids[-3:]}")
+        body = ids[len(head) : len(ids) - len(tail)]
+        for token_id in body:
+            tok.piece(token_id)  # the error of an id out of range
+        self.t.ensure(np.array(body, dtype=np.int64))
+        self._empty(len(head))
+        at_start = True
+        for token_id in body:
+            if self.t.kinds[token_id] & _SPECIAL_TOKEN:
+                self._special(token_id)
+                at_start = tok.model.start_after_special
+            else:
+                self._ordinary(token_id, at_start)
+                at_start = False
+        self._skip_gap(None)
         if self.pos != len(self.data):
             self._fail(f"the tokens end at byte {self.pos} of {len(self.data)}")
-        self._empty(tail)
-        return TokenOffsets(list(ids), self.offsets, self.byte_offsets, self.partial)
+        self._empty(len(tail))
+        return TokenOffsets(ids, self.offsets, self.byte_offsets, self.partial)
 
     def _empty(self, count: int) -> None:
         for _ in range(count):
@@ -217,69 +445,27 @@ class _Walk:
             self.byte_offsets.append((self.pos, self.pos))
             self.partial.append(False)
 
-    def _ordinary(self, run: list[int], array, at_start: bool) -> None:
-        t, p = self.t, self.pos
-        pieces = itemgetter(*run)(t.pieces) if len(run) > 1 else (t.pieces[run[0]],)
-        joined = b"".join(pieces)
-        lengths = t.length_array[array]  # copies: changed below
-        char_starts = t.char_start_array[array]
-        if self.prefix_space and at_start:
-            if joined[:1] != b" ":
-                self._fail(f"token {run[0]} {pieces[0]!r} at byte {p} lacks the space the model adds in front")
-            joined = joined[1:]
-            lengths[0] -= 1
-            char_starts[0] -= 1
-        end = p + len(joined)
-        if not self.bulk or self.data[p:end] != joined:
-            self._ordinary_with_gaps(run, pieces, lengths.tolist(), char_starts.tolist())
-            return
-        byte_ends = np.cumsum(lengths) + p
-        char_ends = np.cumsum(char_starts) + self.chars
-        mid = t.mid_char_array[array]
-        ends_mid = np.append(mid[1:], False)  # a run ends where a character does (before a special, or the end)
-        byte_starts = np.append(p, byte_ends[:-1])
-        char_first = np.append(self.chars, char_ends[:-1]) - mid
-        self.byte_offsets += zip(byte_starts.tolist(), byte_ends.tolist())
-        self.offsets += zip(char_first.tolist(), char_ends.tolist())
-        self.partial += (mid | ends_mid).tolist()
-        self.pos, self.chars = end, int(char_ends[-1])
-
-    def _ordinary_with_gaps(self, run: list[int], pieces, lengths: list[int], char_starts: list[int]) -> None:
-        """:meth:`_ordinary` token by token, for a run whose pieces are the text's bytes only once
-        the bytes llama.cpp dropped are skipped (the readable twin of the bulk walk, held equal
-        to it by the tests where there is no gap)."""
-        data, t = self.data, self.t
-        for k, token_id in enumerate(run):
-            piece = pieces[k][len(pieces[k]) - lengths[k] :]  # less the space in front, for the first
-            self._skip_dropped(piece)
-            start, end = self.pos, self.pos + len(piece)
-            if data[start:end] != piece:
-                self._fail(f"token {token_id} {pieces[k]!r} is not the text's bytes at byte {start}")
-            mid = t.mid_char[token_id] and bool(piece)
-            ends_mid = end < len(data) and 0x80 <= data[end] < 0xC0
-            chars = self.chars + char_starts[k]
-            self.byte_offsets.append((start, end))
-            self.offsets.append((self.chars - mid, chars))
-            self.partial.append(mid or ends_mid)
-            self.pos, self.chars = end, chars
-
-    def _skip_dropped(self, expected: bytes | None) -> None:
-        """Step over bytes llama.cpp dropped (no token holds them alone) until ``expected`` is
-        next (None: the text's end)."""
-        data, at = self.data, self.pos
-
-        def found(at: int) -> bool:
-            return at == len(data) if expected is None else data.startswith(expected, at)
-
-        while not found(at) and at < len(data) and data[at] in self.t.droppable:
-            at += 1
-        if at > self.pos and found(at):
-            self.chars += sum(1 for b in data[self.pos : at] if not 0x80 <= b < 0xC0)
-            self.pos = at
+    def _ordinary(self, token_id: int, at_start: bool) -> None:
+        data, piece = self.data, self.spelling(token_id)
+        if self.tok.model.add_space_prefix and at_start:
+            if piece[:1] != b" ":
+                self._fail(f"token {token_id} {piece!r} at byte {self.pos} lacks the space the model adds in front")
+            piece = piece[1:]
+        self._skip_gap(piece)
+        start, end = self.pos, self.pos + len(piece)
+        if data[start:end] != piece:
+            self._fail(f"token {token_id} {self.spelling(token_id)!r} is not the text's bytes at byte {start}")
+        starts_mid = bool(piece) and _is_continuation(piece[0])
+        ends_mid = end < len(data) and _is_continuation(data[end])
+        chars = self.chars + _characters_in(piece)
+        self.byte_offsets.append((start, end))
+        self.offsets.append((self.chars - starts_mid, chars))
+        self.partial.append(starts_mid or ends_mid)
+        self.pos, self.chars = end, chars
 
     def _special(self, token_id: int) -> None:
         data, piece, attr = self.data, self.t.pieces[token_id], self.tok.vocabulary.attrs[token_id]
-        self._skip_dropped(piece)
+        self._skip_gap(piece)
         start = at = self.pos
         if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
             while at < len(data) and data[at] in _ASCII_SPACE:
@@ -290,15 +476,35 @@ class _Walk:
         if attr & TokenAttr.RSTRIP:
             while end < len(data) and data[end] in _ASCII_SPACE:
                 end += 1
-        chars = self.chars + (at - start) + self.t.char_starts[token_id] + (end - at - len(piece))
+        chars = self.chars + _characters_in(data[start:end])
         self.byte_offsets.append((start, end))
         self.offsets.append((self.chars, chars))
         self.partial.append(False)
         self.pos, self.chars = end, chars
 
+    def _skip_gap(self, expected: bytes | None) -> None:
+        """Step over text with no token (bytes llama.cpp dropped, which no token holds alone;
+        what the model drops: ``gap``) until ``expected`` is next (None: the text's end)."""
+        data, at = self.data, self.pos
+
+        def found(at: int) -> bool:
+            return at == len(data) if expected is None else data.startswith(expected, at)
+
+        while not found(at) and at < len(data):
+            gap_end = self.gap(data, at) if self.gap is not None else at
+            if gap_end > at:
+                at = gap_end
+            elif data[at] in self.t.droppable:
+                at += 1
+            else:
+                break
+        if at > self.pos and found(at):
+            self.chars += _characters_in(data[self.pos : at])
+            self.pos = at
+
     def _fail(self, why: str):
         vocab = self.tok.vocabulary
         raise OffsetsError(
-            f"{vocab.path}: cannot derive token offsets for this {vocab.model} model: {why}; "
-            "its pieces are not the input's bytes (a normalizing model needs its own token_offsets)"
+            f"{vocab.path}: cannot derive token offsets for this {vocab.model} model: {why}; the ids' pieces "
+            "must be the text's bytes (ids of another text, or a token like <unk> that does not spell its text, have none)"
         )

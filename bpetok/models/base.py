@@ -84,10 +84,15 @@ class TokenizerModel(ABC):
         whose llama.cpp session reads bytes (SentencePiece's) overrides it."""
         return self.encode_fragment(decode_llama_utf8(data), at_start)
 
+    def aligns_offsets(self, text: str) -> bool:
+        """Whether :meth:`token_offsets` gives ``text``'s spans: a model whose pieces are not the
+        text's bytes there (it normalizes, drops text). The default, False: :mod:`bpetok.offsets`
+        derives them from the pieces, which fits every model that does not."""
+        return False
+
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
-        """Each token's span in ``text`` (a :class:`bpetok.offsets.TokenOffsets`) for a model whose
-        pieces are not the input's bytes (it normalizes), or None: :mod:`bpetok.offsets` then
-        walks the pieces against the text's bytes, which fits every model that does not."""
+        """Each token's span in ``text`` (a :class:`bpetok.offsets.TokenOffsets`), where
+        :meth:`aligns_offsets` says so, or None: :mod:`bpetok.offsets`' own after all."""
         return None
 
     def count_fragment(self, text: str, at_start: bool) -> int:

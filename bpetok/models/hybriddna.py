@@ -42,6 +42,9 @@ class HybridDnaModel(Gpt2RunsModel):
         tokens = vocabulary.tokens
         start = self.oov_id + 1 if self.oov_id is not None else len(tokens)
         self.kmer_texts = frozenset(t for t in tokens[start:] if len(t) > len(KMER_MARKER) and t.endswith(KMER_MARKER))
+        self.kmer_ids = frozenset(i for i in range(start, len(tokens)) if tokens[i] in self.kmer_texts) | (
+            {self.oov_id} if self.dna else set()
+        )
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
@@ -50,6 +53,13 @@ class HybridDnaModel(Gpt2RunsModel):
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` by the gpt2 model's reference merge."""
         return self._encode(text, self.runs.encode_reference)
+
+    def encode_texts_to_numpy(self, texts, specials, workers=1):
+        """The gpt2 model's own (its C kernel's) when no text holds ``<dna>``: all is plain BPE then
+        (what bpetok.offsets encodes through)."""
+        if not self.dna or not any(_OPEN in text for text in texts):
+            return self.runs.model.encode_texts_to_numpy(texts, specials, workers)
+        return super().encode_texts_to_numpy(texts, specials, workers)
 
     def _encode(self, text: str, encode) -> list[int]:
         if not self.dna or _OPEN not in text:
@@ -88,6 +98,20 @@ class HybridDnaModel(Gpt2RunsModel):
         if text in self.kmer_texts:
             text = text[: -len(KMER_MARKER)]
         return super().normal_piece(text)
+
+    def aligns_offsets(self, text: str) -> bool:
+        return self.dna and _OPEN in text
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """None (bpetok.offsets' own spans: the tokens spell the text) unless the ids hold k-mers,
+        which have no exact spans here."""
+        if self.kmer_ids.isdisjoint(ids):
+            return None
+        from bpetok.offsets import refuse_offsets
+
+        refuse_offsets(tok, "the ids hold DNA k-mers (a <dna> span read with parse_special=False), which stand for "
+                       "6 letters upper-cased and padded with A, not for the text; with parse_special=True the "
+                       "<dna> tags are special tokens and the letters plain BPE, which have spans")
 
 
 @hookimpl

@@ -64,6 +64,9 @@ def _fixed_score(score: float) -> int:
     return value if -(2**31) <= value < 2**31 else _INVALID_SCORE
 
 
+_PARTITIONED = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN  # cut out of the text first
+
+
 class Plamo2Model(CachingModel):
     """The best-score path over code points (see the module docstring)."""
 
@@ -97,6 +100,10 @@ class Plamo2Model(CachingModel):
                 f"and {len(missing)} are missing (llama.cpp refuses to load it too)"
             )
         self.candidates = {k: v for k, v in candidates.items() if v[1] > _INVALID_SCORE}
+        # what token_offsets skips: the special tokens' texts (a special token's piece is its text)
+        specials = sorted({t for t, a in zip(vocabulary.tokens, attrs) if a & _PARTITIONED and t}, key=len, reverse=True)
+        self._special_texts = [t.decode("utf-8", "replace") for t in specials]
+        self._special_gaps = re.compile(b"|".join(map(re.escape, specials)) or b"(?!)")
         module = compiled_module("bpetok.models._trie")
         if module is None:
             warn_not_built("bpetok.models._trie")
@@ -215,6 +222,21 @@ class Plamo2Model(CachingModel):
     def normal_piece(self, text: bytes) -> bytes:
         """A NORMAL token's bytes: its text as stored (PLaMo's pieces hold real spaces)."""
         return text
+
+    def aligns_offsets(self, text: str) -> bool:
+        """Where the text holds a special token's text, which llama.cpp's plamo2 drops."""
+        return any(t in text for t in self._special_texts)
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """Spans with a gap where a special token's text was (llama.cpp's plamo2 drops them)."""
+        from bpetok.offsets import offsets_by_walk
+
+        return offsets_by_walk(tok, text, ids, add_special=add_special, gap=self.special_gap)
+
+    def special_gap(self, data: bytes, at: int) -> int:
+        """Where a special token's text at byte ``at`` ends (``at``: none there): what token_offsets skips."""
+        found = self._special_gaps.match(data, at)
+        return found.end() if found else at
 
 
 @hookimpl

@@ -228,6 +228,16 @@ class UnigramModel(CachingModel):
         """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
         return text.replace(_SPACE_BYTES, b" ")
 
+    def aligns_offsets(self, text: str) -> bool:
+        return True
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """No spans (bpetok.offsets): the text is normalized before it is cut, its map back not kept."""
+        from bpetok.offsets import refuse_offsets
+
+        refuse_offsets(tok, "its precompiled character map rewrites the text (NFKC-like) and spaces become \u2581 "
+                       "before it is cut, and bpetok keeps no map from the normalized text back to yours")
+
 
 @hookimpl
 def bpetok_register_models(register) -> None:

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from bpetok.errors import UnsupportedVocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec, TokenizerModel
 from bpetok.pretok.unicode_data import WHITESPACE
+from bpetok.vocab import TokenAttr
 
 __all__ = ["Gpt2Runs", "Gpt2RunsModel", "WhitespaceModel"]
 
 _WHITESPACE_RUNS = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(WHITESPACE)) + "]+")
+_ASCII_WHITESPACE = np.isin(np.arange(256), [c for c in WHITESPACE if c < 128])  # per byte, for offsets' gaps
+_WHITESPACE_UTF8 = re.compile(b"(?:" + b"|".join(re.escape(chr(c).encode()) for c in sorted(WHITESPACE)) + b")+")
 
 
 class Gpt2Runs:
@@ -78,6 +83,8 @@ class WhitespaceModel(Gpt2RunsModel):
 
     def __init__(self, vocabulary, pretokenizer=None):
         super().__init__(vocabulary)
+        self._lengths: np.ndarray | None = None  # each token's spelled bytes, filled as offsets meet them
+        self._ascii_dropped: np.ndarray | None = None  # per byte value: an ASCII character the model drops
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens (each run's cached by the gpt2 model)."""
@@ -92,6 +99,91 @@ class WhitespaceModel(Gpt2RunsModel):
         """:meth:`encode_fragment` by the gpt2 model's reference merge."""
         encode = self.runs.encode_reference
         return [i for run in _WHITESPACE_RUNS.split(text) if run for i in encode(run)]
+
+    def aligns_offsets(self, text: str) -> bool:
+        return True
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """Spans with a gap where the dropped whitespace was (no token holds whitespace): the
+        tokens spell the rest of the text in order, unless the model dropped more (a character
+        without a token), which :meth:`walk_offsets` finds."""
+        from bpetok.offsets import _added, spans_over_kept_bytes
+
+        head, tail = _added(tok, add_special)
+        body = np.array(ids[len(head) : len(ids) - len(tail)], dtype=np.int64)
+        if ids[: len(head)] == head and ids[len(ids) - len(tail) :] == tail:
+            lengths = self._spelled_lengths(tok, body)
+            if lengths is not None:
+                found = spans_over_kept_bytes(text, body, (head, tail), lengths, self._dropped_bytes(tok, text))
+                if found is not None:
+                    return found
+        return self.walk_offsets(tok, text, ids, add_special)
+
+    def _dropped_bytes(self, tok, text: str):
+        """A bool per byte of ``text``'s UTF-8: whitespace, and over raw UTF-8 a character that is
+        no token (llama.cpp drops it when no byte token stands in; where one does, the lengths
+        do not add up and the walk decides)."""
+        data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        index = tok.vocabulary.token_index()
+        if self._ascii_dropped is None:
+            no_token = [b for b in range(128) if self._raw and bytes((b,)) not in index]
+            self._ascii_dropped = _ASCII_WHITESPACE | np.isin(np.arange(256), no_token)
+        dropped = self._ascii_dropped[data]
+        leads = np.flatnonzero(data >= 0xC0).tolist()
+        if leads:
+            raw_bytes = data.tobytes()
+            for at in leads:  # each non-ASCII character
+                size = 2 if raw_bytes[at] < 0xE0 else 3 if raw_bytes[at] < 0xF0 else 4
+                char = raw_bytes[at : at + size]
+                if _WHITESPACE_UTF8.fullmatch(char) or (self._raw and char not in index):
+                    dropped[at : at + size] = True
+        return dropped
+
+    @property
+    def _raw(self) -> bool:
+        """BPE over raw UTF-8 (llama.cpp's byte_encode=false) without escaping spaces."""
+        return not getattr(self.runs.spec, "byte_encode", True) and not getattr(self.runs.spec, "escape_whitespaces", False)
+
+    def _spelled_lengths(self, tok, body):
+        """Each ordinary token's spelled bytes (:meth:`_spelling`), or None where a special token is among them."""
+        if self._lengths is None:
+            self._lengths = np.full(tok.n_tokens, -1, dtype=np.int64)
+        if len(body) and (body.min() < 0 or body.max() >= tok.n_tokens):
+            return None
+        lengths = self._lengths[body]
+        if (lengths < 0).any():
+            attrs = tok.vocabulary.attrs
+            for token_id in np.unique(body[lengths < 0]).tolist():
+                special = attrs[token_id] & (TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)
+                self._lengths[token_id] = 0 if special else len(self._spelling(tok, token_id))
+            lengths = self._lengths[body]
+        return lengths if lengths.all() else None
+
+    def _spelling(self, tok, token_id: int) -> bytes:
+        """What a token matched in the text: over raw UTF-8 a NORMAL token's stored text, which its
+        piece (read through GPT-2's alphabet) need not be."""
+        if self._raw and tok.vocabulary.attrs[token_id] & TokenAttr.NORMAL:
+            return tok.vocabulary.tokens[token_id]
+        return tok.piece(token_id)
+
+    def walk_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """:meth:`token_offsets` token by token (bpetok.offsets' walk, told what the model drops):
+        the readable twin, and the way when a character without a token was dropped."""
+        from bpetok.offsets import offsets_by_walk
+
+        raw, index = self._raw, tok.vocabulary.token_index()
+
+        def gap(data: bytes, at: int) -> int:
+            """Whitespace, or over raw UTF-8 a character that is no token (llama.cpp drops it)."""
+            found = _WHITESPACE_UTF8.match(data, at)
+            if found:
+                return found.end()
+            end = at + 1
+            while end < len(data) and 0x80 <= data[end] < 0xC0:
+                end += 1
+            return end if raw and data[at:end] not in index else at
+
+        return offsets_by_walk(tok, text, ids, add_special=add_special, gap=gap, spelling=lambda i: self._spelling(tok, i))
 
 
 @hookimpl

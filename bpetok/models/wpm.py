@@ -229,6 +229,17 @@ class WordPieceModel(CachingModel):
         """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
         return text.replace(_SPACE_BYTES, b" ")
 
+    def aligns_offsets(self, text: str) -> bool:
+        return True
+
+    def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
+        """No spans (bpetok.offsets): the text is normalized before it is cut, its map back not kept."""
+        from bpetok.offsets import refuse_offsets
+
+        refuse_offsets(tok, "its normalizer lowercases, strips accents and drops control characters before the text "
+                       "is cut into words, and a word no token starts is one [UNK]; bpetok keeps no map from the "
+                       "normalized words back to the text")
+
 
 @hookimpl
 def bpetok_register_models(register) -> None:
