@@ -72,8 +72,12 @@ def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
 @hookimpl
 def bpetok_register_models(register) -> None:
     from bpetok_hf.reader_spm import metaspace_spec
+    from bpetok_hf.unigram import unigram_spec
+    from bpetok_hf.wordpiece import wordpiece_spec
 
     register(metaspace_spec())
+    register(wordpiece_spec())
+    register(unigram_spec())
 
 
 @hookimpl
