@@ -17,6 +17,7 @@ from bpetok import BpetokError, TokenAttr, Tokenizer
 
 from bpetok_hf.pretok import patterns_of
 from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
+from bpetok_hf.writer_ugm import BERT_REFUSAL, T5_DECODER, t5_model, t5_normalizer, t5_refusal
 from bpetok_hf.writer_spm import GEMMA4_SPLIT, gemma4_model, gemma4_refusal, spm_decoder, spm_model, spm_normalizer, spm_refusal
 
 __all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
@@ -101,10 +102,14 @@ def tokenizer_json(tok: Tokenizer) -> dict:
     vocab = tok.vocabulary
     if vocab.model in ("llama", "gemma4"):
         return _spm_tokenizer_json(tok)
+    if vocab.model == "t5":
+        return _t5_tokenizer_json(tok)
+    if vocab.model == "bert":
+        raise ExportError(f"{vocab.path}: tokenizer.ggml.model is 'bert' and {BERT_REFUSAL}; it cannot be exported")
     if vocab.model != "gpt2":
         raise ExportError(
             f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2), "
-            "SentencePiece-style BPE (llama) and Gemma 4 (gemma4) vocabularies only"
+            "SentencePiece-style BPE (llama), Gemma 4 (gemma4) and Unigram (t5) vocabularies only"
         )
     if tok.spec is not None and not tok.spec.byte_encode:
         # llama.cpp runs BPE over raw UTF-8 for this pre (gemma4, mmbert, whitespace...): a
@@ -202,6 +207,26 @@ def _spm_tokenizer_json(tok: Tokenizer) -> dict:
         "post_processor": _template(tok, added_text),
         "decoder": spm_decoder(tok),
         "model": gemma4_model(tok, texts) if gemma4 else spm_model(tok, texts),
+    }
+
+
+def _t5_tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json of a t5 (Unigram) vocabulary (see bpetok_hf.writer_ugm)."""
+    why = t5_refusal(tok)
+    if why is not None:
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 't5' and {why}; it cannot be exported")
+    texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
+    _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": t5_normalizer(tok),
+        "pre_tokenizer": None,
+        "post_processor": _template(tok, added_text),
+        "decoder": T5_DECODER,
+        "model": t5_model(tok, texts),
     }
 
 

@@ -1,0 +1,96 @@
+"""The tokenizer.json of a ``t5`` (Unigram) vocabulary, and why a ``bert`` (WordPiece) one is refused.
+
+t5: llama.cpp's UGM session, per piece of text between special tokens, replaces the longest key
+of the precompiled charsmap at each position, turns spaces into ``▁`` (with
+``remove_extra_whitespaces``: one ``▁`` before each run of non-spaces, none left over; else each
+space, plus one before the first non-space with ``add_space_prefix``) and runs one Viterbi over
+the whole piece. As HF:
+
+- normalizer: ``Precompiled`` (the GGUF's own charsmap), then ``Replace`` steps for the spaces
+  (``" +"`` to one, ``\\A | \\z`` removed, ``Prepend("▁")``, ``" "`` to ``▁``);
+- no pre-tokenizer (one Viterbi over the whole piece, no ``▁`` split);
+- a ``Unigram`` model of every token with its score (USER_DEFINED ones at 0, as llama.cpp
+  scores them), ``unk_id`` the unknown token; BOS/EOS as llama.cpp's add_special adds them a
+  ``TemplateProcessing``.
+
+What HF cannot say: its ``Precompiled`` replaces a short grapheme cluster starting with a key
+whole (``Ａ`` + U+0301 becomes ``A``), llama.cpp keeps the mark; HF's Viterbi also sees the
+CONTROL tokens' texts (llama.cpp's does not) and takes its unknown score from every piece
+(llama.cpp's from the NORMAL ones), so a score below the lowest NORMAL one (the ``[PADn]``
+fillers' -10000) is written as that lowest: a text holding a filler's own text (``[PAD250001]``)
+can then be cut otherwise.
+
+bert: llama.cpp's WPM session decomposes a character to the FIRST codepoint of its canonical
+decomposition (a Hangul syllable to its leading jamo, "한" to "ᄒ"), classes characters by its
+own Unicode 15.1 tables and matches a word-initial (``▁``) token inside a word after a ``▁`` in
+the text; HF's BertNormalizer decomposes fully and its WordPiece has no such match, so the ids
+would differ: refused (scripts/bert_export_gap.py measures by how much).
+"""
+
+from __future__ import annotations
+
+import base64
+
+from bpetok import TokenAttr, Tokenizer
+from bpetok.vocab import CHARSMAP_KEY
+
+__all__ = ["t5_refusal", "t5_model", "t5_normalizer", "T5_DECODER", "BERT_REFUSAL"]
+
+SPACE = "\u2581"
+T5_DECODER = {"type": "Metaspace", "replacement": SPACE, "prepend_scheme": "always", "split": False}
+BERT_REFUSAL = (
+    "llama.cpp's WordPiece session decomposes each character to the first codepoint of its canonical "
+    "decomposition (a Hangul syllable to its leading jamo), classes characters by llama.cpp's Unicode 15.1 "
+    "tables and matches word-initial tokens inside a word after a '▁' in the text, none of which Hugging "
+    "Face's BertNormalizer, BertPreTokenizer and WordPiece can express, so transformers would give other ids"
+)
+
+
+def t5_refusal(tok: Tokenizer) -> str | None:
+    """Why this t5 vocabulary cannot be a tokenizer.json with llama.cpp's ids, or None."""
+    vocab = tok.vocabulary
+    scores = vocab.scores or []
+    if len(scores) != vocab.n_tokens:
+        return "it has no token scores (tokenizer.ggml.scores), which Unigram's Viterbi needs"
+    if any(s != s for s in scores):
+        return "a token score is NaN: the best cut is then undefined"
+    if vocab.special_ids.get("unk") is None:
+        return "it has no unknown token (tokenizer.ggml.unknown_token_id), which HF's Unigram needs"
+    if not any(a & TokenAttr.NORMAL for a in vocab.attrs):
+        return "it has no NORMAL token, whose lowest score llama.cpp's unknown-character cost comes from"
+    return None
+
+
+def t5_normalizer(tok: Tokenizer) -> dict | None:
+    """Precompiled (the GGUF's charsmap) and llama.cpp's space rules as Replace/Prepend steps."""
+    flags = tok.vocabulary.flags
+    steps: list[dict] = []
+    charsmap = tok.vocabulary.metadata.get(CHARSMAP_KEY)
+    if charsmap:
+        steps.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(bytes(charsmap)).decode("ascii")})
+    if flags.get("remove_extra_whitespaces", False):
+        steps += [
+            _replace(" +", " "),
+            _replace(r"\A | \z", ""),
+            {"type": "Prepend", "prepend": SPACE},
+        ]
+    elif flags.get("add_space_prefix", False):
+        steps.append(_replace(r"\A(?=[\s\S]*[^ ])", SPACE))  # one ▁ in front when there is a non-space
+    steps.append({"type": "Replace", "pattern": {"String": " "}, "content": SPACE})
+    return {"type": "Sequence", "normalizers": steps}
+
+
+def _replace(pattern: str, content: str) -> dict:
+    return {"type": "Replace", "pattern": {"Regex": pattern}, "content": content}
+
+
+def t5_model(tok: Tokenizer, texts: list[str]) -> dict:
+    """HF's Unigram model: every token with its score, USER_DEFINED ones at llama.cpp's 0, none below
+    the lowest NORMAL score (HF's unknown-character cost comes from the lowest of all, llama.cpp's
+    from the NORMAL ones: the [PADn] fillers' -10000 would make it 1000 times dearer)."""
+    vocab = tok.vocabulary
+    lowest = min(s for s, a in zip(vocab.scores, vocab.attrs) if a & TokenAttr.NORMAL)
+    pieces = []
+    for text, score, attr in zip(texts, vocab.scores, vocab.attrs):
+        pieces.append([text, 0.0 if attr & TokenAttr.USER_DEFINED else max(float(score), lowest)])
+    return {"type": "Unigram", "unk_id": vocab.special_ids["unk"], "vocab": pieces, "byte_fallback": False}
