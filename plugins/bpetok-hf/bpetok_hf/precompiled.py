@@ -93,4 +93,7 @@ def read_precompiled(node: dict, path: str, where: str) -> Precompiled:
     except (binascii.Error, ValueError) as e:
         raise VocabularyError(f"{path}: {where}.precompiled_charsmap is not base64 ({e}); the file is damaged: "
                               "re-download or re-export it") from None
+    if not blob:
+        raise VocabularyError(f"{path}: {where}.precompiled_charsmap is empty; Hugging Face tokenizers cannot parse "
+                              "it either: re-download or re-export the file")
     return Precompiled(blob, f"{path}: {where}.precompiled_charsmap")
