@@ -119,6 +119,14 @@ def _template_specials(node: dict | None, path: str, check_id, where: str = "pos
             if found != (None, None):
                 return found
         return None, None
+    if node.get("type") in ("BertProcessing", "RobertaProcessing"):  # [CLS] $A [SEP], <s> $A </s>
+        ends = []
+        for key in ("cls", "sep"):
+            pair = node.get(key)
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise bad(path, f"{where}.{key}", pair, "a [token, id] pair")
+            ends.append(check_id(pair[1], f"{where}.{key}[1]"))
+        return ends[0], ends[1]
     if node.get("type") != "TemplateProcessing":
         return None, None
     single = array(node, "single", path, f"{where}.")
@@ -227,6 +235,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         raise bad(path, "model", model, "an object (the BPE model)")
     kind = model.get("type", "BPE")
     layout: dict | None = None  # a WordPiece or Unigram file's components (bpetok_hf.wordpiece, .unigram)
+    passes: list = []
     spm = False
     if kind == "WordPiece":
         layout = read_bert_layout(data, model, path)

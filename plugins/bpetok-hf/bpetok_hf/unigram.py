@@ -55,7 +55,7 @@ def read_unigram_layout(data: dict, model: dict, path: str) -> dict:
         raise _refuse(path, "model.byte_fallback", "true (unknown characters as <0xXX> tokens)")
     normalizer = read_normalizer(data.get("normalizer"), path)
     pre = data.get("pre_tokenizer")
-    items = array(pre, "pretokenizers", path, "pre_tokenizer.", required=True) if _type(pre) == "Sequence" else [pre]
+    items: list = array(pre, "pretokenizers", path, "pre_tokenizer.", required=True) if isinstance(pre, dict) and _type(pre) == "Sequence" else [pre]
     whitespace_split = False
     if items and _type(items[0]) == "WhitespaceSplit":
         whitespace_split, items = True, items[1:]
@@ -63,8 +63,8 @@ def read_unigram_layout(data: dict, model: dict, path: str) -> dict:
     if items == [None] or not items:
         if whitespace_split:
             raise _refuse(path, "pre_tokenizer", "WhitespaceSplit without Metaspace")
-    elif len(items) == 1 and _type(items[0]) == "Metaspace":
-        node = items[0]
+    elif len(items) == 1 and isinstance(items[0], dict) and _type(items[0]) == "Metaspace":
+        node: dict = items[0]
         if text_of(node, "replacement", path, "pre_tokenizer.") != SPACE:
             raise _refuse(path, "pre_tokenizer.replacement", describe(node.get("replacement")))
         scheme = node.get("prepend_scheme", "always" if flag(node, "add_prefix_space", path, "pre_tokenizer.", True) else "never")

@@ -142,3 +142,18 @@ def _edited(folder, name, tmp_path, edit):
 def test_what_is_not_reproduced_is_refused_by_name(name, edit, message, folder, tmp_path):
     with pytest.raises(VocabularyError, match=message):
         bpetok.from_file(_edited(folder, name, tmp_path, edit))
+
+
+@pytest.mark.parametrize("name, processor", [
+    ("bert", {"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]}),
+    ("xlmr", {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0], "trim_offsets": True,
+              "add_prefix_space": True}),
+])
+def test_older_files_post_processors_add_the_same_ends(name, processor, folder, tmp_path):
+    # Files saved by older transformers say BertProcessing / RobertaProcessing instead of a template.
+    from tokenizers import Tokenizer
+
+    path = _edited(folder, name, tmp_path, lambda d: d.update(post_processor=processor))
+    hf, tok = Tokenizer.from_file(str(path)), bpetok.from_file(path)
+    for text in ("Hello world", "x"):
+        assert tok.encode(text, add_special=True) == hf.encode(text).ids
