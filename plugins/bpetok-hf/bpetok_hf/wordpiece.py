@@ -98,6 +98,7 @@ def read_bert_layout(data: dict, model: dict, path: str) -> dict:
     """What the normalizer, pre-tokenizer and WordPiece model of a WordPiece file say; refused
     components are named."""
     normalizer, pre = data.get("normalizer"), data.get("pre_tokenizer")
+    steps = None  # any other normalizer bpetok-hf reads (bpetok's export of a bert GGUF: Replace + Precompiled)
     if normalizer is None:
         options = (False, False, False, False)
     elif _node_type(normalizer) == "BertNormalizer":
@@ -109,7 +110,14 @@ def read_bert_layout(data: dict, model: dict, path: str) -> dict:
             lowercase,
         )
     else:
-        raise _refuse(path, "normalizer", f"type {describe(_node_type(normalizer) or normalizer)}")
+        from bpetok_hf.normalize import read_normalizer
+
+        options, steps = (False, False, False, False), read_normalizer(normalizer, path)
+    isolate = None
+    items = pre.get("pretokenizers") if _node_type(pre) == "Sequence" and isinstance(pre, dict) else None
+    if isinstance(items, list) and len(items) == 2 and _node_type(items[0]) == "WhitespaceSplit":
+        isolate = _isolated_split(items[1], path)
+        pre = items[0]
     if _node_type(pre) not in ("BertPreTokenizer", "WhitespaceSplit"):
         raise _refuse(path, "pre_tokenizer", f"type {describe(_node_type(pre) or pre)}")
     prefix = text_of(model, "continuing_subword_prefix", path, "model.")
@@ -117,8 +125,20 @@ def read_bert_layout(data: dict, model: dict, path: str) -> dict:
     limit = model.get("max_input_chars_per_word", _MAX_WORD_CHARS)
     if type(limit) is not int or limit < 0:
         raise _refuse(path, "model.max_input_chars_per_word", describe(limit))
-    return {"normalizer": options, "punctuation": _node_type(pre) == "BertPreTokenizer", "prefix": prefix,
-            "max_chars": limit}
+    return {"normalizer": options, "steps": steps, "punctuation": _node_type(pre) == "BertPreTokenizer",
+            "isolate": isolate, "prefix": prefix, "max_chars": limit}
+
+
+def _isolated_split(node, path: str) -> str:
+    """The regex of a ``Split`` (Isolated, not inverted) after a WhitespaceSplit."""
+    from bpetok_hf.pretok import checked_regex
+
+    where = "pre_tokenizer.pretokenizers[1]"
+    pattern = node.get("pattern") if isinstance(node, dict) else None
+    if (_node_type(node) != "Split" or not isinstance(pattern, dict) or not isinstance(pattern.get("Regex"), str)
+            or node.get("behavior") != "Isolated" or flag(node, "invert", path, f"{where}.")):
+        raise _refuse(path, where, "not a Split of a regex, Isolated, not inverted")
+    return checked_regex(pattern["Regex"], path, f"{where}.pattern.Regex")
 
 
 @functools.lru_cache(maxsize=2)
@@ -133,14 +153,39 @@ def _splitter(punctuation: bool) -> re.Pattern[str]:
     return re.compile(f"[{punct}]|[^{space}{punct}]+")
 
 
+def _isolating(words, pattern: str):
+    """``words``, each cut around the matches of ``pattern`` (HF's Split, Isolated)."""
+    import regex
+
+    finditer = regex.compile(pattern).finditer
+
+    def split(text: str) -> list[str]:
+        out = []
+        for word in words(text):
+            at = 0
+            for match in finditer(word):
+                if match.start() > at:
+                    out.append(word[at : match.start()])
+                if match.end() > match.start():
+                    out.append(match.group())
+                at = match.end()
+            if at < len(word):
+                out.append(word[at:])
+        return out
+
+    return split
+
+
 class HFWordPieceModel(CachingModel):
     """HF's BERT pipeline over one fragment of text between added tokens (see the module docstring)."""
 
     def __init__(self, vocabulary, pretokenizer=None):
         layout = vocabulary.metadata[LAYOUT]
         self.path = vocabulary.path
-        self.normalize = BertNormalizer(*layout["normalizer"])
+        self.normalize = layout["steps"] or BertNormalizer(*layout["normalizer"])
         self.words = _splitter(layout["punctuation"]).findall
+        if layout["isolate"] is not None:
+            self.words = _isolating(self.words, layout["isolate"])
         self.prefix = layout["prefix"]
         self.max_chars = layout["max_chars"]
         skip = vocabulary.metadata.get(NOT_IN_MODEL, frozenset())

@@ -1,4 +1,4 @@
-"""The tokenizer.json of a ``t5`` (Unigram) vocabulary, and why a ``bert`` (WordPiece) one is refused.
+"""The tokenizer.json of a ``t5`` (Unigram) vocabulary.
 
 t5: llama.cpp's UGM session, per piece of text between special tokens, replaces the longest key
 of the precompiled charsmap at each position, turns spaces into ``▁`` (with
@@ -19,12 +19,6 @@ CONTROL tokens' texts (llama.cpp's does not) and takes its unknown score from ev
 (llama.cpp's from the NORMAL ones), so a score below the lowest NORMAL one (the ``[PADn]``
 fillers' -10000) is written as that lowest: a text holding a filler's own text (``[PAD250001]``)
 can then be cut otherwise.
-
-bert: llama.cpp's WPM session decomposes a character to the FIRST codepoint of its canonical
-decomposition (a Hangul syllable to its leading jamo, "한" to "ᄒ"), classes characters by its
-own Unicode 15.1 tables and matches a word-initial (``▁``) token inside a word after a ``▁`` in
-the text; HF's BertNormalizer decomposes fully and its WordPiece has no such match, so the ids
-would differ: refused (scripts/bert_export_gap.py measures by how much).
 """
 
 from __future__ import annotations
@@ -34,16 +28,10 @@ import base64
 from bpetok import TokenAttr, Tokenizer
 from bpetok.vocab import CHARSMAP_KEY
 
-__all__ = ["t5_refusal", "t5_model", "t5_normalizer", "T5_DECODER", "BERT_REFUSAL"]
+__all__ = ["t5_refusal", "t5_model", "t5_normalizer", "T5_DECODER"]
 
 SPACE = "\u2581"
 T5_DECODER = {"type": "Metaspace", "replacement": SPACE, "prepend_scheme": "always", "split": False}
-BERT_REFUSAL = (
-    "llama.cpp's WordPiece session decomposes each character to the first codepoint of its canonical "
-    "decomposition (a Hangul syllable to its leading jamo), classes characters by llama.cpp's Unicode 15.1 "
-    "tables and matches word-initial tokens inside a word after a '▁' in the text, none of which Hugging "
-    "Face's BertNormalizer, BertPreTokenizer and WordPiece can express, so transformers would give other ids"
-)
 
 
 def t5_refusal(tok: Tokenizer) -> str | None:

@@ -1,6 +1,5 @@
 """Exporting a t5 (Unigram) GGUF: transformers loads the folder and gives llama.cpp's recorded ids
-(tests/data/nomic-bert-moe.jsonl.gz) wherever HF's Precompiled normalizes as llama.cpp does; a
-bert (WordPiece) GGUF is refused with why."""
+(tests/data/nomic-bert-moe.jsonl.gz) wherever HF's Precompiled normalizes as llama.cpp does."""
 
 from __future__ import annotations
 
@@ -15,11 +14,10 @@ import pytest
 import bpetok
 from bpetok.vocab import CHARSMAP_KEY
 
-from bpetok_hf.writer import ExportError, export_hf
+from bpetok_hf.writer import export_hf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 T5 = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-nomic-bert-moe.gguf.gz"
-BERT = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-bert-bge.gguf.gz"
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +101,3 @@ def test_without_remove_extra_whitespaces_spaces_stay(t5_gguf, tmp_path):
     hf = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
     for text in ("a  b", "  lead", "trail  ", "   ", "x\n y", ""):
         assert hf(text, add_special_tokens=False)["input_ids"] == tok.encode(text), repr(text)
-
-
-def test_bert_export_is_refused_with_why(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "bpetok.cli", "export", str(BERT), "--format", "hf", "-o",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.startswith(f"bpetok: error: {BERT}: ") and done.stderr.count("\n") == 1
-    assert "first codepoint of its canonical decomposition" in done.stderr and not (tmp_path / "out").exists()
-    with pytest.raises(ExportError, match="Hangul syllable to its leading jamo"):
-        export_hf(bpetok.from_file(BERT), tmp_path / "out")
