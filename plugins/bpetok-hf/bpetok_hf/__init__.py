@@ -8,8 +8,8 @@
   ``bpetok_register_pretokenizers``.
 - Out: :func:`bpetok_hf.writer.export_hf` (``bpetok export MODEL.gguf --format hf -o DIR``)
   writes ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` for a
-  byte-level BPE, SentencePiece-style (llama), gemma4 or Unigram (t5) vocabulary; a bert one is
-  refused with why (:mod:`bpetok_hf.writer_ugm`).
+  byte-level BPE, SentencePiece-style (llama), gemma4, WordPiece (bert: :mod:`bpetok_hf.writer_wpm`)
+  or Unigram (t5: :mod:`bpetok_hf.writer_ugm`) vocabulary.
 """
 
 from __future__ import annotations
