@@ -6,7 +6,8 @@ of the precompiled charsmap at each position, turns spaces into ``▁`` (with
 space, plus one before the first non-space with ``add_space_prefix``) and runs one Viterbi over
 the whole piece. As HF:
 
-- normalizer: ``Precompiled`` (the GGUF's own charsmap), then ``Replace`` steps for the spaces
+- normalizer: a ``Replace`` ending grapheme clusters (below), ``Precompiled`` (the GGUF's own
+  charsmap), then ``Replace`` steps for the spaces
   (``" +"`` to one, ``\\A | \\z`` removed, ``Prepend("▁")``, ``" "`` to ``▁``);
 - no pre-tokenizer (one Viterbi over the whole piece, no ``▁`` split);
 - a ``Unigram`` model of every token with its score (USER_DEFINED ones at 0, as llama.cpp
@@ -14,7 +15,9 @@ the whole piece. As HF:
   ``TemplateProcessing``.
 
 What HF cannot say: its ``Precompiled`` replaces a short grapheme cluster starting with a key
-whole (``Ａ`` + U+0301 becomes ``A``), llama.cpp keeps the mark; HF's Viterbi also sees the
+whole (``Ａ`` + U+0301 becomes ``A``), llama.cpp keeps the mark. A U+0001 (deleted by the map)
+after each character no longer key starts with ends the cluster there; after a character that
+starts a longer key (``a`` + U+0308 + U+0301) it cannot be placed by a regex, and the mark goes. HF's Viterbi also sees the
 CONTROL tokens' texts (llama.cpp's does not) and takes its unknown score from every piece
 (llama.cpp's from the NORMAL ones), so a score below the lowest NORMAL one (the ``[PADn]``
 fillers' -10000) is written as that lowest: a text holding a filler's own text (``[PAD250001]``)
@@ -55,6 +58,9 @@ def t5_normalizer(tok: Tokenizer) -> dict | None:
     steps: list[dict] = []
     charsmap = tok.vocabulary.metadata.get(CHARSMAP_KEY)
     if charsmap:
+        breaker = _cluster_breaker(bytes(charsmap), tok.vocabulary.path)
+        if breaker is not None:
+            steps.append(breaker)
         steps.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(bytes(charsmap)).decode("ascii")})
     if flags.get("remove_extra_whitespaces", False):
         steps += [
@@ -66,6 +72,26 @@ def t5_normalizer(tok: Tokenizer) -> dict | None:
         steps.append(_replace(r"\A(?=[\s\S]*[^ ])", SPACE))  # one ▁ in front when there is a non-space
     steps.append({"type": "Replace", "pattern": {"String": " "}, "content": SPACE})
     return {"type": "Sequence", "normalizers": steps}
+
+
+def _cluster_breaker(blob: bytes, path: str) -> dict | None:
+    """A Replace putting U+0001 after each character whose key no longer key extends: HF's Precompiled
+    then ends the grapheme cluster there (U+0001 is a control) and the map deletes it, so a mark after
+    such a character is no longer swallowed with it. None when the map does not delete U+0001."""
+    from bpetok.models.charsmap import CharsMap
+
+    from bpetok_hf.writer_wpm import _char_class
+
+    charsmap = CharsMap(blob, f"{path}: {CHARSMAP_KEY}")
+    fast = charsmap._fast
+    if fast is None or charsmap.normalize(_BREAKER.encode()) != b"" or _BREAKER in fast[1]:
+        return None
+    table, starters = fast[0], fast[1]
+    alone = {cp for cp in table if chr(cp) not in starters}
+    return _replace(f"(?<={_char_class(alone)})", _BREAKER) if alone else None
+
+
+_BREAKER = "\x01"
 
 
 def _replace(pattern: str, content: str) -> dict:
