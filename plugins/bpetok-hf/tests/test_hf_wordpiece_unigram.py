@@ -127,7 +127,7 @@ def _edited(folder, name, tmp_path, edit):
 @pytest.mark.parametrize(
     "name, edit, message",
     [
-        ("bert", lambda d: d.update(normalizer={"type": "NFKC"}), "normalizer is type 'NFKC'"),
+        ("bert", lambda d: d.update(normalizer={"type": "StripAccents"}), "normalizer type 'StripAccents'"),
         ("bert", lambda d: d.update(pre_tokenizer={"type": "Digits"}), "pre_tokenizer is type 'Digits'"),
         ("bert", lambda d: d["model"].update(max_input_chars_per_word=-1), "max_input_chars_per_word is -1"),
         ("xlmr", lambda d: d["model"].update(byte_fallback=True), "model.byte_fallback is true"),
@@ -157,3 +157,14 @@ def test_older_files_post_processors_add_the_same_ends(name, processor, folder, 
     hf, tok = Tokenizer.from_file(str(path)), bpetok.from_file(path)
     for text in ("Hello world", "x"):
         assert tok.encode(text, add_special=True) == hf.encode(text).ids
+
+
+def test_another_normalizer_may_stand_in_for_bert_normalizer(folder, tmp_path, corpus):
+    # WordPiece with NFKC + Lowercase (any normalizer bpetok-hf reads), as HF runs it.
+    from tokenizers import Tokenizer
+
+    steps = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}
+    path = _edited(folder, "bert", tmp_path, lambda d: d.update(normalizer=steps))
+    hf, tok = Tokenizer.from_file(str(path)), bpetok.from_file(path)
+    texts = corpus[:100] + refs.TEXTS
+    assert [tok.encode(t) for t in texts] == [hf.encode(t, add_special_tokens=False).ids for t in texts]
