@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -17,6 +18,8 @@ from bpetok.vocab import CHARSMAP_KEY
 from bpetok_hf.writer import export_hf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+# bpetok's CLI module (bpetok.apps.cli since the layout moved it; bpetok.cli before).
+CLI = "bpetok.apps.cli" if importlib.util.find_spec("bpetok.apps") else "bpetok.cli"
 T5 = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-nomic-bert-moe.gguf.gz"
 
 
@@ -28,7 +31,7 @@ def t5_gguf():
 @pytest.fixture(scope="module")
 def t5_folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf-t5")
-    result = subprocess.run([sys.executable, "-m", "bpetok.cli", "export", str(T5), "--format", "hf", "-o", str(out)],
+    result = subprocess.run([sys.executable, "-m", CLI, "export", str(T5), "--format", "hf", "-o", str(out)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return out

@@ -5,6 +5,7 @@ Split steps; transformers loads the folder and gives llama.cpp's recorded ids
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -19,6 +20,8 @@ from bpetok.gguf_writer import items_of, write_gguf
 from bpetok_hf.writer import ExportError, export_hf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+# bpetok's CLI module (bpetok.apps.cli since the layout moved it; bpetok.cli before).
+CLI = "bpetok.apps.cli" if importlib.util.find_spec("bpetok.apps") else "bpetok.cli"
 BERT = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-bert-bge.gguf.gz"
 
 
@@ -30,7 +33,7 @@ def bert_gguf():
 @pytest.fixture(scope="module")
 def bert_folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf-bert")
-    result = subprocess.run([sys.executable, "-m", "bpetok.cli", "export", str(BERT), "--format", "hf", "-o", str(out)],
+    result = subprocess.run([sys.executable, "-m", CLI, "export", str(BERT), "--format", "hf", "-o", str(out)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return out
