@@ -65,21 +65,7 @@ class UnigramModel(CachingModel):
                 "set tokenizer.ggml.unknown_token_id"
             )
         self.unk = unk
-        matched = TokenAttr.NORMAL | TokenAttr.USER_DEFINED | TokenAttr.UNUSED
-        # text -> (id, score), the tokens llama.cpp's token_matcher holds (a later text wins).
-        self.pieces: dict[bytes, tuple[int, float]] = {}
-        normal_scores = []
-        user_defined = []
-        for token_id, (text, attr) in enumerate(zip(tokens, attrs)):
-            if attr & TokenAttr.NORMAL:
-                normal_scores.append(scores[token_id])
-            if attr & matched:
-                score = 0.0 if attr & TokenAttr.USER_DEFINED else scores[token_id]
-                self.pieces[text] = (token_id, score)
-            if attr & TokenAttr.USER_DEFINED:
-                user_defined.append(text)
-        min_score = min(normal_scores) if normal_scores else 3.4028234663852886e38  # FLT_MAX
-        self.unknown_score = _float32(min_score - _UNKNOWN_PENALTY)
+        self.pieces, self.unknown_score, user_defined = self.scored_pieces(tokens, attrs, scores)
         self.longest = max(map(len, self.pieces), default=0)
         self.user_defined = sorted(set(user_defined), key=len, reverse=True)
         self.add_space_prefix = bool(vocabulary.flags.get("add_space_prefix", False))
@@ -91,6 +77,25 @@ class UnigramModel(CachingModel):
         self._lattice_built = False
         # The C trie is part of loading (a quarter of a second for 250k tokens).
         self.compiled = self.lattice() is not None  # the C Viterbi (bpetok/models/_ugm.c)
+
+    def scored_pieces(self, tokens, attrs, scores) -> tuple[dict[bytes, tuple[int, float]], float, list[bytes]]:
+        """(text -> (id, score) of the tokens the Viterbi matches, the unknown score, the USER_DEFINED
+        texts): llama.cpp's token_matcher (a later text wins). A subclass may match others (bpetok-hf:
+        Hugging Face's Unigram matches every piece)."""
+        matched = TokenAttr.NORMAL | TokenAttr.USER_DEFINED | TokenAttr.UNUSED
+        pieces: dict[bytes, tuple[int, float]] = {}
+        normal_scores = []
+        user_defined = []
+        for token_id, (text, attr) in enumerate(zip(tokens, attrs)):
+            if attr & TokenAttr.NORMAL:
+                normal_scores.append(scores[token_id])
+            if attr & matched:
+                score = 0.0 if attr & TokenAttr.USER_DEFINED else scores[token_id]
+                pieces[text] = (token_id, score)
+            if attr & TokenAttr.USER_DEFINED:
+                user_defined.append(text)
+        min_score = min(normal_scores) if normal_scores else 3.4028234663852886e38  # FLT_MAX
+        return pieces, _float32(min_score - _UNKNOWN_PENALTY), user_defined
 
     def lattice(self):
         """The C Viterbi over this vocabulary's trie, built on first use; None when not built or

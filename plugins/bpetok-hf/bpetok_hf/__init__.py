@@ -1,13 +1,15 @@
 """bpetok-hf: Hugging Face ``tokenizer.json`` in and out, as a bpetok plugin.
 
 - In: a ``bpetok_load_vocabulary`` implementation reads byte-level BPE ``tokenizer.json`` files
-  (normalizers included) and SentencePiece-style ones (into the ``llama`` model, or ``hf-metaspace``
-  registered here), alone or in a Hugging Face model folder, so ``bpetok.from_file(...)`` gives
-  Hugging Face tokenizers' ids. The pre-tokenizer is the file's own passes (``hf-regex``),
-  registered here through ``bpetok_register_pretokenizers``.
+  (normalizers included), SentencePiece-style ones (into the ``llama`` model, or ``hf-metaspace``
+  registered here), WordPiece ones (``hf-wordpiece``) and Unigram ones (``hf-unigram``), alone or
+  in a Hugging Face model folder, so ``bpetok.from_file(...)`` gives Hugging Face tokenizers' ids.
+  The byte-level pre-tokenizer is the file's own passes (``hf-regex``), registered here through
+  ``bpetok_register_pretokenizers``.
 - Out: :func:`bpetok_hf.writer.export_hf` (``bpetok export MODEL.gguf --format hf -o DIR``)
   writes ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json`` for a
-  byte-level BPE or SentencePiece-style (llama) vocabulary.
+  byte-level BPE, SentencePiece-style (llama), gemma4, WordPiece (bert: :mod:`bpetok_hf.writer_wpm`)
+  or Unigram (t5: :mod:`bpetok_hf.writer_ugm`) vocabulary.
 """
 
 from __future__ import annotations
@@ -72,8 +74,12 @@ def bpetok_load_vocabulary(path: str) -> Vocabulary | None:
 @hookimpl
 def bpetok_register_models(register) -> None:
     from bpetok_hf.reader_spm import metaspace_spec
+    from bpetok_hf.unigram import unigram_spec
+    from bpetok_hf.wordpiece import wordpiece_spec
 
     register(metaspace_spec())
+    register(wordpiece_spec())
+    register(unigram_spec())
 
 
 @hookimpl

@@ -7,8 +7,9 @@ in normalized text (``normalized: true``) under a normalizer that changes text: 
 that combination (:func:`check_added_tokens`).
 
 Supported: ``NFC``, ``NFD``, ``NFKC``, ``NFKD``, ``Lowercase``, ``Strip``, ``Replace`` (a string or a
-regex), ``Prepend``, and a ``Sequence`` of them. Others (``BertNormalizer``, ``Precompiled``,
-``StripAccents``, ``NMT``...) are refused with their name.
+regex), ``Prepend``, ``Precompiled`` (:mod:`bpetok_hf.precompiled`) and a ``Sequence`` of them.
+Others (``StripAccents``, ``NMT``...) are refused with their name; ``BertNormalizer`` is read with
+a WordPiece model only (:mod:`bpetok_hf.wordpiece`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from bpetok import VocabularyError
 
 from bpetok_hf.schema import array, bad, describe, flag, text_of
 
-__all__ = ["Normalizer", "read_normalizer", "check_added_tokens", "FORMS"]
+__all__ = ["Normalizer", "read_normalizer", "check_added_tokens", "FORMS", "WHITE_SPACE"]
 
 FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 # Rust's char::is_whitespace (the White_Space property), what HF's Strip strips; Python's
 # str.strip() also strips U+001C..U+001F, which are not White_Space.
-_WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+WHITE_SPACE = _WHITE_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 # Codepoints that Unicode gives a combining class, decomposition or composition and HF
 # tokenizers' normalization tables (older than Python's) do not know: HF treats each as a plain
 # starter, so the text is normalized between them (scripts/normalization_table.py made this).
@@ -38,7 +39,7 @@ _MAX_DEPTH = 4
 def _refuse(path: str, where: str, what: str) -> VocabularyError:
     return VocabularyError(
         f"{path}: {where} is {what}; bpetok-hf reproduces the normalizers NFC, NFD, NFKC, NFKD, Lowercase, Strip, "
-        "Replace, Prepend and Sequences of them, and refuses others rather than give ids that differ from Hugging "
+        "Replace, Prepend, Precompiled and Sequences of them, and refuses others rather than give ids that differ from Hugging "
         "Face tokenizers': convert this model to GGUF with llama.cpp's convert_hf_to_gguf.py instead"
     )
 
@@ -93,6 +94,8 @@ class Normalizer:
             compiled = regex.compile(step.a)
             content = str(step.b)
             return lambda text: compiled.sub(lambda _m: content, text)
+        if kind == "Precompiled":
+            return step.a
         if kind == "Prepend":
             prefix = str(step.a)
             return lambda text: prefix + text if text else text
@@ -130,6 +133,10 @@ def _steps(node: dict, path: str, where: str, depth: int) -> list[Step]:
                 raise bad(path, f"{where}.{key}", node.get(key), "true or false")
             sides.append(flag(node, key, path, f"{where}."))
         return [Step(kind, *sides)]
+    if kind == "Precompiled":
+        from bpetok_hf.precompiled import read_precompiled
+
+        return [Step(kind, read_precompiled(node, path, where))]
     if kind == "Prepend":
         prefix = text_of(node, "prepend", path, f"{where}.")
         if prefix is None:
@@ -163,7 +170,7 @@ def read_normalizer(node: dict | None, path: str) -> Normalizer | None:
     return Normalizer(steps) if steps else None
 
 
-def check_added_tokens(normalizer: Normalizer | None, normalized: dict[int, str], path: str) -> None:
+def check_added_tokens(normalizer, normalized: dict[int, str], path: str, kind: str = "BPE") -> None:
     """Refuse added tokens HF matches in normalized text (``normalized: true``) when there is a
     normalizer: bpetok cuts added tokens from the raw text, and the two differ where the
     normalizer changes the text around or into a token (``normalized``: id -> content)."""
@@ -172,7 +179,7 @@ def check_added_tokens(normalizer: Normalizer | None, normalized: dict[int, str]
     token_id, content = next(iter(normalized.items()))
     raise VocabularyError(
         f"{path}: added token {token_id} ({content[:40]!r}) has normalized: true under normalizer "
-        f"{' + '.join(s.kind for s in normalizer.steps)}: Hugging Face matches it in the normalized text, bpetok in "
+        f"{' + '.join(s.kind for s in normalizer.steps) if isinstance(normalizer, Normalizer) else kind + ' normalizer'}: Hugging Face matches it in the normalized text, bpetok in "
         "the raw text, and the ids would differ where the normalizer changes the text around it; set its "
         "\"normalized\" to false (as transformers does for special tokens) or convert the model to GGUF with "
         "llama.cpp's convert_hf_to_gguf.py"

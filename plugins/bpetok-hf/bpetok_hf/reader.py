@@ -16,7 +16,9 @@ from bpetok import TokenType, Vocabulary, VocabularyError
 from bpetok_hf.normalize import check_added_tokens, read_normalizer
 from bpetok_hf.pretok import read_passes
 from bpetok_hf.reader_spm import GEMMA4_MODEL, METASPACE_MODEL, PREPEND_FIRST, check_newline_runs, spm_layout, spm_scores
-from bpetok_hf.schema import array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
+from bpetok_hf.unigram import read_unigram_layout, unigram_scores
+from bpetok_hf.wordpiece import read_bert_layout
+from bpetok_hf.schema import _FIX, array, bad, count, describe, flag, key_of, load_json, section, text_of, token_id
 
 __all__ = ["read_tokenizer_json", "folder_tokenizer_json", "is_tokenizer_json", "MARK", "PASSES", "NORMALIZER", "ADDED", "CHAT_TEMPLATE"]
 
@@ -117,6 +119,14 @@ def _template_specials(node: dict | None, path: str, check_id, where: str = "pos
             if found != (None, None):
                 return found
         return None, None
+    if node.get("type") in ("BertProcessing", "RobertaProcessing"):  # [CLS] $A [SEP], <s> $A </s>
+        ends = []
+        for key in ("cls", "sep"):
+            pair = node.get(key)
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise bad(path, f"{where}.{key}", pair, "a [token, id] pair")
+            ends.append(check_id(pair[1], f"{where}.{key}[1]"))
+        return ends[0], ends[1]
     if node.get("type") != "TemplateProcessing":
         return None, None
     single = array(node, "single", path, f"{where}.")
@@ -223,9 +233,22 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     model = data["model"]
     if not isinstance(model, dict):
         raise bad(path, "model", model, "an object (the BPE model)")
-    _check_model(model, path)
-    spm = flag(model, "byte_fallback", path, "model.")  # SentencePiece-style: bpetok_hf.reader_spm
-    if spm:
+    kind = model.get("type", "BPE")
+    layout: dict | None = None  # a WordPiece or Unigram file's components (bpetok_hf.wordpiece, .unigram)
+    passes: list = []
+    spm = False
+    if kind == "WordPiece":
+        layout = read_bert_layout(data, model, path)
+        normalizer, passes = layout["normalizer"] != (False,) * 4 or None, []
+    elif kind == "Unigram":
+        layout = read_unigram_layout(data, model, path)
+        normalizer, passes = layout["normalizer"], []
+    else:
+        _check_model(model, path)
+        spm = flag(model, "byte_fallback", path, "model.")  # SentencePiece-style: bpetok_hf.reader_spm
+    if layout is not None:
+        pass
+    elif spm:
         spm_model_name, add_space_prefix = spm_layout(data, path)
         normalizer, passes = None, []
     else:
@@ -235,9 +258,15 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     post_processor = section(data, "post_processor", path, "")
 
     vocab = model.get("vocab")
-    if not isinstance(vocab, dict):
+    scores: list[float] = []
+    if kind == "Unigram":
+        pieces, scores = unigram_scores(array(model, "vocab", path, "model.", required=True), path)
+        vocab = {piece: i for i, piece in enumerate(pieces)}
+        if len(vocab) != len(pieces):
+            raise VocabularyError(f"{path}: model.vocab holds a piece twice; llama.cpp and bpetok need each token text once")
+    elif not isinstance(vocab, dict):
         raise bad(path, "model.vocab", vocab, "an object of token -> id")
-    merges_node = array(model, "merges", path, "model.", required=True)
+    merges_node = array(model, "merges", path, "model.", required=layout is None)
     added = array(data, "added_tokens", path, "")
     # Ids must fit the file: as many as its vocab entries and added tokens (an added token may
     # also be a vocab entry, so a few ids can be left unused: [PAD<id>]), never more.
@@ -284,7 +313,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         tokens[token_id_] = content.encode("utf-8", "surrogatepass")  # raw text, as the converter keeps it
         types[token_id_] = TokenType.CONTROL if special else TokenType.USER_DEFINED
         added_info[token_id_] = (special, lstrip, rstrip)
-    check_added_tokens(normalizer, normalized_added, path)
+    check_added_tokens(normalizer, normalized_added, path, kind)
     texts = [f"[PAD{i}]".encode() if text is None else text for i, text in enumerate(tokens)]
     index: dict[bytes, int] = {}
     for token_id_, text in enumerate(texts):
@@ -296,7 +325,7 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         index[text] = token_id_
     merges = [_merge(item, path, i) for i, item in enumerate(merges_node)]
     ignore_merges = flag(model, "ignore_merges", path, "model.")
-    unk_token = text_of(model, "unk_token", path, "model.")
+    unk_token = text_of(model, "unk_token", path, "model.") if kind != "Unigram" else None
 
     config = _read_config(path)
     special_id_keys = []
@@ -322,6 +351,9 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     template = _chat_template(config, path)
     if template is not None:
         metadata[CHAT_TEMPLATE] = template
+    if layout is not None:
+        return other_vocabulary(path, kind, layout, texts, types, index, scores, set(added_info) - set(vocab.values()),
+                                special_id_keys, flags, metadata, model, check_id)
     if spm:
         if spm_model_name == METASPACE_MODEL:  # the flag was Metaspace's "first"; the decoder drops a leading ▁
             metadata[PREPEND_FIRST], add_space_prefix = add_space_prefix, True
@@ -340,6 +372,41 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
     )
     vocabulary.adopt_token_index(index)
     vocabulary.metadata["hf.ignore_merges"] = ignore_merges
+    return vocabulary
+
+
+def other_vocabulary(path, kind, layout, texts, types, index, scores, added_only, special_id_keys, flags, metadata,
+                     model, check_id):
+    """A WordPiece or Unigram file's vocabulary for bpetok-hf's hf-wordpiece / hf-unigram model."""
+    from bpetok_hf import unigram, wordpiece
+
+    module = wordpiece if kind == "WordPiece" else unigram
+    roles = {role for role, _, _ in special_id_keys}
+    if kind == "Unigram":
+        unk = model.get("unk_id")
+        if unk is None:
+            raise VocabularyError(f"{path}: model.unk_id is null; bpetok-hf reads Unigram files with an unknown token "
+                                  "(Hugging Face tokenizers fails on any unknown character without one)")
+        unk = check_id(unk, "model.unk_id")
+        if unk >= len(scores):
+            raise VocabularyError(f"{path}: model.unk_id {unk} is past model.vocab's {len(scores)} pieces; {_FIX}")
+        special_id_keys = [k for k in special_id_keys if k[0] != "unk"] + [("unk", "tokenizer.ggml.unknown_token_id", unk)]
+        scores = scores + [0.0] * (len(texts) - len(scores))
+    elif "unk" not in roles:
+        special_id_keys = special_id_keys + [("unk", "tokenizer.ggml.unknown_token_id", None)]
+    vocabulary = Vocabulary(
+        path=path,
+        model=wordpiece.WORDPIECE_MODEL if kind == "WordPiece" else unigram.UNIGRAM_MODEL,
+        pre="",
+        tokens=texts,
+        token_types=[int(t) for t in types],
+        merges=[],
+        scores=scores,
+        special_id_keys=[k for k in special_id_keys if k[2] is not None],
+        flags=flags,
+        metadata={**metadata, module.LAYOUT: layout, module.NOT_IN_MODEL: frozenset(added_only), "hf.ignore_merges": False},
+    )
+    vocabulary.adopt_token_index(index)
     return vocabulary
 
 

@@ -17,6 +17,8 @@ from bpetok import BpetokError, TokenAttr, Tokenizer
 
 from bpetok_hf.pretok import patterns_of
 from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
+from bpetok_hf.writer_ugm import T5_DECODER, t5_model, t5_normalizer, t5_refusal
+from bpetok_hf.writer_wpm import WPM_DECODER, wpm_model, wpm_normalizer_and_pre, wpm_refusal, wpm_template, wpm_texts
 from bpetok_hf.writer_spm import GEMMA4_SPLIT, gemma4_model, gemma4_refusal, spm_decoder, spm_model, spm_normalizer, spm_refusal
 
 __all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
@@ -101,10 +103,14 @@ def tokenizer_json(tok: Tokenizer) -> dict:
     vocab = tok.vocabulary
     if vocab.model in ("llama", "gemma4"):
         return _spm_tokenizer_json(tok)
+    if vocab.model == "t5":
+        return _t5_tokenizer_json(tok)
+    if vocab.model == "bert":
+        return _wpm_tokenizer_json(tok)
     if vocab.model != "gpt2":
         raise ExportError(
             f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2), "
-            "SentencePiece-style BPE (llama) and Gemma 4 (gemma4) vocabularies only"
+            "SentencePiece-style BPE (llama), Gemma 4 (gemma4), WordPiece (bert) and Unigram (t5) vocabularies only"
         )
     if tok.spec is not None and not tok.spec.byte_encode:
         # llama.cpp runs BPE over raw UTF-8 for this pre (gemma4, mmbert, whitespace...): a
@@ -205,12 +211,54 @@ def _spm_tokenizer_json(tok: Tokenizer) -> dict:
     }
 
 
+def _t5_tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json of a t5 (Unigram) vocabulary (see bpetok_hf.writer_ugm)."""
+    why = t5_refusal(tok)
+    if why is not None:
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 't5' and {why}; it cannot be exported")
+    texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
+    _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": t5_normalizer(tok),
+        "pre_tokenizer": None,
+        "post_processor": _template(tok, added_text),
+        "decoder": T5_DECODER,
+        "model": t5_model(tok, texts),
+    }
+
+
+def _wpm_tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json of a bert (WordPiece) vocabulary (see bpetok_hf.writer_wpm)."""
+    texts = wpm_texts(tok)
+    why = wpm_refusal(tok, texts)
+    if why is not None:
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 'bert' and {why}; it cannot be exported")
+    _model_vocab, added, _added_text = _vocab_and_added(tok, normalized=False)
+    normalizer, pre_tokenizer = wpm_normalizer_and_pre(tok)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": wpm_template(tok, texts),
+        "decoder": WPM_DECODER,
+        "model": wpm_model(tok, texts),
+    }
+
+
 def tokenizer_config(tok: Tokenizer) -> dict:
     """tokenizer_config.json for transformers: the special tokens, BOS/EOS flags, the chat template."""
     vocab = tok.vocabulary
     config: dict = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    for role in ("bos", "eos", "unk", "pad"):
-        token_id = vocab.special_ids.get(role)
+    roles = ("cls", "sep", "unk", "pad", "mask") if vocab.model == "bert" else ("bos", "eos", "unk", "pad")
+    for role in roles:
+        token_id = vocab.special_ids.get("bos" if role == "cls" else role)
         if token_id is not None:
             config[f"{role}_token"] = _text(tok, token_id)
     config["add_bos_token"] = bool(tok.add_bos and vocab.special_ids.get("bos") is not None)
@@ -227,7 +275,8 @@ def tokenizer_config(tok: Tokenizer) -> dict:
 
 def special_tokens_map(config: dict) -> dict:
     """special_tokens_map.json: the special tokens of ``config`` (older transformers read them from here)."""
-    return {key: config[key] for key in ("bos_token", "eos_token", "unk_token", "pad_token") if key in config}
+    keys = ("bos_token", "eos_token", "unk_token", "pad_token", "cls_token", "sep_token", "mask_token")
+    return {key: config[key] for key in keys if key in config}
 
 
 def export_hf(tok: Tokenizer, directory: str | os.PathLike) -> list[Path]:

@@ -153,8 +153,8 @@ REFUSALS = {
         lambda d: (d.update(normalizer={"type": "NFC"}), d["added_tokens"][0].update(normalized=True)),
         "normalized: true under normalizer NFC",
     ),
-    "wordpiece": (lambda d: d["model"].update(type="WordPiece"), "model.type"),
-    "unigram": (lambda d: d.update(model={"type": "Unigram", "vocab": []}), "model.type"),
+    "wordpiece": (lambda d: d["model"].update(type="WordPiece"), "pre_tokenizer is type 'Sequence'; bpetok-hf reads WordPiece"),
+    "unigram": (lambda d: d.update(model={"type": "Unigram", "vocab": []}), "'Split + ByteLevel'; bpetok-hf reads Unigram"),
     "decoder": (lambda d: d.update(decoder={"type": "Metaspace"}), "decoder"),
     "removed": (lambda d: d["pre_tokenizer"]["pretokenizers"][0].update(behavior="Removed"), "behavior"),
     "prefix_space": (
