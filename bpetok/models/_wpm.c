@@ -8,7 +8,8 @@
  * entry per BMP codepoint (what the word split does with it: join the word, end it, drop it, or be
  * a word of its own, and the codepoint it becomes); astral codepoints are looked up as they come.
  * From the tokens it builds a byte trie (breadth first over the sorted texts: the texts under a
- * prefix are one run, so each node's edges are one sorted run of the edge arrays).
+ * prefix are one run, so each node's children are one sorted run of the node array). Words seen
+ * before come from a word cache (word -> ids, bounded by the budget the Tokenizer gives).
  *
  * ``encode(text, unk)`` splits the text into words, puts U+2581 in front of each and cuts it from
  * the left into the longest tokens; a word with a position no token starts at is ``unk``; where
@@ -46,12 +47,10 @@ typedef struct {
     uint32_t *lower_from, *lower_to;
     uint32_t *spaces;
     uint32_t bmp[0x10000]; /* action << 24 | codepoint */
-    /* the trie: node k's edges are edge_bytes/edge_child[first[k] .. first[k + 1]) */
+    /* the trie, breadth first: node k's children are nodes[first .. first + count), sorted by the
+     * byte that leads to each (one struct a node: a step of the walk reads one or two lines) */
     uint32_t n_nodes;
-    int32_t *values; /* per node: token id or -1 */
-    uint32_t *first; /* n_nodes + 1 */
-    uint8_t *edge_bytes;
-    uint32_t *edge_child;
+    struct node { uint32_t first; int32_t value; uint16_t count; uint8_t byte; } *nodes;
     uint32_t root[256];
     /* the word cache: word (without U+2581) -> ids, open addressing; it stops growing at budget */
     size_t budget, used;
@@ -74,10 +73,7 @@ static void Wpm_dealloc(Wpm *self)
     free(self->lower_from);
     free(self->lower_to);
     free(self->spaces);
-    free(self->values);
-    free(self->first);
-    free(self->edge_bytes);
-    free(self->edge_child);
+    free(self->nodes);
     free(self->slots);
     free(self->keys);
     free(self->cached_ids);
@@ -242,25 +238,24 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
     }
     size_t cap = (size_t)blob_len + 1;
     uint32_t *lo = malloc(cap * sizeof(uint32_t)), *hi = malloc(cap * sizeof(uint32_t)), *depth = malloc(cap * sizeof(uint32_t));
-    self->values = malloc(cap * sizeof(int32_t));
-    self->first = malloc((cap + 1) * sizeof(uint32_t));
-    self->edge_bytes = malloc(cap);
-    self->edge_child = malloc(cap * sizeof(uint32_t));
-    if (!lo || !hi || !depth || !self->values || !self->first || !self->edge_bytes || !self->edge_child) {
+    self->nodes = malloc(cap * sizeof(struct node));
+    if (!lo || !hi || !depth || !self->nodes) {
         free(lo);
         free(hi);
         free(depth);
         PyErr_NoMemory();
         return -1;
     }
-    uint32_t nodes = 1, edges = 0;
+    uint32_t nodes = 1;
     lo[0] = 0, hi[0] = (uint32_t)n, depth[0] = 0;
+    self->nodes[0].byte = 0;
     for (uint32_t k = 0; k < nodes; k++) { /* nodes grows as children are queued */
         uint32_t i = lo[k], d = depth[k];
-        self->values[k] = -1;
-        self->first[k] = edges;
+        struct node *node = &self->nodes[k];
+        node->value = -1;
+        node->first = nodes;
         if (i < hi[k] && offsets[i + 1] - offsets[i] == d) {
-            self->values[k] = ids[i];
+            node->value = ids[i];
             i++;
         }
         while (i < hi[k]) { /* every text here is longer than d */
@@ -270,12 +265,11 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
                 j++;
             /* each node is the prefix ending at a distinct (text, depth): fewer than cap */
             lo[nodes] = i, hi[nodes] = j, depth[nodes] = d + 1;
-            self->edge_bytes[edges] = b;
-            self->edge_child[edges++] = nodes++;
+            self->nodes[nodes++].byte = b;
             i = j;
         }
+        node->count = (uint16_t)(nodes - node->first); /* at most 256: one child per byte */
     }
-    self->first[nodes] = edges;
     self->n_nodes = nodes;
     free(lo);
     free(hi);
@@ -295,8 +289,8 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
     }
     for (int b = 0; b < 256; b++)
         self->root[b] = NO_NODE;
-    for (uint32_t e = self->first[0]; e < self->first[1]; e++)
-        self->root[self->edge_bytes[e]] = self->edge_child[e];
+    for (uint32_t c = self->nodes[0].first; c < self->nodes[0].first + self->nodes[0].count; c++)
+        self->root[self->nodes[c].byte] = c;
     return 0;
 }
 
@@ -394,12 +388,18 @@ static int push_id(Out *o, uint32_t id)
 
 static inline uint32_t child_of(const Wpm *w, uint32_t node, uint8_t b)
 {
-    uint32_t lo = w->first[node], hi = w->first[node + 1];
+    uint32_t lo = w->nodes[node].first, hi = lo + w->nodes[node].count;
+    if (hi - lo <= 8) { /* most nodes: a few children, side by side */
+        for (; lo < hi; lo++)
+            if (w->nodes[lo].byte == b)
+                return lo;
+        return NO_NODE;
+    }
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        uint8_t at = w->edge_bytes[mid];
+        uint8_t at = w->nodes[mid].byte;
         if (at == b)
-            return w->edge_child[mid];
+            return mid;
         if (at < b)
             lo = mid + 1;
         else
@@ -499,8 +499,8 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
         int32_t token = -1;
         size_t end = pos, at = pos;
         while (node != NO_NODE) {
-            if (w->values[node] >= 0)
-                token = w->values[node], end = at + 1;
+            if (w->nodes[node].value >= 0)
+                token = w->nodes[node].value, end = at + 1;
             if (++at >= n)
                 break;
             node = child_of(w, node, data[at]);
