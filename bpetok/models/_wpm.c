@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_word_cache.h"
+
 #define MAX_CPT 0x10FFFFu
 #define NO_NODE UINT32_MAX
 
@@ -52,14 +54,7 @@ typedef struct {
     uint32_t n_nodes;
     struct node { uint32_t first; int32_t value; uint16_t count; uint8_t byte; } *nodes;
     uint32_t root[256];
-    /* the word cache: word (without U+2581) -> ids, open addressing; it stops growing at budget */
-    size_t budget, used;
-    size_t n_slots, n_entries; /* n_slots: 0 or a power of two */
-    struct slot { uint64_t hash; uint32_t key_off, key_len, ids_off, ids_len; } *slots;
-    uint8_t *keys;
-    size_t keys_len, keys_cap;
-    uint32_t *cached_ids;
-    size_t cached_len, cached_cap;
+    WordCache cache; /* word (without U+2581) -> ids */
     /* each token id's int object, made when first returned (ids past 256 are not interned) */
     PyObject **id_objects;
     size_t n_id_objects;
@@ -74,9 +69,7 @@ static void Wpm_dealloc(Wpm *self)
     free(self->lower_to);
     free(self->spaces);
     free(self->nodes);
-    free(self->slots);
-    free(self->keys);
-    free(self->cached_ids);
+    word_cache_free(&self->cache);
     for (size_t k = 0; k < self->n_id_objects; k++)
         Py_XDECREF(self->id_objects[k]);
     free(self->id_objects);
@@ -408,69 +401,6 @@ static inline uint32_t child_of(const Wpm *w, uint32_t node, uint8_t b)
     return NO_NODE;
 }
 
-/* -- the word cache ------------------------------------------------------------------------------ */
-
-#define LONGEST_CACHED_WORD 255
-
-static uint64_t hash_word(const uint8_t *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
-}
-
-/* The slot of the word, or the empty slot where it would go (n_slots > 0). */
-static struct slot *find_slot(const Wpm *w, const uint8_t *word, size_t n, uint64_t h)
-{
-    size_t mask = w->n_slots - 1;
-    for (size_t k = (size_t)h & mask;; k = (k + 1) & mask) {
-        struct slot *s = &w->slots[k];
-        if (s->key_len == 0 || (s->hash == h && s->key_len == n && memcmp(w->keys + s->key_off, word, n) == 0))
-            return s;
-    }
-}
-
-/* Doubles the table (rehashing every entry); -1 when out of memory or budget (the cache stays). */
-static int grow_table(Wpm *w)
-{
-    size_t n2 = w->n_slots ? w->n_slots * 2 : 1024;
-    if (n2 > SIZE_MAX / sizeof(struct slot) || w->used + (n2 - w->n_slots) * sizeof(struct slot) > w->budget)
-        return -1;
-    struct slot *slots = calloc(n2, sizeof(struct slot)), *old = w->slots;
-    if (slots == NULL)
-        return -1;
-    size_t n_old = w->n_slots;
-    w->slots = slots, w->n_slots = n2;
-    for (size_t k = 0; k < n_old; k++)
-        if (old[k].key_len)
-            *find_slot(w, w->keys + old[k].key_off, old[k].key_len, old[k].hash) = old[k];
-    w->used += (n2 - n_old) * sizeof(struct slot);
-    free(old);
-    return 0;
-}
-
-/* Remembers the word's ids if they fit the budget (else nothing: the cache stays valid). */
-static void cache_word(Wpm *w, const uint8_t *word, size_t n, uint64_t h, const uint32_t *ids, size_t n_ids)
-{
-    size_t cost = n + n_ids * sizeof(uint32_t);
-    if (n == 0 || n > LONGEST_CACHED_WORD || n_ids > UINT32_MAX || w->used + cost > w->budget)
-        return;
-    if ((w->n_entries + 1) * 2 > w->n_slots && grow_table(w) < 0)
-        return;
-    if (w->keys_len + n > UINT32_MAX || w->cached_len + n_ids > UINT32_MAX
-        || grow((void **)&w->keys, &w->keys_cap, w->keys_len + n, 1) < 0
-        || grow((void **)&w->cached_ids, &w->cached_cap, w->cached_len + n_ids, sizeof(uint32_t)) < 0)
-        return;
-    struct slot *s = find_slot(w, word, n, h);
-    if (s->key_len)
-        return; /* already there */
-    memcpy(w->keys + w->keys_len, word, n);
-    memcpy(w->cached_ids + w->cached_len, ids, n_ids * sizeof(uint32_t));
-    *s = (struct slot){h, (uint32_t)w->keys_len, (uint32_t)n, (uint32_t)w->cached_len, (uint32_t)n_ids};
-    w->keys_len += n, w->cached_len += n_ids, w->used += cost, w->n_entries++;
-}
-
 /* The word's tokens (or unk), then an empty word. 0, -1 out of memory, -2 no unknown token. */
 static int flush_word(Wpm *w, Out *o, int64_t unk)
 {
@@ -479,20 +409,17 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
         return 0;
     size_t start_ids = o->n_ids, pos = 0;
     const uint8_t *data = o->word;
-    uint64_t h = 0;
-    if (w->n_slots && n - 3 <= LONGEST_CACHED_WORD) {
-        h = hash_word(data + 3, n - 3);
-        const struct slot *s = find_slot(w, data + 3, n - 3, h);
-        if (s->key_len) {
-            if (grow((void **)&o->ids, &o->ids_cap, o->n_ids + s->ids_len, sizeof(uint32_t)) < 0)
-                return -1;
-            memcpy(o->ids + o->n_ids, w->cached_ids + s->ids_off, s->ids_len * sizeof(uint32_t));
-            o->n_ids += s->ids_len;
+    int cached = w->cache.budget && n - 3 <= WORD_CACHE_LONGEST;
+    uint64_t h = cached ? word_hash(data + 3, (uint32_t)(n - 3)) : 0;
+    if (cached) { /* a word's ids are at most its bytes: room for them first */
+        if (grow((void **)&o->ids, &o->ids_cap, o->n_ids + n, sizeof(uint32_t)) < 0)
+            return -1;
+        Py_ssize_t found = word_cache_get(&w->cache, h, data + 3, (uint32_t)(n - 3), (int32_t *)(o->ids + o->n_ids));
+        if (found >= 0) {
+            o->n_ids += (size_t)found;
             o->word_len = 3;
             return 0;
         }
-    } else if (w->budget) {
-        h = hash_word(data + 3, n - 3);
     }
     while (pos < n) {
         uint32_t node = w->root[data[pos]];
@@ -517,8 +444,8 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
             return -1;
         pos = end;
     }
-    if (w->budget)
-        cache_word(w, data + 3, n - 3, h, o->ids + start_ids, o->n_ids - start_ids);
+    if (cached) /* when full or out of memory: not remembered */
+        word_cache_put(&w->cache, h, data + 3, (uint32_t)(n - 3), (const int32_t *)(o->ids + start_ids), (uint32_t)(o->n_ids - start_ids));
     o->word_len = 3;
     return 0;
 }
@@ -613,18 +540,14 @@ static PyObject *Wpm_set_cache_budget(Wpm *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
         return NULL;
     }
-    free(self->slots);
-    free(self->keys);
-    free(self->cached_ids);
-    self->slots = NULL, self->keys = NULL, self->cached_ids = NULL;
-    self->n_slots = self->n_entries = self->keys_len = self->keys_cap = self->cached_len = self->cached_cap = 0;
-    self->used = 0, self->budget = (size_t)budget;
+    word_cache_free(&self->cache);
+    self->cache.budget = (size_t)budget;
     Py_RETURN_NONE;
 }
 
 static PyObject *Wpm_cache_stats(Wpm *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("(nnn)", (Py_ssize_t)self->n_entries, (Py_ssize_t)self->used, (Py_ssize_t)self->budget);
+    return Py_BuildValue("(nnn)", (Py_ssize_t)self->cache.count, (Py_ssize_t)self->cache.used, (Py_ssize_t)self->cache.budget);
 }
 
 static PyMethodDef Wpm_methods[] = {
