@@ -217,6 +217,29 @@ def test_the_c_viterbi_is_the_python_one(t5, cases):
         lattice.viterbi("text")
 
 
+def test_the_c_viterbi_word_by_word_is_the_python_one(t5, cases):
+    """viterbi_words (per word, with its word cache) against the Python Viterbi over the whole
+    text: each oracle text twice, the second time from the cache; unknowns merge across words."""
+    module = pytest.importorskip("bpetok.models._ugm")
+    model = t5.model
+    assert model.per_word
+    values = list(model.pieces.values())
+    lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
+    lattice.set_cache_budget(1 << 20)
+    for c in cases[::5]:
+        normalized = model.normalize(c["text"].encode("utf-8", "surrogatepass"))
+        for _ in range(2):
+            assert lattice.viterbi_words(normalized) == model.viterbi(normalized), c["text"]
+    unknowns = "\U000e0100\u2581\U000e0101 x\u2581".encode()  # unknown, ▁ + unknown: one <unk>
+    assert lattice.viterbi_words(unknowns) == model.viterbi(unknowns)
+    entries, used, budget = lattice.cache_stats()
+    assert 0 < entries and 0 < used <= budget == 1 << 20
+    lattice.set_cache_budget(0)
+    assert lattice.cache_stats() == (0, 0, 0) and lattice.viterbi_words(b"\xe2\x96\x81a") == model.viterbi(b"\xe2\x96\x81a")
+    with pytest.raises(TypeError):
+        lattice.viterbi_words("text")
+
+
 any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
 combining = st.text(alphabet=st.sampled_from(list("AaEeKkｶﾊﾞﾟ\u0300\u0301\u0308\u3099\u1100\u1161\u11a8 \u3000①ﬁ\ufffd")), max_size=30)
 

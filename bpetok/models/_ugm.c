@@ -13,6 +13,11 @@
  * full, so a probe always meets a free slot); reads of the input are within its length; every
  * allocation is checked. The GIL is released during the Viterbi: the trie is read-only once
  * built and the input is an immutable bytes object the call holds a reference to.
+ *
+ * ``viterbi_words`` is the Viterbi word by word (each ``▁`` and what follows up to the next; the
+ * text before the first), for vocabularies where no token holds a ``▁`` past its first byte, so
+ * no best path crosses a word start (UnigramModel.per_word); a word's ids are kept in a word cache
+ * (_word_cache.h, bounded by its budget) and the call holds the GIL, which guards the cache.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -21,6 +26,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_word_cache.h"
 
 #define NO_TOKEN (-1)
 #define RELEASE_GIL_BYTES 256
@@ -43,6 +50,9 @@ typedef struct {
     size_t n_nodes, cap_nodes;
     int32_t unk;
     double unknown_score;
+    WordCache cache;
+    PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
+    size_t n_id_objects;
 } Lattice;
 
 static inline uint64_t mix64(uint64_t x)
@@ -145,6 +155,10 @@ static void Lattice_dealloc(Lattice *self)
     free(self->edges);
     free(self->token_of);
     free(self->score_of);
+    word_cache_free(&self->cache);
+    for (size_t k = 0; k < self->n_id_objects; k++)
+        Py_XDECREF(self->id_objects[k]);
+    free(self->id_objects);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -208,6 +222,17 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
             continue; /* an empty text matches nothing (llama.cpp renames empty tokens anyway) */
         self->token_of[node] = (int32_t)id;
         self->score_of[node] = score;
+        if ((size_t)id >= self->n_id_objects)
+            self->n_id_objects = (size_t)id + 1;
+    }
+    if ((size_t)unk >= self->n_id_objects)
+        self->n_id_objects = (size_t)unk + 1;
+    if (self->n_id_objects > (1u << 26)) /* an absurd id: no int objects kept */
+        self->n_id_objects = 0;
+    if (self->n_id_objects && !(self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *)))) {
+        self->n_id_objects = 0;
+        PyErr_NoMemory();
+        return -1;
     }
     return 0;
 }
@@ -286,6 +311,113 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
     return count;
 }
 
+/* ``count`` ids as a list of ints (the kept int objects where there are). */
+static PyObject *ids_to_list(Lattice *self, const int32_t *ids, size_t count)
+{
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    if (!list)
+        return NULL;
+    for (size_t k = 0; k < count; k++) {
+        int32_t id = ids[k];
+        PyObject *v;
+        if (id >= 0 && (size_t)id < self->n_id_objects) {
+            if (!(v = self->id_objects[id]))
+                v = self->id_objects[id] = PyLong_FromLong(id);
+            Py_XINCREF(v);
+        } else {
+            v = PyLong_FromLong(id);
+        }
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, v);
+    }
+    return list;
+}
+
+/* Where the next word starts at or after ``from`` (at a U+2581), or n. */
+static size_t next_word(const unsigned char *data, size_t n, size_t from)
+{
+    for (size_t k = from; k + 2 < n; k++)
+        if (data[k] == 0xE2 && data[k + 1] == 0x96 && data[k + 2] == 0x81)
+            return k;
+    return n;
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "viterbi_words() takes bytes");
+        return NULL;
+    }
+    size_t n = (size_t)PyBytes_GET_SIZE(arg);
+    if (n == 0)
+        return PyList_New(0);
+    if (n >= SIZE_MAX / sizeof(Best) - 1 || n > UINT32_MAX)
+        return PyErr_NoMemory();
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
+    /* at most one id per byte, over all the words together; the Viterbi's table per word */
+    int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
+    Best *best = NULL;
+    size_t best_cap = 0, count = 0;
+    if (!out)
+        return PyErr_NoMemory();
+    for (size_t start = 0; start < n;) {
+        int spaced = n - start >= 3 && data[start] == 0xE2 && data[start + 1] == 0x96 && data[start + 2] == 0x81;
+        size_t end = next_word(data, n, spaced ? start + 3 : start);
+        const unsigned char *word = data + start;
+        uint32_t len = (uint32_t)(end - start);
+        int32_t *at = out + count;
+        int cached = self->cache.budget && len <= WORD_CACHE_LONGEST;
+        uint64_t h = cached ? word_hash(word, len) : 0;
+        Py_ssize_t found = cached ? word_cache_get(&self->cache, h, word, len, at) : -1;
+        if (found < 0) {
+            if (len + 1 > best_cap) {
+                Best *grown = realloc(best, ((size_t)len + 1) * sizeof(Best));
+                if (!grown) {
+                    free(best);
+                    free(out);
+                    return PyErr_NoMemory();
+                }
+                best = grown, best_cap = (size_t)len + 1;
+            }
+            found = (Py_ssize_t)viterbi(self, word, len, best, at);
+            if (cached) /* when full or out of memory: not remembered */
+                word_cache_put(&self->cache, h, word, len, at, (uint32_t)found);
+        }
+        if (found > 0 && count > 0 && out[count - 1] == self->unk && at[0] == self->unk) {
+            memmove(at, at + 1, (size_t)(found - 1) * sizeof(int32_t)); /* consecutive unknowns merge across words */
+            found--;
+        }
+        count += (size_t)found;
+        start = end;
+    }
+    free(best);
+    PyObject *list = ids_to_list(self, out, count);
+    free(out);
+    return list;
+}
+
+static PyObject *Lattice_set_cache_budget(Lattice *self, PyObject *arg)
+{
+    Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
+        return NULL;
+    }
+    word_cache_free(&self->cache);
+    self->cache.budget = (size_t)budget;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("(nnn)", (Py_ssize_t)self->cache.count, (Py_ssize_t)self->cache.used, (Py_ssize_t)self->cache.budget);
+}
+
 static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 {
     if (!PyBytes_Check(arg)) {
@@ -314,26 +446,18 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
         count = viterbi(self, data, n, best, out);
     }
     free(best);
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    if (!list) {
-        free(out);
-        return NULL;
-    }
-    for (size_t k = 0; k < count; k++) {
-        PyObject *v = PyLong_FromLong(out[k]);
-        if (!v) {
-            Py_DECREF(list);
-            free(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)k, v);
-    }
+    PyObject *list = ids_to_list(self, out, count);
     free(out);
     return list;
 }
 
 static PyMethodDef Lattice_methods[] = {
     {"viterbi", (PyCFunction)Lattice_viterbi, METH_O, "The best-scoring ids of normalized bytes (llama.cpp's UGM Viterbi)."},
+    {"viterbi_words", (PyCFunction)Lattice_viterbi_words, METH_O,
+     "viterbi() word by word, with the word cache (only where no token holds a U+2581 past its start)."},
+    {"set_cache_budget", (PyCFunction)Lattice_set_cache_budget, METH_O,
+     "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
+    {"cache_stats", (PyCFunction)Lattice_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,10 +14,10 @@ t5``. Each fragment of text between special tokens is
    summed in double precision; a character no token starts with costs the unknown score (the
    lowest NORMAL score minus 10, in float32) and gives ``<unk>``; consecutive ``<unk>`` merge.
 
-The Viterbi runs in C (``bpetok/models/_ugm.c``) over the whole normalized fragment when the
-module is built. In pure Python, when no token holds a ``▁`` past its first character, every
-cut falls before each ``▁``, so the Viterbi runs per word (``▁`` and what follows up to the
-next one) with ids cached per word. (Per word, a word's score sums start from 0 rather than
+The Viterbi runs in C (``bpetok/models/_ugm.c``) when the module is built. When no token holds a
+``▁`` past its first character, every cut falls before each ``▁``, so the Viterbi runs per word
+(``▁`` and what follows up to the next one) with ids cached per word: in C (its own word cache)
+or in pure Python; otherwise over the whole normalized fragment. (Per word, a word's score sums start from 0 rather than
 from the text so far; both are exact in doubles for float32 scores short of ~10^8 tokens.)
 :meth:`UnigramModel.encode_fragment_reference` runs the Python Viterbi over the whole fragment
 after the byte-by-byte charsmap walk: the readable twin tests hold both fast paths equal to.
@@ -111,6 +111,20 @@ class UnigramModel(CachingModel):
             self._lattice_built = True
         return self._lattice
 
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """The word cache (the C Viterbi's own, or the pure-Python engine's): a quarter of ``cache_bytes``."""
+        super().use_cache_budget(cache_bytes)
+        lattice = self.lattice()
+        if lattice is not None:
+            lattice.set_cache_budget(self._cache.budget)
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        lattice = self.lattice()
+        if lattice is None:
+            return super().cache_info()
+        entries, used, budget = lattice.cache_stats()
+        return {"pieces": {"entries": entries, "bytes": used, "budget": budget}}
+
     # -- normalization -------------------------------------------------------------------------
 
     def normalize(self, data: bytes) -> bytes:
@@ -203,8 +217,8 @@ class UnigramModel(CachingModel):
         """:meth:`encode_fragment` of raw bytes (llama.cpp normalizes the bytes themselves)."""
         normalized = self.normalize(data)
         lattice = self.lattice()
-        if lattice is not None:  # fast enough over the whole fragment: no word cache needed
-            return lattice.viterbi(normalized)
+        if lattice is not None:  # the C Viterbi, per word with its own word cache where it may
+            return lattice.viterbi_words(normalized) if self.per_word else lattice.viterbi(normalized)
         if not self.per_word:
             return self.viterbi(normalized)
         ids: list[int] = []
