@@ -219,7 +219,7 @@ def test_the_c_viterbi_is_the_python_one(t5, cases):
 
 def test_the_c_viterbi_word_by_word_is_the_python_one(t5, cases):
     """viterbi_words (per word, with its word cache) against the Python Viterbi over the whole
-    text: each oracle text twice, the second time from the cache; unknowns merge across words."""
+    text: each oracle text twice, the second time from the cache."""
     module = pytest.importorskip("bpetok.models._ugm")
     model = t5.model
     assert model.per_word
