@@ -230,7 +230,7 @@ def test_the_c_viterbi_word_by_word_is_the_python_one(t5, cases):
         normalized = model.normalize(c["text"].encode("utf-8", "surrogatepass"))
         for _ in range(2):
             assert lattice.viterbi_words(normalized) == model.viterbi(normalized), c["text"]
-    unknowns = "\U000e0100\u2581\U000e0101 x\u2581".encode()  # unknown, ▁ + unknown: one <unk>
+    unknowns = "\U000e0100\u2581\U000e0101 x\u2581".encode()  # characters no token starts with, around ▁s
     assert lattice.viterbi_words(unknowns) == model.viterbi(unknowns)
     entries, used, budget = lattice.cache_stats()
     assert 0 < entries and 0 < used <= budget == 1 << 20
