@@ -39,7 +39,7 @@ setup(
         Extension(
             "bpetok.models._wpm",
             sources=["bpetok/models/_wpm.c"],
-            depends=["bpetok/models/_word_cache.h"],
+            depends=["bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

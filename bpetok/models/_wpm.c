@@ -7,8 +7,7 @@
  * and the vocabulary as sorted distinct byte strings with their ids. From the tables it makes one
  * entry per BMP codepoint (what the word split does with it: join the word, end it, drop it, or be
  * a word of its own, and the codepoint it becomes); astral codepoints are looked up as they come.
- * From the tokens it builds a byte trie (breadth first over the sorted texts: the texts under a
- * prefix are one run, so each node's children are one sorted run of the node array). Words seen
+ * From the tokens it builds a byte trie (_sorted_trie.h). Words seen
  * before come from a word cache (word -> ids, bounded by the budget the Tokenizer gives).
  *
  * ``encode(text, unk)`` splits the text into words, puts U+2581 in front of each and cuts it from
@@ -26,10 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_sorted_trie.h"
 #include "_word_cache.h"
 
 #define MAX_CPT 0x10FFFFu
-#define NO_NODE UINT32_MAX
 
 /* What the word split does with a codepoint (the top bits of a table entry; the low 21 bits are
  * the codepoint it becomes). */
@@ -49,11 +48,7 @@ typedef struct {
     uint32_t *lower_from, *lower_to;
     uint32_t *spaces;
     uint32_t bmp[0x10000]; /* action << 24 | codepoint */
-    /* the trie, breadth first: node k's children are nodes[first .. first + count), sorted by the
-     * byte that leads to each (one struct a node: a step of the walk reads one or two lines) */
-    uint32_t n_nodes;
-    struct node { uint32_t first; int32_t value; uint16_t count; uint8_t byte; } *nodes;
-    uint32_t root[256];
+    SortedTrie trie; /* the tokens */
     WordCache cache; /* word (without U+2581) -> ids */
     /* each token id's int object, made when first returned (ids past 256 are not interned) */
     PyObject **id_objects;
@@ -68,7 +63,7 @@ static void Wpm_dealloc(Wpm *self)
     free(self->lower_from);
     free(self->lower_to);
     free(self->spaces);
-    free(self->nodes);
+    sorted_trie_free(&self->trie);
     word_cache_free(&self->cache);
     for (size_t k = 0; k < self->n_id_objects; k++)
         Py_XDECREF(self->id_objects[k]);
@@ -196,77 +191,12 @@ static int init_tables(Wpm *self, PyObject *class_starts, PyObject *class_codes,
 
 /* -- the trie ------------------------------------------------------------------------------------ */
 
-/* The trie of ``n`` sorted distinct texts (text k: blob[offsets[k] .. offsets[k + 1]]), breadth
- * first: node k covers the run [lo[k], hi[k]) of the texts that start with its prefix of depth[k]
- * bytes; the one equal to the prefix, if any, sorts first. */
+/* The trie of the vocabulary's sorted distinct texts, and an int object slot per id. */
 static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const uint32_t *offsets, Py_ssize_t n,
                       const int32_t *ids)
 {
-    if (offsets[0] != 0 || offsets[n] != (uint64_t)blob_len) {
-        PyErr_SetString(PyExc_ValueError, "token offsets: must start at 0 and end at the blob's length");
+    if (sorted_trie_build(&self->trie, blob, (size_t)blob_len, offsets, (size_t)n, ids) < 0)
         return -1;
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (offsets[k + 1] <= offsets[k]) {
-            PyErr_Format(PyExc_ValueError, "token %zd: empty or offsets out of order", k);
-            return -1;
-        }
-        if (ids[k] < 0) {
-            PyErr_Format(PyExc_ValueError, "token %zd: negative id", k);
-            return -1;
-        }
-        if (k > 0) {
-            size_t la = offsets[k] - offsets[k - 1], lb = offsets[k + 1] - offsets[k];
-            int cmp = memcmp(blob + offsets[k - 1], blob + offsets[k], la < lb ? la : lb);
-            if (cmp > 0 || (cmp == 0 && la >= lb)) {
-                PyErr_Format(PyExc_ValueError, "token %zd: texts not sorted and distinct", k);
-                return -1;
-            }
-        }
-    }
-    /* a node per prefix: at most one per blob byte, plus the root */
-    if ((uint64_t)blob_len + 1 >= NO_NODE) {
-        PyErr_SetString(PyExc_ValueError, "tokens: too many bytes for the trie");
-        return -1;
-    }
-    size_t cap = (size_t)blob_len + 1;
-    uint32_t *lo = malloc(cap * sizeof(uint32_t)), *hi = malloc(cap * sizeof(uint32_t)), *depth = malloc(cap * sizeof(uint32_t));
-    self->nodes = malloc(cap * sizeof(struct node));
-    if (!lo || !hi || !depth || !self->nodes) {
-        free(lo);
-        free(hi);
-        free(depth);
-        PyErr_NoMemory();
-        return -1;
-    }
-    uint32_t nodes = 1;
-    lo[0] = 0, hi[0] = (uint32_t)n, depth[0] = 0;
-    self->nodes[0].byte = 0;
-    for (uint32_t k = 0; k < nodes; k++) { /* nodes grows as children are queued */
-        uint32_t i = lo[k], d = depth[k];
-        struct node *node = &self->nodes[k];
-        node->value = -1;
-        node->first = nodes;
-        if (i < hi[k] && offsets[i + 1] - offsets[i] == d) {
-            node->value = ids[i];
-            i++;
-        }
-        while (i < hi[k]) { /* every text here is longer than d */
-            uint8_t b = blob[offsets[i] + d];
-            uint32_t j = i + 1;
-            while (j < hi[k] && blob[offsets[j] + d] == b)
-                j++;
-            /* each node is the prefix ending at a distinct (text, depth): fewer than cap */
-            lo[nodes] = i, hi[nodes] = j, depth[nodes] = d + 1;
-            self->nodes[nodes++].byte = b;
-            i = j;
-        }
-        node->count = (uint16_t)(nodes - node->first); /* at most 256: one child per byte */
-    }
-    self->n_nodes = nodes;
-    free(lo);
-    free(hi);
-    free(depth);
     uint32_t max_id = 0;
     for (Py_ssize_t k = 0; k < n; k++)
         max_id = (uint32_t)ids[k] > max_id ? (uint32_t)ids[k] : max_id;
@@ -280,10 +210,6 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
         PyErr_NoMemory();
         return -1;
     }
-    for (int b = 0; b < 256; b++)
-        self->root[b] = NO_NODE;
-    for (uint32_t c = self->nodes[0].first; c < self->nodes[0].first + self->nodes[0].count; c++)
-        self->root[self->nodes[c].byte] = c;
     return 0;
 }
 
@@ -379,28 +305,6 @@ static int push_id(Out *o, uint32_t id)
     return 0;
 }
 
-static inline uint32_t child_of(const Wpm *w, uint32_t node, uint8_t b)
-{
-    uint32_t lo = w->nodes[node].first, hi = lo + w->nodes[node].count;
-    if (hi - lo <= 8) { /* most nodes: a few children, side by side */
-        for (; lo < hi; lo++)
-            if (w->nodes[lo].byte == b)
-                return lo;
-        return NO_NODE;
-    }
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        uint8_t at = w->nodes[mid].byte;
-        if (at == b)
-            return mid;
-        if (at < b)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NO_NODE;
-}
-
 /* The word's tokens (or unk), then an empty word. 0, -1 out of memory, -2 no unknown token. */
 static int flush_word(Wpm *w, Out *o, int64_t unk)
 {
@@ -422,15 +326,15 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
         }
     }
     while (pos < n) {
-        uint32_t node = w->root[data[pos]];
+        uint32_t node = w->trie.root[data[pos]];
         int32_t token = -1;
         size_t end = pos, at = pos;
-        while (node != NO_NODE) {
-            if (w->nodes[node].value >= 0)
-                token = w->nodes[node].value, end = at + 1;
+        while (node != TRIE_NO_NODE) {
+            if (w->trie.nodes[node].value >= 0)
+                token = w->trie.nodes[node].value, end = at + 1;
             if (++at >= n)
                 break;
-            node = child_of(w, node, data[at]);
+            node = sorted_trie_child(&w->trie, node, data[at]);
         }
         if (token < 0) {
             o->n_ids = start_ids;
