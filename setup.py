@@ -32,7 +32,7 @@ setup(
         Extension(
             "bpetok.models._ugm",
             sources=["bpetok/models/_ugm.c"],
-            depends=["bpetok/models/_word_cache.h"],
+            depends=["bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

@@ -240,6 +240,21 @@ def test_the_c_viterbi_word_by_word_is_the_python_one(t5, cases):
         lattice.viterbi_words("text")
 
 
+def test_the_c_lattice_takes_repeats_and_refuses_bad_input():
+    module = pytest.importorskip("bpetok.models._ugm")
+    # "ab" twice: the later wins, as in the Python dict; an empty text matches nothing.
+    lattice = module.Lattice([b"a", b"ab", b"", b"ab", b"b"], [5, 6, 7, 8, 9], [-1.0, -1.5, 0.0, -1.0, -1.0], 0, -20.0)
+    assert lattice.viterbi(b"ab") == [8] and lattice.viterbi_words(b"abc") == [8, 0]
+    with pytest.raises(TypeError):
+        module.Lattice([b"a", "b"], [1, 2], [0.0, 0.0], 0, -1.0)
+    with pytest.raises(ValueError):
+        module.Lattice([b"a"], [-1], [0.0], 0, -1.0)
+    with pytest.raises(ValueError):
+        module.Lattice([b"a"], [1, 2], [0.0], 0, -1.0)
+    with pytest.raises(TypeError, match="not initialised"):
+        module.Lattice.__new__(module.Lattice).viterbi_words(b"a")
+
+
 any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
 combining = st.text(alphabet=st.sampled_from(list("AaEeKkｶﾊﾞﾟ\u0300\u0301\u0308\u3099\u1100\u1161\u11a8 \u3000①ﬁ\ufffd")), max_size=30)
 

@@ -1,17 +1,16 @@
 /* The compiled Viterbi of bpetok's ``t5`` (Unigram) model; ``UnigramModel.viterbi`` in
  * bpetok/models/ugm.py is the readable twin, and tests/test_model_ugm.py holds the two equal.
  *
- * The tokens llama.cpp's token_matcher holds (NORMAL, USER_DEFINED, UNUSED) form a byte trie:
- * node 0 is the root, an edge (node, byte) -> child lives in an open-addressing table, and each
- * node that ends a token keeps its id and score. Over the normalized text, for each codepoint
+ * The tokens llama.cpp's token_matcher holds (NORMAL, USER_DEFINED, UNUSED) form a byte trie
+ * (_sorted_trie.h, over their sorted distinct texts); each node that ends a token indexes its id
+ * and score. Over the normalized text, for each codepoint
  * start in order, every token the trie finds from there is a candidate ending where it ends; a
  * candidate replaces the best one so far only if its score (a double sum) is strictly higher,
  * then the unknown token for the codepoint if no token covers exactly that codepoint. The
  * best path is read back from the end, consecutive unknown tokens merged. All as llama.cpp.
  *
- * Memory safety: every node and slot index is within its allocation (the table is at most half
- * full, so a probe always meets a free slot); reads of the input are within its length; every
- * allocation is checked. The GIL is released during the Viterbi: the trie is read-only once
+ * Memory safety: every node index is within the trie (_sorted_trie.h checks the texts it is
+ * built from); reads of the input are within its length; every allocation is checked. The GIL is released during the Viterbi: the trie is read-only once
  * built and the input is an immutable bytes object the call holds a reference to.
  *
  * ``viterbi_words`` is the Viterbi word by word (each ``▁`` and what follows up to the next; the
@@ -27,27 +26,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_sorted_trie.h"
 #include "_word_cache.h"
 
-#define NO_TOKEN (-1)
 #define RELEASE_GIL_BYTES 256
-
-/* Node numbers fit 24 bits, so an edge's key (parent + 1) << 8 | byte fits 32: 8 bytes a slot. */
-#define MAX_NODES ((1u << 24) - 1)
-
-typedef struct {
-    uint32_t key; /* (parent node + 1) << 8 | byte; 0 marks a free slot */
-    uint32_t child;
-} Edge;
 
 typedef struct {
     PyObject_HEAD
-    Edge *edges;
-    uint64_t mask;
-    size_t n_edges;
-    int32_t *token_of; /* per node: the token it ends, or NO_TOKEN */
+    SortedTrie trie; /* node values index token_of / score_of */
+    int32_t *token_of;
     double *score_of;
-    size_t n_nodes, cap_nodes;
+    int ready;
     int32_t unk;
     double unknown_score;
     WordCache cache;
@@ -55,104 +44,9 @@ typedef struct {
     size_t n_id_objects;
 } Lattice;
 
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-static inline int64_t find_child(const Lattice *t, uint32_t node, unsigned char c)
-{
-    uint32_t key = (node + 1) << 8 | c;
-    uint64_t i = mix64(key) & t->mask;
-    for (;;) {
-        const Edge *e = &t->edges[i];
-        if (e->key == key)
-            return e->child;
-        if (e->key == 0)
-            return -1;
-        i = (i + 1) & t->mask;
-    }
-}
-
-static int grow_edges(Lattice *t)
-{
-    uint64_t size = (t->mask + 1) * 2;
-    if (size > SIZE_MAX / sizeof(Edge))
-        return -1;
-    Edge *edges = calloc((size_t)size, sizeof(Edge));
-    if (!edges)
-        return -1;
-    for (uint64_t i = 0; i <= t->mask; i++) {
-        Edge e = t->edges[i];
-        if (!e.key)
-            continue;
-        uint64_t j = mix64(e.key) & (size - 1);
-        while (edges[j].key)
-            j = (j + 1) & (size - 1);
-        edges[j] = e;
-    }
-    free(t->edges);
-    t->edges = edges;
-    t->mask = size - 1;
-    return 0;
-}
-
-static int64_t new_node(Lattice *t)
-{
-    if (t->n_nodes >= MAX_NODES)
-        return -2;
-    if (t->n_nodes == t->cap_nodes) {
-        size_t cap = t->cap_nodes * 2;
-        if (cap > SIZE_MAX / sizeof(double))
-            return -1;
-        int32_t *tokens = realloc(t->token_of, cap * sizeof(int32_t));
-        if (!tokens)
-            return -1;
-        t->token_of = tokens;
-        double *scores = realloc(t->score_of, cap * sizeof(double));
-        if (!scores)
-            return -1;
-        t->score_of = scores;
-        t->cap_nodes = cap;
-    }
-    t->token_of[t->n_nodes] = NO_TOKEN;
-    t->score_of[t->n_nodes] = 0.0;
-    return (int64_t)t->n_nodes++;
-}
-
-/* The node for ``text`` (created along the way). -1 when out of memory, -2 past MAX_NODES. */
-static int64_t insert(Lattice *t, const unsigned char *text, Py_ssize_t size)
-{
-    uint32_t node = 0;
-    for (Py_ssize_t k = 0; k < size; k++) {
-        int64_t child = find_child(t, node, text[k]);
-        if (child < 0) {
-            if ((t->n_edges + 1) * 2 > t->mask + 1 && grow_edges(t) < 0)
-                return -1;
-            child = new_node(t);
-            if (child < 0)
-                return child;
-            uint32_t key = (node + 1) << 8 | text[k];
-            uint64_t i = mix64(key) & t->mask;
-            while (t->edges[i].key)
-                i = (i + 1) & t->mask;
-            t->edges[i].key = key;
-            t->edges[i].child = (uint32_t)child;
-            t->n_edges++;
-        }
-        node = (uint32_t)child;
-    }
-    return node;
-}
-
 static void Lattice_dealloc(Lattice *self)
 {
-    free(self->edges);
+    sorted_trie_free(&self->trie);
     free(self->token_of);
     free(self->score_of);
     word_cache_free(&self->cache);
@@ -162,8 +56,26 @@ static void Lattice_dealloc(Lattice *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+typedef struct {
+    const unsigned char *text;
+    uint32_t len, k;
+} Entry;
+
+/* By text, then by position in the list. */
+static int compare_entries(const void *a, const void *b)
+{
+    const Entry *x = a, *y = b;
+    int cmp = memcmp(x->text, y->text, x->len < y->len ? x->len : y->len);
+    if (cmp == 0)
+        cmp = x->len < y->len ? -1 : x->len > y->len ? 1 : 0;
+    if (cmp == 0)
+        cmp = x->k < y->k ? -1 : x->k > y->k ? 1 : 0;
+    return cmp;
+}
+
 /* Lattice(texts, ids, scores, unk, unknown_score): texts a list of bytes, ids and scores lists
- * of the same length. A later text that repeats an earlier one wins, as in the Python dict. */
+ * of the same length. A later text that repeats an earlier one wins, as in the Python dict; an
+ * empty text matches nothing (llama.cpp renames empty tokens anyway). */
 static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
 {
     PyObject *texts, *ids, *scores;
@@ -176,65 +88,97 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "texts, ids and scores must have the same length");
         return -1;
     }
-    if (self->edges) {
+    if (self->ready || self->token_of) {
         PyErr_SetString(PyExc_RuntimeError, "Lattice is already initialised");
+        return -1;
+    }
+    if ((uint64_t)n >= UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many tokens");
         return -1;
     }
     self->unk = unk;
     self->unknown_score = unknown_score;
-    self->mask = 1023;
-    self->edges = calloc(1024, sizeof(Edge));
-    self->cap_nodes = 1024;
-    self->token_of = malloc(self->cap_nodes * sizeof(int32_t));
-    self->score_of = malloc(self->cap_nodes * sizeof(double));
-    if (!self->edges || !self->token_of || !self->score_of) {
+    Entry *entries = malloc(((size_t)n + 1) * sizeof(Entry));
+    self->token_of = malloc(((size_t)n + 1) * sizeof(int32_t));
+    self->score_of = malloc(((size_t)n + 1) * sizeof(double));
+    int32_t *values = malloc(((size_t)n + 1) * sizeof(int32_t));
+    uint32_t *offsets = malloc(((size_t)n + 2) * sizeof(uint32_t));
+    unsigned char *blob = NULL;
+    int rc = -1;
+    if (!entries || !self->token_of || !self->score_of || !values || !offsets) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
-    if (new_node(self) < 0) { /* the root */
-        PyErr_NoMemory();
-        return -1;
-    }
+    size_t count = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *text = PyList_GET_ITEM(texts, k);
         if (!PyBytes_Check(text)) {
             PyErr_SetString(PyExc_TypeError, "token texts must be bytes");
-            return -1;
+            goto done;
         }
+        if (PyBytes_GET_SIZE(text) == 0)
+            continue;
+        if ((uint64_t)PyBytes_GET_SIZE(text) >= UINT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "a token text past 4 GiB");
+            goto done;
+        }
+        entries[count++] = (Entry){(const unsigned char *)PyBytes_AS_STRING(text), (uint32_t)PyBytes_GET_SIZE(text), (uint32_t)k};
+    }
+    qsort(entries, count, sizeof(Entry), compare_entries);
+    size_t unique = 0;
+    uint64_t total = 0;
+    for (size_t e = 0; e < count; e++) {
+        if (e + 1 < count && entries[e + 1].len == entries[e].len && memcmp(entries[e + 1].text, entries[e].text, entries[e].len) == 0)
+            continue; /* a later repeat wins */
+        Py_ssize_t k = entries[e].k;
         long id = PyLong_AsLong(PyList_GET_ITEM(ids, k));
         double score = PyFloat_AsDouble(PyList_GET_ITEM(scores, k));
         if (PyErr_Occurred())
-            return -1;
+            goto done;
         if (id < 0 || id > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "token id out of range");
-            return -1;
+            goto done;
         }
-        int64_t node = insert(self, (const unsigned char *)PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text));
-        if (node == -2) {
-            PyErr_SetString(PyExc_OverflowError, "the tokens' trie needs more than 2**24 nodes");
-            return -1;
-        }
-        if (node < 0) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (node == 0)
-            continue; /* an empty text matches nothing (llama.cpp renames empty tokens anyway) */
-        self->token_of[node] = (int32_t)id;
-        self->score_of[node] = score;
         if ((size_t)id >= self->n_id_objects)
             self->n_id_objects = (size_t)id + 1;
+        self->token_of[unique] = (int32_t)id;
+        self->score_of[unique] = score;
+        values[unique] = (int32_t)unique;
+        entries[unique++] = entries[e];
+        total += entries[e].len;
     }
+    if (total >= UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the token texts pass 4 GiB");
+        goto done;
+    }
+    if (!(blob = malloc(total ? (size_t)total : 1))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    offsets[0] = 0;
+    for (size_t u = 0; u < unique; u++) {
+        memcpy(blob + offsets[u], entries[u].text, entries[u].len);
+        offsets[u + 1] = offsets[u] + entries[u].len;
+    }
+    if (sorted_trie_build(&self->trie, blob, (size_t)total, offsets, unique, values) < 0)
+        goto done;
     if ((size_t)unk >= self->n_id_objects)
         self->n_id_objects = (size_t)unk + 1;
-    if (self->n_id_objects > (1u << 26)) /* an absurd id: no int objects kept */
+    if (unk < 0 || self->n_id_objects > (1u << 26)) /* an absurd id: no int objects kept */
         self->n_id_objects = 0;
     if (self->n_id_objects && !(self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *)))) {
         self->n_id_objects = 0;
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
-    return 0;
+    self->ready = 1;
+    rc = 0;
+done:
+    free(entries);
+    free(values);
+    free(offsets);
+    free(blob);
+    return rc;
 }
 
 static const unsigned char LENGTH_OF_NIBBLE[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
@@ -262,18 +206,15 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
             units = n - i;
         double base = best[i].score;
         int whole_found = 0;
-        uint32_t node = 0;
-        for (size_t end = i + 1; end <= n; end++) {
-            int64_t child = find_child(t, node, data[end - 1]);
-            if (child < 0)
-                break;
-            node = (uint32_t)child;
-            int32_t id = t->token_of[node];
-            if (id == NO_TOKEN)
+        uint32_t node = t->trie.root[data[i]];
+        for (size_t end = i + 1; node != TRIE_NO_NODE; node = ++end <= n ? sorted_trie_child(&t->trie, node, data[end - 1]) : TRIE_NO_NODE) {
+            int32_t value = t->trie.nodes[node].value;
+            if (value < 0)
                 continue;
+            int32_t id = t->token_of[value];
             if (end - i == units)
                 whole_found = 1;
-            double score = base + t->score_of[node];
+            double score = base + t->score_of[value];
             if (score > best[end].score) {
                 best[end].score = score;
                 best[end].id = id;
@@ -351,6 +292,10 @@ static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "viterbi_words() takes bytes");
         return NULL;
     }
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
+        return NULL;
+    }
     size_t n = (size_t)PyBytes_GET_SIZE(arg);
     if (n == 0)
         return PyList_New(0);
@@ -422,6 +367,10 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 {
     if (!PyBytes_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "viterbi() takes bytes");
+        return NULL;
+    }
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
         return NULL;
     }
     size_t n = (size_t)PyBytes_GET_SIZE(arg);
