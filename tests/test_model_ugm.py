@@ -268,3 +268,44 @@ def test_fast_and_reference_agree_on_any_input(t5, text, raw):
     assert charsmap.normalize(raw) == charsmap.normalize_reference(raw)
     for parse_special in (False, True):
         assert t5.encode(text, parse_special=parse_special) == t5.encode_reference(text, parse_special=parse_special)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(any_text, combining), raw=st.binary(max_size=24))
+def test_the_c_normalizer_is_the_byte_walk(t5, text, raw):
+    """Lattice.encode (charsmap walk, spaces, Viterbi in C) against the Python byte walk, for each
+    combination of the two space options."""
+    from array import array
+
+    module = pytest.importorskip("bpetok.models._ugm")
+    model = t5.model
+    values = list(model.pieces.values())
+    lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
+    lattice.set_cache_budget(1 << 16)
+    nodes = array("I", model.charsmap.nodes).tobytes()
+    for remove_extra in (False, True):
+        for prefix in (False, True):
+            lattice.set_normalizer(nodes, model.charsmap.strings, remove_extra, prefix)
+            for data in (text.encode("utf-8", "surrogatepass"), raw, b"  " + raw + b" a  b "):
+                mapped = model.charsmap.normalize_reference(data)
+                if remove_extra:
+                    spaced = b"".join("\u2581".encode() + w for w in mapped.split(b" ") if w)
+                else:
+                    spaced = mapped.replace(b" ", "\u2581".encode())
+                    if prefix and mapped.strip(b" "):
+                        lead = len(mapped) - len(mapped.lstrip(b" "))
+                        spaced = "\u2581".encode() * (lead + 1) + spaced[3 * lead :]
+                assert lattice.encode(data, True) == lattice.encode(data, False) == model.viterbi(spaced), data
+
+
+def test_the_c_normalizer_leaves_a_corrupt_charsmap_to_the_python_walk(t5):
+    module = pytest.importorskip("bpetok.models._ugm")
+    from array import array
+
+    lattice = module.Lattice([b"\xe2\x96\x81a"], [5], [-1.0], 0, -20.0)
+    lattice.set_normalizer(array("I", [5000 << 10]).tobytes(), b"", False, False)  # the root's BASE past the nodes
+    assert lattice.encode(b"a", True) is None
+    with pytest.raises(TypeError, match="normalizer"):
+        module.Lattice([b"a"], [1], [0.0], 0, -1.0).encode(b"a", True)
+    with pytest.raises(ValueError):
+        lattice.set_normalizer(b"\0\0\0", b"", False, False)

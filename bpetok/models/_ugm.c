@@ -42,11 +42,19 @@ typedef struct {
     WordCache cache;
     PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
     size_t n_id_objects;
+    /* the normalizer (set_normalizer): the charsmap's XCDA nodes and replacement strings */
+    int has_normalizer, remove_extra_whitespaces, add_space_prefix;
+    uint32_t *cm_nodes;
+    size_t cm_n_nodes;
+    unsigned char *cm_strings;
+    size_t cm_strings_len;
 } Lattice;
 
 static void Lattice_dealloc(Lattice *self)
 {
     sorted_trie_free(&self->trie);
+    free(self->cm_nodes);
+    free(self->cm_strings);
     free(self->token_of);
     free(self->score_of);
     word_cache_free(&self->cache);
@@ -400,10 +408,208 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
     return list;
 }
 
+/* -- the normalizer (bpetok/models/charsmap.py's CharsMap.prefix and UnigramModel._spaces) ------ */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+} Buffer;
+
+static int put_bytes(Buffer *b, const unsigned char *p, size_t n)
+{
+    if (n > SIZE_MAX / 2 - b->len)
+        return -1;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *grown = realloc(b->p, cap);
+        if (!grown)
+            return -1;
+        b->p = grown, b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+#define CORRUPT (-2)
+
+static inline uint32_t xcda_base(uint32_t packed)
+{
+    return (packed >> 10) << ((packed & (1u << 9)) >> 6);
+}
+
+/* The charsmap's longest key at data[i]: its length (0: none) and value node; CORRUPT where a
+ * node index or string is outside the map (the Python twin says so). */
+static int longest_key(const Lattice *t, const unsigned char *data, size_t n, size_t i, size_t *length, uint32_t *value_at)
+{
+    *length = 0;
+    if (!t->cm_n_nodes)
+        return 0;
+    uint32_t state = xcda_base(t->cm_nodes[0]);
+    for (size_t k = i; k < n; k++) {
+        unsigned char c = data[k];
+        if (c == 0)
+            break;
+        state ^= c;
+        if (state >= t->cm_n_nodes)
+            return CORRUPT;
+        uint32_t packed = t->cm_nodes[state];
+        if ((packed & 0x800000FFu) != c)
+            break;
+        state ^= xcda_base(packed);
+        if (packed >> 8 & 1)
+            *length = k - i + 1, *value_at = state;
+    }
+    return 0;
+}
+
+static const unsigned char SEQUENCE_LENGTH[16] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 0};
+
+/* llama.cpp's normalize of data (no user-defined tokens): the charsmap, then spaces as U+2581. */
+static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buffer *out)
+{
+    static const unsigned char SPACE[3] = {0xE2, 0x96, 0x81}, FFFD[3] = {0xEF, 0xBF, 0xBD};
+    Buffer mapped = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t length;
+        uint32_t value_at;
+        if ((rc = longest_key(t, data, n, i, &length, &value_at)) < 0)
+            break;
+        if (length) {
+            if (value_at >= t->cm_n_nodes) {
+                rc = CORRUPT;
+                break;
+            }
+            size_t offset = t->cm_nodes[value_at] & 0x7FFFFFFFu;
+            const unsigned char *nul = offset < t->cm_strings_len ? memchr(t->cm_strings + offset, 0, t->cm_strings_len - offset) : NULL;
+            if (!nul) {
+                rc = CORRUPT;
+                break;
+            }
+            rc = put_bytes(&mapped, t->cm_strings + offset, (size_t)(nul - (t->cm_strings + offset)));
+            i += length;
+            continue;
+        }
+        size_t units = data[i] < 0xF8 ? (data[i] >= 0xF0 ? 4 : SEQUENCE_LENGTH[data[i] >> 4]) : 0;
+        int valid = units && i + units <= n;
+        for (size_t k = 1; valid && k < units; k++)
+            valid = (data[i + k] & 0xC0) == 0x80;
+        if (valid) {
+            rc = put_bytes(&mapped, data + i, units);
+            i += units;
+        } else {
+            rc = put_bytes(&mapped, FFFD, 3);
+            i += 1;
+        }
+    }
+    const unsigned char *m = mapped.p;
+    size_t len = mapped.len;
+    if (rc == 0 && t->remove_extra_whitespaces) { /* each run of non-spaces: U+2581 and the run */
+        for (size_t i = 0; i < len && rc == 0;) {
+            if (m[i] == ' ') {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < len && m[j] != ' ')
+                j++;
+            if ((rc = put_bytes(out, SPACE, 3)) == 0)
+                rc = put_bytes(out, m + i, j - i);
+            i = j;
+        }
+    } else if (rc == 0) { /* each space a U+2581; with add_space_prefix one more before the first non-space */
+        size_t lead = 0;
+        while (lead < len && m[lead] == ' ')
+            lead++;
+        for (size_t i = 0; i < len && rc == 0; i++) {
+            if (i == lead && t->add_space_prefix)
+                rc = put_bytes(out, SPACE, 3);
+            if (rc == 0)
+                rc = m[i] == ' ' ? put_bytes(out, SPACE, 3) : put_bytes(out, m + i, 1);
+        }
+    }
+    free(mapped.p);
+    return rc;
+}
+
+static PyObject *Lattice_set_normalizer(Lattice *self, PyObject *args)
+{
+    Py_buffer nodes, strings;
+    int remove_extra, add_prefix;
+    if (!PyArg_ParseTuple(args, "y*y*pp", &nodes, &strings, &remove_extra, &add_prefix))
+        return NULL;
+    PyObject *result = NULL;
+    if (nodes.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "charsmap nodes: not a whole number of uint32");
+        goto done;
+    }
+    uint32_t *copy_nodes = malloc(nodes.len ? (size_t)nodes.len : 1);
+    unsigned char *copy_strings = malloc(strings.len ? (size_t)strings.len : 1);
+    if (!copy_nodes || !copy_strings) {
+        free(copy_nodes);
+        free(copy_strings);
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(copy_nodes, nodes.buf, (size_t)nodes.len); /* native uint32s: an array('I') */
+    memcpy(copy_strings, strings.buf, (size_t)strings.len);
+    free(self->cm_nodes);
+    free(self->cm_strings);
+    self->cm_nodes = copy_nodes, self->cm_n_nodes = (size_t)nodes.len / 4;
+    self->cm_strings = copy_strings, self->cm_strings_len = (size_t)strings.len;
+    self->remove_extra_whitespaces = remove_extra, self->add_space_prefix = add_prefix;
+    self->has_normalizer = 1;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&nodes);
+    PyBuffer_Release(&strings);
+    return result;
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg);
+
+/* encode(data, per_word): normalize, then viterbi / viterbi_words; None where the charsmap is corrupt. */
+static PyObject *Lattice_encode(Lattice *self, PyObject *args)
+{
+    Py_buffer data;
+    int per_word;
+    if (!PyArg_ParseTuple(args, "y*p", &data, &per_word))
+        return NULL;
+    if (!self->ready || !self->has_normalizer) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
+        return NULL;
+    }
+    Buffer out = {0};
+    int rc = normalize(self, data.buf, (size_t)data.len, &out);
+    PyBuffer_Release(&data);
+    if (rc < 0) {
+        free(out.p);
+        if (rc == CORRUPT)
+            Py_RETURN_NONE;
+        return PyErr_NoMemory();
+    }
+    PyObject *normalized = PyBytes_FromStringAndSize((const char *)out.p, (Py_ssize_t)out.len);
+    free(out.p);
+    if (!normalized)
+        return NULL;
+    PyObject *result = per_word ? Lattice_viterbi_words(self, normalized) : Lattice_viterbi(self, normalized);
+    Py_DECREF(normalized);
+    return result;
+}
+
 static PyMethodDef Lattice_methods[] = {
     {"viterbi", (PyCFunction)Lattice_viterbi, METH_O, "The best-scoring ids of normalized bytes (llama.cpp's UGM Viterbi)."},
     {"viterbi_words", (PyCFunction)Lattice_viterbi_words, METH_O,
      "viterbi() word by word, with the word cache (only where no token holds a U+2581 past its start)."},
+    {"set_normalizer", (PyCFunction)Lattice_set_normalizer, METH_VARARGS,
+     "set_normalizer(nodes: bytes, strings: bytes, remove_extra_whitespaces: bool, add_space_prefix: bool)"},
+    {"encode", (PyCFunction)Lattice_encode, METH_VARARGS,
+     "encode(data: bytes, per_word: bool) -> list[int] | None: normalized, then the Viterbi; None: a corrupt charsmap"},
     {"set_cache_budget", (PyCFunction)Lattice_set_cache_budget, METH_O,
      "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
     {"cache_stats", (PyCFunction)Lattice_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},

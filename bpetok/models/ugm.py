@@ -14,7 +14,9 @@ t5``. Each fragment of text between special tokens is
    summed in double precision; a character no token starts with costs the unknown score (the
    lowest NORMAL score minus 10, in float32) and gives ``<unk>``; consecutive ``<unk>`` merge.
 
-The Viterbi runs in C (``bpetok/models/_ugm.c``) when the module is built. When no token holds a
+The Viterbi runs in C (``bpetok/models/_ugm.c``) when the module is built, and so does step 1
+unless the vocabulary has USER_DEFINED tokens (the byte walk of the charsmap, then the spaces:
+:meth:`UnigramModel.normalize` is its twin). When no token holds a
 ``▁`` past its first character, every cut falls before each ``▁``, so the Viterbi runs per word
 (``▁`` and what follows up to the next one) with ids cached per word: in C (its own word cache)
 or in pure Python; otherwise over the whole normalized fragment. (Per word, a word's score sums start from 0 rather than
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
+from array import array
 from typing import Any
 
 from bpetok.compiled import compiled_module, warn_not_built
@@ -90,7 +93,16 @@ class UnigramModel(CachingModel):
         self._lattice: Any = None
         self._lattice_built = False
         # The C trie is part of loading (a quarter of a second for 250k tokens).
-        self.compiled = self.lattice() is not None  # the C Viterbi (bpetok/models/_ugm.c)
+        lattice = self.lattice()
+        self.compiled = lattice is not None  # the C Viterbi (bpetok/models/_ugm.c)
+        # The C normalizer too, where no USER_DEFINED token must be kept as it is (then the
+        # Python walk, _map_reference, runs).
+        self._normalizes_in_c = lattice is not None and not self.user_defined
+        if self._normalizes_in_c:
+            lattice.set_normalizer(
+                array("I", self.charsmap.nodes).tobytes(), self.charsmap.strings,
+                self.remove_extra_whitespaces, self.add_space_prefix,
+            )
 
     def lattice(self):
         """The C Viterbi over this vocabulary's trie, built on first use; None when not built or
@@ -215,8 +227,12 @@ class UnigramModel(CachingModel):
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes (llama.cpp normalizes the bytes themselves)."""
-        normalized = self.normalize(data)
         lattice = self.lattice()
+        if self._normalizes_in_c:
+            found = lattice.encode(data, self.per_word)
+            if found is not None:
+                return found  # None: the charsmap points outside itself, which normalize() reports
+        normalized = self.normalize(data)
         if lattice is not None:  # the C Viterbi, per word with its own word cache where it may
             return lattice.viterbi_words(normalized) if self.per_word else lattice.viterbi(normalized)
         if not self.per_word:
