@@ -26,6 +26,7 @@ setup(
         Extension(
             "bpetok.models._trie",
             sources=["bpetok/models/_trie.c"],
+            depends=["bpetok/models/_sorted_trie.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

@@ -241,6 +241,7 @@ def test_the_c_walk_refuses_arrays_out_of_bounds():
         (array("i", []), array("I", []), array("I", []), b"", array("I", [])),  # no root
         (ok[0], array("I", [0]), ok[2], ok[3], ok[4]),  # lengths differ
         (array("i", [-1, 1, 2]), array("I", [0, 2, 2]), array("I", [2, 0, 0]), b"ba", array("I", [1, 2])),  # unsorted
+        (array("i", [-1, 1, 2]), array("I", [0, 2, 2]), array("I", [2, 0, 0]), b"ab", array("I", [2, 1])),  # children out of order
     ]
     for arrays in bad:
         with pytest.raises(ValueError):

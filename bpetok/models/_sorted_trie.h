@@ -1,4 +1,5 @@
-/* A byte trie of sorted distinct texts, breadth first (bpetok/models/_wpm.c, _ugm.c).
+/* A byte trie of sorted distinct texts, breadth first (bpetok/models/_wpm.c, _ugm.c; _trie.c packs
+ * rwkv's flattened trie into the same nodes).
  *
  * Node k covers the run of the sorted texts that start with its prefix; the one equal to the
  * prefix, if any, sorts first and gives the node its value; the others are grouped by their next
@@ -34,7 +35,7 @@ typedef struct {
 
 /* Builds the trie of ``n`` texts (text k: blob[offsets[k] .. offsets[k + 1]], value values[k] >= 0);
  * 0, or -1 with a ValueError or MemoryError set. */
-static int sorted_trie_build(SortedTrie *t, const uint8_t *blob, size_t blob_len, const uint32_t *offsets, size_t n,
+static inline int sorted_trie_build(SortedTrie *t, const uint8_t *blob, size_t blob_len, const uint32_t *offsets, size_t n,
                              const int32_t *values)
 {
     if (offsets[0] != 0 || offsets[n] != (uint64_t)blob_len) {
@@ -131,7 +132,7 @@ static inline uint32_t sorted_trie_child(const SortedTrie *t, uint32_t node, uin
     return TRIE_NO_NODE;
 }
 
-static void sorted_trie_free(SortedTrie *t)
+static inline void sorted_trie_free(SortedTrie *t)
 {
     free(t->nodes);
     t->nodes = NULL;
