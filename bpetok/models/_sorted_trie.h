@@ -20,9 +20,14 @@
 
 #define TRIE_NO_NODE UINT32_MAX
 
+/* Nodes with more children than this find a child by a bitmap of its bytes (its rank among the
+ * set bits is its place), the others by a scan. */
+#define TRIE_SCAN_CHILDREN 8
+
 typedef struct {
     uint32_t first; /* the first child */
     int32_t value;  /* of the text equal to the prefix, or -1 */
+    uint32_t bits;  /* with many children: 1 + the index of their bitmap; else 0 */
     uint16_t count; /* children (at most 256) */
     uint8_t byte;   /* the byte that leads here */
 } TrieNode;
@@ -31,7 +36,42 @@ typedef struct {
     TrieNode *nodes;
     uint32_t n_nodes;
     uint32_t root[256]; /* the root's child per byte, or TRIE_NO_NODE */
+    uint64_t (*bitmaps)[4]; /* per node with many children: the bytes of its children */
 } SortedTrie;
+
+static inline unsigned popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (unsigned)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* The bitmaps of the nodes with many children (their children already placed and given their
+ * bytes, in order); 0, or -1 with MemoryError set. */
+static inline int sorted_trie_index(SortedTrie *t)
+{
+    uint32_t big = 0;
+    for (uint32_t k = 0; k < t->n_nodes; k++)
+        big += t->nodes[k].count > TRIE_SCAN_CHILDREN;
+    free(t->bitmaps);
+    t->bitmaps = big ? calloc(big, sizeof *t->bitmaps) : NULL;
+    if (big && !t->bitmaps) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint32_t at = 0;
+    for (uint32_t k = 0; k < t->n_nodes; k++) {
+        TrieNode *node = &t->nodes[k];
+        node->bits = 0;
+        if (node->count <= TRIE_SCAN_CHILDREN)
+            continue;
+        for (uint32_t c = node->first; c < node->first + node->count; c++)
+            t->bitmaps[at][t->nodes[c].byte >> 6] |= 1ULL << (t->nodes[c].byte & 63);
+        node->bits = ++at;
+    }
+    return 0;
+}
 
 /* Builds the trie of ``n`` texts (text k: blob[offsets[k] .. offsets[k + 1]], value values[k] >= 0);
  * 0, or -1 with a ValueError or MemoryError set. */
@@ -106,36 +146,35 @@ static inline int sorted_trie_build(SortedTrie *t, const uint8_t *blob, size_t b
         t->root[b] = TRIE_NO_NODE;
     for (uint32_t c = t->nodes[0].first; c < t->nodes[0].first + t->nodes[0].count; c++)
         t->root[t->nodes[c].byte] = c;
-    return 0;
+    return sorted_trie_index(t);
 }
 
 /* The child of ``node`` along byte ``b``, or TRIE_NO_NODE. */
 static inline uint32_t sorted_trie_child(const SortedTrie *t, uint32_t node, uint8_t b)
 {
-    uint32_t lo = t->nodes[node].first, hi = lo + t->nodes[node].count;
-    if (hi - lo <= 8) { /* most nodes: a few children, side by side */
-        for (; lo < hi; lo++)
-            if (t->nodes[lo].byte == b)
-                return lo;
-        return TRIE_NO_NODE;
+    const TrieNode *n = &t->nodes[node];
+    if (n->bits) { /* many children: the bitmap says whether b is one, and its place */
+        const uint64_t *bits = t->bitmaps[n->bits - 1];
+        unsigned word = b >> 6, bit = b & 63;
+        if (!(bits[word] >> bit & 1))
+            return TRIE_NO_NODE;
+        unsigned rank = popcount64(bits[word] & ((1ULL << bit) - 1));
+        for (unsigned w = 0; w < word; w++)
+            rank += popcount64(bits[w]);
+        return n->first + rank;
     }
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        uint8_t at = t->nodes[mid].byte;
-        if (at == b)
-            return mid;
-        if (at < b)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    for (uint32_t c = n->first; c < n->first + n->count; c++) /* a few children, side by side */
+        if (t->nodes[c].byte == b)
+            return c;
     return TRIE_NO_NODE;
 }
 
 static inline void sorted_trie_free(SortedTrie *t)
 {
     free(t->nodes);
+    free(t->bitmaps);
     t->nodes = NULL;
+    t->bitmaps = NULL;
     t->n_nodes = 0;
 }
 

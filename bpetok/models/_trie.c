@@ -149,6 +149,8 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
         }
     }
     memcpy(self->packed.root, self->root, sizeof self->root);
+    if (sorted_trie_index(&self->packed) < 0)
+        return -1;
     if (max_id >= 0 && max_id < (1 << 26)) {
         self->n_id_objects = (size_t)max_id + 1;
         if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL) {
