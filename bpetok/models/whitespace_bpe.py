@@ -99,7 +99,7 @@ class WhitespaceModel(Gpt2RunsModel):
         """Ids of one fragment of text between special tokens (each run's cached by the gpt2 model)."""
         if self._pieces_whole:
             model = self.runs.model
-            cache = model._cache  # type: ignore[attr-defined]  # a RawUtf8Model's (see __init__)
+            cache = model._cache  # a RawUtf8Model's (see __init__)
             keys = [run.encode("utf-8", "surrogatepass") for run in _WHITESPACE_RUNS.split(text) if run]
             found = list(map(cache.get, keys))
             if None in found:  # merge each missing run once, then cache them together
@@ -108,11 +108,11 @@ class WhitespaceModel(Gpt2RunsModel):
                     if ids is None:
                         ids = fresh.get(keys[k])
                         if ids is None:
-                            ids = fresh[keys[k]] = as_ids(model.encode_piece(keys[k]))  # type: ignore[attr-defined]
+                            ids = fresh[keys[k]] = as_ids(model.encode_piece(keys[k]))
                         found[k] = ids
                 kept = [key for key in fresh if len(key) <= LONGEST_KEY]
                 cache.put_many(kept, [fresh[key] for key in kept])
-            return list(chain.from_iterable(found))  # type: ignore[arg-type]  # every miss was filled above
+            return list(chain.from_iterable(found))  # every miss was filled above
         encode = self.runs.encode
         out: list[int] = []
         for run in _WHITESPACE_RUNS.split(text):
