@@ -417,6 +417,8 @@ typedef struct {
 
 static int put_bytes(Buffer *b, const unsigned char *p, size_t n)
 {
+    if (n == 0) /* an empty replacement: nothing to copy (the buffer may not exist yet) */
+        return 0;
     if (n > SIZE_MAX / 2 - b->len)
         return -1;
     if (b->len + n > b->cap) {
