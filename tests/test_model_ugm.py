@@ -270,18 +270,25 @@ def test_fast_and_reference_agree_on_any_input(t5, text, raw):
         assert t5.encode(text, parse_special=parse_special) == t5.encode_reference(text, parse_special=parse_special)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.one_of(any_text, combining), raw=st.binary(max_size=24))
-def test_the_c_normalizer_is_the_byte_walk(t5, text, raw):
-    """Lattice.encode (charsmap walk, spaces, Viterbi in C) against the Python byte walk, for each
-    combination of the two space options."""
-    from array import array
-
+@pytest.fixture(scope="module")
+def c_lattice(t5):
+    """A C Lattice of t5's tokens, built directly (so this also runs under BPETOK_PURE_PYTHON=1)."""
     module = pytest.importorskip("bpetok.models._ugm")
     model = t5.model
     values = list(model.pieces.values())
     lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
     lattice.set_cache_budget(1 << 16)
+    return lattice
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(any_text, combining), raw=st.binary(max_size=24))
+def test_the_c_normalizer_is_the_byte_walk(t5, c_lattice, text, raw):
+    """Lattice.encode (charsmap walk, spaces, Viterbi in C) against the Python byte walk, for each
+    combination of the two space options."""
+    from array import array
+
+    model, lattice = t5.model, c_lattice
     nodes = array("I", model.charsmap.nodes).tobytes()
     for remove_extra in (False, True):
         for prefix in (False, True):
