@@ -1,4 +1,4 @@
-"""The optional C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, _ugm.c, bpetok/_specials.c, _train.c, bpetok/vocab/_gguf.c); everything else is in pyproject.toml.
+"""The optional C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, _ugm.c, _wpm.c, bpetok/_specials.c, _train.c, bpetok/vocab/_gguf.c); everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler or Python headers exist, ``pip install .`` still installs
 bpetok, which then runs its pure-Python engine (``bpetok info`` says which engine runs).
@@ -26,12 +26,21 @@ setup(
         Extension(
             "bpetok.models._trie",
             sources=["bpetok/models/_trie.c"],
+            depends=["bpetok/models/_sorted_trie.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),
         Extension(
             "bpetok.models._ugm",
             sources=["bpetok/models/_ugm.c"],
+            depends=["bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h"],
+            extra_compile_args=["-O3", "-std=c99"],
+            optional=True,
+        ),
+        Extension(
+            "bpetok.models._wpm",
+            sources=["bpetok/models/_wpm.c"],
+            depends=["bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

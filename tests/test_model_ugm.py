@@ -217,6 +217,44 @@ def test_the_c_viterbi_is_the_python_one(t5, cases):
         lattice.viterbi("text")
 
 
+def test_the_c_viterbi_word_by_word_is_the_python_one(t5, cases):
+    """viterbi_words (per word, with its word cache) against the Python Viterbi over the whole
+    text: each oracle text twice, the second time from the cache."""
+    module = pytest.importorskip("bpetok.models._ugm")
+    model = t5.model
+    assert model.per_word
+    values = list(model.pieces.values())
+    lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
+    lattice.set_cache_budget(1 << 20)
+    for c in cases[::5]:
+        normalized = model.normalize(c["text"].encode("utf-8", "surrogatepass"))
+        for _ in range(2):
+            assert lattice.viterbi_words(normalized) == model.viterbi(normalized), c["text"]
+    unknowns = "\U000e0100\u2581\U000e0101 x\u2581".encode()  # characters no token starts with, around ▁s
+    assert lattice.viterbi_words(unknowns) == model.viterbi(unknowns)
+    entries, used, budget = lattice.cache_stats()
+    assert 0 < entries and 0 < used <= budget == 1 << 20
+    lattice.set_cache_budget(0)
+    assert lattice.cache_stats() == (0, 0, 0) and lattice.viterbi_words(b"\xe2\x96\x81a") == model.viterbi(b"\xe2\x96\x81a")
+    with pytest.raises(TypeError):
+        lattice.viterbi_words("text")
+
+
+def test_the_c_lattice_takes_repeats_and_refuses_bad_input():
+    module = pytest.importorskip("bpetok.models._ugm")
+    # "ab" twice: the later wins, as in the Python dict; an empty text matches nothing.
+    lattice = module.Lattice([b"a", b"ab", b"", b"ab", b"b"], [5, 6, 7, 8, 9], [-1.0, -1.5, 0.0, -1.0, -1.0], 0, -20.0)
+    assert lattice.viterbi(b"ab") == [8] and lattice.viterbi_words(b"abc") == [8, 0]
+    with pytest.raises(TypeError):
+        module.Lattice([b"a", "b"], [1, 2], [0.0, 0.0], 0, -1.0)
+    with pytest.raises(ValueError):
+        module.Lattice([b"a"], [-1], [0.0], 0, -1.0)
+    with pytest.raises(ValueError):
+        module.Lattice([b"a"], [1, 2], [0.0], 0, -1.0)
+    with pytest.raises(TypeError, match="not initialised"):
+        module.Lattice.__new__(module.Lattice).viterbi_words(b"a")
+
+
 any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=40)
 combining = st.text(alphabet=st.sampled_from(list("AaEeKkｶﾊﾞﾟ\u0300\u0301\u0308\u3099\u1100\u1161\u11a8 \u3000①ﬁ\ufffd")), max_size=30)
 
@@ -230,3 +268,51 @@ def test_fast_and_reference_agree_on_any_input(t5, text, raw):
     assert charsmap.normalize(raw) == charsmap.normalize_reference(raw)
     for parse_special in (False, True):
         assert t5.encode(text, parse_special=parse_special) == t5.encode_reference(text, parse_special=parse_special)
+
+
+@pytest.fixture(scope="module")
+def c_lattice(t5):
+    """A C Lattice of t5's tokens, built directly (so this also runs under BPETOK_PURE_PYTHON=1)."""
+    module = pytest.importorskip("bpetok.models._ugm")
+    model = t5.model
+    values = list(model.pieces.values())
+    lattice = module.Lattice(list(model.pieces), [v[0] for v in values], [v[1] for v in values], model.unk, model.unknown_score)
+    lattice.set_cache_budget(1 << 16)
+    return lattice
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(any_text, combining), raw=st.binary(max_size=24))
+def test_the_c_normalizer_is_the_byte_walk(t5, c_lattice, text, raw):
+    """Lattice.encode (charsmap walk, spaces, Viterbi in C) against the Python byte walk, for each
+    combination of the two space options."""
+    from array import array
+
+    model, lattice = t5.model, c_lattice
+    nodes = array("I", model.charsmap.nodes).tobytes()
+    for remove_extra in (False, True):
+        for prefix in (False, True):
+            lattice.set_normalizer(nodes, model.charsmap.strings, remove_extra, prefix)
+            for data in (text.encode("utf-8", "surrogatepass"), raw, b"  " + raw + b" a  b "):
+                mapped = model.charsmap.normalize_reference(data)
+                if remove_extra:
+                    spaced = b"".join("\u2581".encode() + w for w in mapped.split(b" ") if w)
+                else:
+                    spaced = mapped.replace(b" ", "\u2581".encode())
+                    if prefix and mapped.strip(b" "):
+                        lead = len(mapped) - len(mapped.lstrip(b" "))
+                        spaced = "\u2581".encode() * (lead + 1) + spaced[3 * lead :]
+                assert lattice.encode(data, True) == lattice.encode(data, False) == model.viterbi(spaced), data
+
+
+def test_the_c_normalizer_leaves_a_corrupt_charsmap_to_the_python_walk(t5):
+    module = pytest.importorskip("bpetok.models._ugm")
+    from array import array
+
+    lattice = module.Lattice([b"\xe2\x96\x81a"], [5], [-1.0], 0, -20.0)
+    lattice.set_normalizer(array("I", [5000 << 10]).tobytes(), b"", False, False)  # the root's BASE past the nodes
+    assert lattice.encode(b"a", True) is None
+    with pytest.raises(TypeError, match="normalizer"):
+        module.Lattice([b"a"], [1], [0.0], 0, -1.0).encode(b"a", True)
+    with pytest.raises(ValueError):
+        lattice.set_normalizer(b"\0\0\0", b"", False, False)

@@ -169,3 +169,98 @@ def test_invalid_utf8_becomes_u_fffd_which_the_normalizer_drops(bert):
     """llama.cpp decodes a byte that starts no sequence as U+FFFD, and preprocess drops U+FFFD."""
     assert bert.encode_bytes(b"hello \xffworld") == bert.encode("hello world")
     assert bert.encode_bytes(b"a\xe4\xb8b") == bert.encode("ab")
+
+
+# -- the C kernel (bpetok/models/_wpm.c) against the readable twin ----------------------------------
+
+def test_the_kernel_runs_unless_pure_python_is_asked_for(bert):
+    from bpetok.compiled import compiled_module
+
+    assert bert.model.compiled == (compiled_module("bpetok.models._wpm") is not None)
+
+
+words_of_letters = st.lists(
+    st.text(alphabet="aAbBeÉéèüßıİ\u0301\u00adxyz\u4e00\U00020000.,'-1 \t\u3000", min_size=1, max_size=8), max_size=30
+).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=words_of_letters)
+def test_kernel_and_reference_agree_on_repeated_words(bert, text):
+    """Words seen twice come from the kernel's word cache the second time."""
+    model = bert.model
+    assert model.encode_fragment(text + " " + text, True) == model.encode_fragment_reference(text + " " + text, True)
+
+
+def test_kernel_and_reference_agree_on_a_cased_vocabulary(tmp_path, cases):
+    path = tmp_path / "cased.gguf"
+    write_gguf(path, items_of(read_gguf(BERT)) + [("tokenizer.ggml.normalizer.lowercase", GGUFValueType.BOOL, False, None)])
+    model = bpetok.from_gguf(path).model
+    for c in cases[::5]:
+        assert model.encode_fragment(c["text"], True) == model.encode_fragment_reference(c["text"], True), c["text"]
+
+
+def test_kernel_cuts_bytes_when_tokens_are_not_utf8(tmp_path):
+    """A token that is no valid UTF-8 can still match where the word's bytes hold it."""
+    items = [
+        ("tokenizer.ggml.model", GGUFValueType.STRING, b"bert", None),
+        ("tokenizer.ggml.tokens", GGUFValueType.ARRAY,
+         [b"[UNK]", b"\xe2\x96\x81", b"\xc3", b"\xa9", b"\xe2\x96\x81a", b"a", b"\xe2"], GGUFValueType.STRING),
+        ("tokenizer.ggml.unknown_token_id", GGUFValueType.UINT32, 0, None),
+        ("tokenizer.ggml.normalizer.lowercase", GGUFValueType.BOOL, False, None),  # é stays é
+    ]
+    path = tmp_path / "bytes.gguf"
+    write_gguf(path, items)
+    model = bpetok.from_gguf(path).model
+    assert model.text_ids is None
+    for text in ("a é aé éa", "Éa b", "\u2581a", "ab ab"):
+        assert model.encode_fragment(text, True) == model.encode_fragment_reference(text, True), text
+    assert model.encode_fragment("aé", True) == [4, 2, 3]
+
+
+def test_kernel_cache_is_bounded_and_optional(cases):
+    texts = [c["text"] for c in cases[:400]]
+    vocab = bpetok.from_gguf(BERT).vocabulary
+    uncached = bpetok.Tokenizer(vocab, cache_bytes=0)
+    expected = [uncached.encode(t) for t in texts]
+    small = bpetok.Tokenizer(vocab, cache_bytes=400_000)
+    assert [small.encode(t) for t in texts] == expected
+    info = small.cache_info()["pieces"]
+    assert 0 < info["bytes"] <= info["budget"] == 100_000 and info["entries"] > 0
+
+
+def test_the_kernel_refuses_bad_tables():
+    wpm = pytest.importorskip("bpetok.models._wpm")
+    from array import array
+
+    from bpetok.models.wpm import _kernel_tables
+
+    tables = _kernel_tables(True, True)
+    tokens = (b"a\xe2\x96\x81a", array("I", [0, 1, 5]), array("i", [8, 7]))  # "a", "▁a"
+    assert wpm.Wpm(*tables, *tokens).encode("A aa", -1) == [7, 7, 8]
+    assert wpm.Wpm(*tables, *tokens).encode("b", -1) is None  # no unknown token: the twin raises
+    bad_tokens = [
+        (b"a\xe2\x96\x81a", array("I", [0, 1, 6]), array("i", [8, 7])),  # past the blob
+        (b"\xe2\x96\x81aa", array("I", [0, 4, 5]), array("i", [7, 8])),  # not sorted
+        (b"aa", array("I", [0, 1, 2]), array("i", [7, 8])),  # twice
+        (b"a\xe2\x96\x81a", array("I", [0, 1, 1, 5]), array("i", [8, 9, 7])),  # empty
+        (b"a\xe2\x96\x81a", array("I", [0, 1, 5]), array("i", [8])),  # ids and offsets differ
+        (b"a\xe2\x96\x81a", array("I", [0, 1, 5]), array("i", [8, -1])),  # negative id
+        (b"a\xe2\x96\x81a", array("I", [0, 1, 5]), array("i", [8, 1 << 30])),  # absurd id
+    ]
+    for arrays in bad_tokens:
+        with pytest.raises(ValueError):
+            wpm.Wpm(*tables, *arrays)
+    starts, codes, nfd, lower_from, lower_to, spaces, lowercase, strip = tables
+    bad_tables = [
+        (starts[::-1], codes, nfd, lower_from, lower_to, spaces),  # runs not increasing
+        (starts, codes[1:], nfd, lower_from, lower_to, spaces),  # lengths differ
+        (starts, codes, nfd[1:], lower_from, lower_to, spaces),  # not triples
+        (starts, codes, array("I", [5, 4, 0]), lower_from, lower_to, spaces),  # empty range
+        (starts, codes, array("I", [5, 6, 0x110000]), lower_from, lower_to, spaces),  # past Unicode
+        (starts, codes, nfd, lower_from, lower_to[1:], spaces),  # lengths differ
+        (starts, codes, nfd, lower_from, array("I", [0x110000] * len(lower_to)), spaces),  # past Unicode
+    ]
+    for arrays in bad_tables:
+        with pytest.raises(ValueError):
+            wpm.Wpm(*arrays, lowercase, strip, *tokens)

@@ -17,6 +17,8 @@ import json
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import InputError, UnsupportedVocabularyError, VocabularyError
@@ -239,6 +241,7 @@ def test_the_c_walk_refuses_arrays_out_of_bounds():
         (array("i", []), array("I", []), array("I", []), b"", array("I", [])),  # no root
         (ok[0], array("I", [0]), ok[2], ok[3], ok[4]),  # lengths differ
         (array("i", [-1, 1, 2]), array("I", [0, 2, 2]), array("I", [2, 0, 0]), b"ba", array("I", [1, 2])),  # unsorted
+        (array("i", [-1, 1, 2]), array("I", [0, 2, 2]), array("I", [2, 0, 0]), b"ab", array("I", [2, 1])),  # children out of order
     ]
     for arrays in bad:
         with pytest.raises(ValueError):
@@ -276,3 +279,22 @@ def test_whitespace_model_with_a_pre_gpt2_lacks_is_refused(tmp_path):
     path = bpe_variant(tmp_path / "w.gguf", "whitespace", "no-such-pre", False)
     with pytest.raises(UnsupportedVocabularyError, match="no-such-pre"):
         bpetok.from_gguf(path)
+
+
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=60)
+
+
+@pytest.mark.parametrize("name", ["whitespace"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=any_text)
+def test_whitespace_runs_are_whole_pieces_of_the_gpt2_split(name, tok, text):
+    """The fast path hands each run to the piece cache: the gpt2 model's \\S+ split keeps it whole."""
+    from bpetok.models.whitespace_bpe import _WHITESPACE_RUNS
+
+    model = tok.model
+    assert model._pieces_whole
+    for run in _WHITESPACE_RUNS.split(text):
+        if run:
+            assert model.runs.model.splitter.split(run) == [run]
+    twice = text + " " + text  # the second time from the cache
+    assert model.encode_fragment(twice, True) == model.encode_fragment_reference(twice, True)

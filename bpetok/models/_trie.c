@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_sorted_trie.h"
+
 #define NONE UINT32_MAX
 #define RELEASE_GIL_BYTES 4096
 
@@ -31,6 +33,9 @@ typedef struct {
     uint8_t *edge_bytes;  /* per edge */
     uint32_t *edge_child; /* per edge */
     uint32_t root[256];   /* the root's child per byte, or NONE */
+    SortedTrie packed;    /* the same trie, one struct a node (the walk reads this) */
+    PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
+    size_t n_id_objects;
 } Trie;
 
 static void Trie_dealloc(Trie *self)
@@ -40,6 +45,10 @@ static void Trie_dealloc(Trie *self)
     free(self->count);
     free(self->edge_bytes);
     free(self->edge_child);
+    sorted_trie_free(&self->packed);
+    for (size_t k = 0; k < self->n_id_objects; k++)
+        Py_XDECREF(self->id_objects[k]);
+    free(self->id_objects);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -111,24 +120,46 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
         self->root[b] = NONE;
     for (uint32_t e = self->first[0]; e < self->first[0] + self->count[0]; e++)
         self->root[self->edge_bytes[e]] = self->edge_child[e];
-    return 0;
-}
-
-/* The child of ``node`` along byte ``b``, or NONE (edges sorted: binary search). */
-static inline uint32_t child_of(const Trie *t, uint32_t node, uint8_t b)
-{
-    uint32_t lo = t->first[node], hi = lo + t->count[node];
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        uint8_t at = t->edge_bytes[mid];
-        if (at == b)
-            return t->edge_child[mid];
-        if (at < b)
-            lo = mid + 1;
-        else
-            hi = mid;
+    /* Packed: a node's children must be consecutive nodes (breadth first, as rwkv.py's _flatten
+     * numbers them), each reached by one edge. */
+    self->packed.nodes = calloc(self->n_nodes, sizeof(TrieNode));
+    if (self->packed.nodes == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    return NONE;
+    self->packed.n_nodes = self->n_nodes;
+    int32_t max_id = -1;
+    for (uint32_t node = 0; node < self->n_nodes; node++) {
+        TrieNode *p = &self->packed.nodes[node];
+        p->value = self->values[node];
+        max_id = p->value > max_id ? p->value : max_id;
+        p->count = (uint16_t)self->count[node];
+        p->first = self->count[node] ? self->edge_child[self->first[node]] : 0;
+        if (self->count[node] > 256) {
+            PyErr_Format(PyExc_ValueError, "trie node %u: more than 256 edges", node);
+            return -1;
+        }
+        for (uint32_t j = 0; j < self->count[node]; j++) {
+            uint32_t child = self->edge_child[self->first[node] + j];
+            if (child != p->first + j) {
+                PyErr_Format(PyExc_ValueError, "trie node %u: children not consecutive nodes", node);
+                return -1;
+            }
+            self->packed.nodes[child].byte = self->edge_bytes[self->first[node] + j];
+        }
+    }
+    memcpy(self->packed.root, self->root, sizeof self->root);
+    if (sorted_trie_index(&self->packed) < 0)
+        return -1;
+    if (max_id >= 0 && max_id < (1 << 26)) {
+        self->n_id_objects = (size_t)max_id + 1;
+        if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL) {
+            self->n_id_objects = 0;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* The walk; returns the number of ids written, or -1 where the Python twin must answer. */
@@ -147,14 +178,15 @@ static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t
         int32_t token = -1;
         Py_ssize_t end = 0, at = pos;
         while (node != NONE) {
-            if (t->values[node] >= 0) {
-                token = t->values[node];
+            int32_t value = t->packed.nodes[node].value;
+            if (value >= 0) {
+                token = value;
                 end = at + 1;
             }
             if (at + 1 >= n)
                 break;
             at++;
-            node = child_of(t, node, data[at]);
+            node = sorted_trie_child(&t->packed, node, data[at]);
         }
         if (token < 0)
             return -1;
@@ -207,7 +239,14 @@ static PyObject *Trie_encode(Trie *self, PyObject *args)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < written; i++) {
-        PyObject *id = PyLong_FromUnsignedLong(out[i]);
+        PyObject *id;
+        if (out[i] < self->n_id_objects) {
+            if ((id = self->id_objects[out[i]]) == NULL)
+                id = self->id_objects[out[i]] = PyLong_FromUnsignedLong(out[i]);
+            Py_XINCREF(id);
+        } else {
+            id = PyLong_FromUnsignedLong(out[i]);
+        }
         if (id == NULL) {
             free(out);
             Py_DECREF(list);

@@ -1,18 +1,22 @@
 /* The compiled Viterbi of bpetok's ``t5`` (Unigram) model; ``UnigramModel.viterbi`` in
  * bpetok/models/ugm.py is the readable twin, and tests/test_model_ugm.py holds the two equal.
  *
- * The tokens llama.cpp's token_matcher holds (NORMAL, USER_DEFINED, UNUSED) form a byte trie:
- * node 0 is the root, an edge (node, byte) -> child lives in an open-addressing table, and each
- * node that ends a token keeps its id and score. Over the normalized text, for each codepoint
+ * The tokens llama.cpp's token_matcher holds (NORMAL, USER_DEFINED, UNUSED) form a byte trie
+ * (_sorted_trie.h, over their sorted distinct texts); each node that ends a token indexes its id
+ * and score. Over the normalized text, for each codepoint
  * start in order, every token the trie finds from there is a candidate ending where it ends; a
  * candidate replaces the best one so far only if its score (a double sum) is strictly higher,
  * then the unknown token for the codepoint if no token covers exactly that codepoint. The
  * best path is read back from the end, consecutive unknown tokens merged. All as llama.cpp.
  *
- * Memory safety: every node and slot index is within its allocation (the table is at most half
- * full, so a probe always meets a free slot); reads of the input are within its length; every
- * allocation is checked. The GIL is released during the Viterbi: the trie is read-only once
+ * Memory safety: every node index is within the trie (_sorted_trie.h checks the texts it is
+ * built from); reads of the input are within its length; every allocation is checked. The GIL is released during the Viterbi: the trie is read-only once
  * built and the input is an immutable bytes object the call holds a reference to.
+ *
+ * ``viterbi_words`` is the Viterbi word by word (each ``▁`` and what follows up to the next; the
+ * text before the first), for vocabularies where no token holds a ``▁`` past its first byte, so
+ * no best path crosses a word start (UnigramModel.per_word); a word's ids are kept in a word cache
+ * (_word_cache.h, bounded by its budget) and the call holds the GIL, which guards the cache.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -22,134 +26,64 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_TOKEN (-1)
+#include "_sorted_trie.h"
+#include "_word_cache.h"
+
 #define RELEASE_GIL_BYTES 256
-
-/* Node numbers fit 24 bits, so an edge's key (parent + 1) << 8 | byte fits 32: 8 bytes a slot. */
-#define MAX_NODES ((1u << 24) - 1)
-
-typedef struct {
-    uint32_t key; /* (parent node + 1) << 8 | byte; 0 marks a free slot */
-    uint32_t child;
-} Edge;
 
 typedef struct {
     PyObject_HEAD
-    Edge *edges;
-    uint64_t mask;
-    size_t n_edges;
-    int32_t *token_of; /* per node: the token it ends, or NO_TOKEN */
+    SortedTrie trie; /* node values index token_of / score_of */
+    int32_t *token_of;
     double *score_of;
-    size_t n_nodes, cap_nodes;
+    int ready;
     int32_t unk;
     double unknown_score;
+    WordCache cache;
+    PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
+    size_t n_id_objects;
+    /* the normalizer (set_normalizer): the charsmap's XCDA nodes and replacement strings */
+    int has_normalizer, remove_extra_whitespaces, add_space_prefix;
+    uint32_t *cm_nodes;
+    size_t cm_n_nodes;
+    unsigned char *cm_strings;
+    size_t cm_strings_len;
 } Lattice;
-
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-static inline int64_t find_child(const Lattice *t, uint32_t node, unsigned char c)
-{
-    uint32_t key = (node + 1) << 8 | c;
-    uint64_t i = mix64(key) & t->mask;
-    for (;;) {
-        const Edge *e = &t->edges[i];
-        if (e->key == key)
-            return e->child;
-        if (e->key == 0)
-            return -1;
-        i = (i + 1) & t->mask;
-    }
-}
-
-static int grow_edges(Lattice *t)
-{
-    uint64_t size = (t->mask + 1) * 2;
-    if (size > SIZE_MAX / sizeof(Edge))
-        return -1;
-    Edge *edges = calloc((size_t)size, sizeof(Edge));
-    if (!edges)
-        return -1;
-    for (uint64_t i = 0; i <= t->mask; i++) {
-        Edge e = t->edges[i];
-        if (!e.key)
-            continue;
-        uint64_t j = mix64(e.key) & (size - 1);
-        while (edges[j].key)
-            j = (j + 1) & (size - 1);
-        edges[j] = e;
-    }
-    free(t->edges);
-    t->edges = edges;
-    t->mask = size - 1;
-    return 0;
-}
-
-static int64_t new_node(Lattice *t)
-{
-    if (t->n_nodes >= MAX_NODES)
-        return -2;
-    if (t->n_nodes == t->cap_nodes) {
-        size_t cap = t->cap_nodes * 2;
-        if (cap > SIZE_MAX / sizeof(double))
-            return -1;
-        int32_t *tokens = realloc(t->token_of, cap * sizeof(int32_t));
-        if (!tokens)
-            return -1;
-        t->token_of = tokens;
-        double *scores = realloc(t->score_of, cap * sizeof(double));
-        if (!scores)
-            return -1;
-        t->score_of = scores;
-        t->cap_nodes = cap;
-    }
-    t->token_of[t->n_nodes] = NO_TOKEN;
-    t->score_of[t->n_nodes] = 0.0;
-    return (int64_t)t->n_nodes++;
-}
-
-/* The node for ``text`` (created along the way). -1 when out of memory, -2 past MAX_NODES. */
-static int64_t insert(Lattice *t, const unsigned char *text, Py_ssize_t size)
-{
-    uint32_t node = 0;
-    for (Py_ssize_t k = 0; k < size; k++) {
-        int64_t child = find_child(t, node, text[k]);
-        if (child < 0) {
-            if ((t->n_edges + 1) * 2 > t->mask + 1 && grow_edges(t) < 0)
-                return -1;
-            child = new_node(t);
-            if (child < 0)
-                return child;
-            uint32_t key = (node + 1) << 8 | text[k];
-            uint64_t i = mix64(key) & t->mask;
-            while (t->edges[i].key)
-                i = (i + 1) & t->mask;
-            t->edges[i].key = key;
-            t->edges[i].child = (uint32_t)child;
-            t->n_edges++;
-        }
-        node = (uint32_t)child;
-    }
-    return node;
-}
 
 static void Lattice_dealloc(Lattice *self)
 {
-    free(self->edges);
+    sorted_trie_free(&self->trie);
+    free(self->cm_nodes);
+    free(self->cm_strings);
     free(self->token_of);
     free(self->score_of);
+    word_cache_free(&self->cache);
+    for (size_t k = 0; k < self->n_id_objects; k++)
+        Py_XDECREF(self->id_objects[k]);
+    free(self->id_objects);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+typedef struct {
+    const unsigned char *text;
+    uint32_t len, k;
+} Entry;
+
+/* By text, then by position in the list. */
+static int compare_entries(const void *a, const void *b)
+{
+    const Entry *x = a, *y = b;
+    int cmp = memcmp(x->text, y->text, x->len < y->len ? x->len : y->len);
+    if (cmp == 0)
+        cmp = x->len < y->len ? -1 : x->len > y->len ? 1 : 0;
+    if (cmp == 0)
+        cmp = x->k < y->k ? -1 : x->k > y->k ? 1 : 0;
+    return cmp;
+}
+
 /* Lattice(texts, ids, scores, unk, unknown_score): texts a list of bytes, ids and scores lists
- * of the same length. A later text that repeats an earlier one wins, as in the Python dict. */
+ * of the same length. A later text that repeats an earlier one wins, as in the Python dict; an
+ * empty text matches nothing (llama.cpp renames empty tokens anyway). */
 static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
 {
     PyObject *texts, *ids, *scores;
@@ -162,54 +96,97 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "texts, ids and scores must have the same length");
         return -1;
     }
-    if (self->edges) {
+    if (self->ready || self->token_of) {
         PyErr_SetString(PyExc_RuntimeError, "Lattice is already initialised");
+        return -1;
+    }
+    if ((uint64_t)n >= UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many tokens");
         return -1;
     }
     self->unk = unk;
     self->unknown_score = unknown_score;
-    self->mask = 1023;
-    self->edges = calloc(1024, sizeof(Edge));
-    self->cap_nodes = 1024;
-    self->token_of = malloc(self->cap_nodes * sizeof(int32_t));
-    self->score_of = malloc(self->cap_nodes * sizeof(double));
-    if (!self->edges || !self->token_of || !self->score_of) {
+    Entry *entries = malloc(((size_t)n + 1) * sizeof(Entry));
+    self->token_of = malloc(((size_t)n + 1) * sizeof(int32_t));
+    self->score_of = malloc(((size_t)n + 1) * sizeof(double));
+    int32_t *values = malloc(((size_t)n + 1) * sizeof(int32_t));
+    uint32_t *offsets = malloc(((size_t)n + 2) * sizeof(uint32_t));
+    unsigned char *blob = NULL;
+    int rc = -1;
+    if (!entries || !self->token_of || !self->score_of || !values || !offsets) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
-    if (new_node(self) < 0) { /* the root */
-        PyErr_NoMemory();
-        return -1;
-    }
+    size_t count = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *text = PyList_GET_ITEM(texts, k);
         if (!PyBytes_Check(text)) {
             PyErr_SetString(PyExc_TypeError, "token texts must be bytes");
-            return -1;
+            goto done;
         }
+        if (PyBytes_GET_SIZE(text) == 0)
+            continue;
+        if ((uint64_t)PyBytes_GET_SIZE(text) >= UINT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "a token text past 4 GiB");
+            goto done;
+        }
+        entries[count++] = (Entry){(const unsigned char *)PyBytes_AS_STRING(text), (uint32_t)PyBytes_GET_SIZE(text), (uint32_t)k};
+    }
+    qsort(entries, count, sizeof(Entry), compare_entries);
+    size_t unique = 0;
+    uint64_t total = 0;
+    for (size_t e = 0; e < count; e++) {
+        if (e + 1 < count && entries[e + 1].len == entries[e].len && memcmp(entries[e + 1].text, entries[e].text, entries[e].len) == 0)
+            continue; /* a later repeat wins */
+        Py_ssize_t k = entries[e].k;
         long id = PyLong_AsLong(PyList_GET_ITEM(ids, k));
         double score = PyFloat_AsDouble(PyList_GET_ITEM(scores, k));
         if (PyErr_Occurred())
-            return -1;
+            goto done;
         if (id < 0 || id > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "token id out of range");
-            return -1;
+            goto done;
         }
-        int64_t node = insert(self, (const unsigned char *)PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text));
-        if (node == -2) {
-            PyErr_SetString(PyExc_OverflowError, "the tokens' trie needs more than 2**24 nodes");
-            return -1;
-        }
-        if (node < 0) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (node == 0)
-            continue; /* an empty text matches nothing (llama.cpp renames empty tokens anyway) */
-        self->token_of[node] = (int32_t)id;
-        self->score_of[node] = score;
+        if ((size_t)id >= self->n_id_objects)
+            self->n_id_objects = (size_t)id + 1;
+        self->token_of[unique] = (int32_t)id;
+        self->score_of[unique] = score;
+        values[unique] = (int32_t)unique;
+        entries[unique++] = entries[e];
+        total += entries[e].len;
     }
-    return 0;
+    if (total >= UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the token texts pass 4 GiB");
+        goto done;
+    }
+    if (!(blob = malloc(total ? (size_t)total : 1))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    offsets[0] = 0;
+    for (size_t u = 0; u < unique; u++) {
+        memcpy(blob + offsets[u], entries[u].text, entries[u].len);
+        offsets[u + 1] = offsets[u] + entries[u].len;
+    }
+    if (sorted_trie_build(&self->trie, blob, (size_t)total, offsets, unique, values) < 0)
+        goto done;
+    if ((size_t)unk >= self->n_id_objects)
+        self->n_id_objects = (size_t)unk + 1;
+    if (unk < 0 || self->n_id_objects > (1u << 26)) /* an absurd id: no int objects kept */
+        self->n_id_objects = 0;
+    if (self->n_id_objects && !(self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *)))) {
+        self->n_id_objects = 0;
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->ready = 1;
+    rc = 0;
+done:
+    free(entries);
+    free(values);
+    free(offsets);
+    free(blob);
+    return rc;
 }
 
 static const unsigned char LENGTH_OF_NIBBLE[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
@@ -237,18 +214,15 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
             units = n - i;
         double base = best[i].score;
         int whole_found = 0;
-        uint32_t node = 0;
-        for (size_t end = i + 1; end <= n; end++) {
-            int64_t child = find_child(t, node, data[end - 1]);
-            if (child < 0)
-                break;
-            node = (uint32_t)child;
-            int32_t id = t->token_of[node];
-            if (id == NO_TOKEN)
+        uint32_t node = t->trie.root[data[i]];
+        for (size_t end = i + 1; node != TRIE_NO_NODE; node = ++end <= n ? sorted_trie_child(&t->trie, node, data[end - 1]) : TRIE_NO_NODE) {
+            int32_t value = t->trie.nodes[node].value;
+            if (value < 0)
                 continue;
+            int32_t id = t->token_of[value];
             if (end - i == units)
                 whole_found = 1;
-            double score = base + t->score_of[node];
+            double score = base + t->score_of[value];
             if (score > best[end].score) {
                 best[end].score = score;
                 best[end].id = id;
@@ -286,10 +260,125 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
     return count;
 }
 
+/* ``count`` ids as a list of ints (the kept int objects where there are). */
+static PyObject *ids_to_list(Lattice *self, const int32_t *ids, size_t count)
+{
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    if (!list)
+        return NULL;
+    for (size_t k = 0; k < count; k++) {
+        int32_t id = ids[k];
+        PyObject *v;
+        if (id >= 0 && (size_t)id < self->n_id_objects) {
+            if (!(v = self->id_objects[id]))
+                v = self->id_objects[id] = PyLong_FromLong(id);
+            Py_XINCREF(v);
+        } else {
+            v = PyLong_FromLong(id);
+        }
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, v);
+    }
+    return list;
+}
+
+/* Where the next word starts at or after ``from`` (at a U+2581), or n. */
+static size_t next_word(const unsigned char *data, size_t n, size_t from)
+{
+    for (size_t k = from; k + 2 < n; k++)
+        if (data[k] == 0xE2 && data[k + 1] == 0x96 && data[k + 2] == 0x81)
+            return k;
+    return n;
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "viterbi_words() takes bytes");
+        return NULL;
+    }
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
+        return NULL;
+    }
+    size_t n = (size_t)PyBytes_GET_SIZE(arg);
+    if (n == 0)
+        return PyList_New(0);
+    if (n >= SIZE_MAX / sizeof(Best) - 1 || n > UINT32_MAX)
+        return PyErr_NoMemory();
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
+    /* at most one id per byte, over all the words together; the Viterbi's table per word */
+    int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
+    Best *best = NULL;
+    size_t best_cap = 0, count = 0;
+    if (!out)
+        return PyErr_NoMemory();
+    for (size_t start = 0; start < n;) {
+        int spaced = n - start >= 3 && data[start] == 0xE2 && data[start + 1] == 0x96 && data[start + 2] == 0x81;
+        size_t end = next_word(data, n, spaced ? start + 3 : start);
+        const unsigned char *word = data + start;
+        uint32_t len = (uint32_t)(end - start);
+        int32_t *at = out + count;
+        int cached = self->cache.budget && len <= WORD_CACHE_LONGEST;
+        uint64_t h = cached ? word_hash(word, len) : 0;
+        Py_ssize_t found = cached ? word_cache_get(&self->cache, h, word, len, at) : -1;
+        if (found < 0) {
+            if (len + 1 > best_cap) {
+                Best *grown = realloc(best, ((size_t)len + 1) * sizeof(Best));
+                if (!grown) {
+                    free(best);
+                    free(out);
+                    return PyErr_NoMemory();
+                }
+                best = grown, best_cap = (size_t)len + 1;
+            }
+            found = (Py_ssize_t)viterbi(self, word, len, best, at);
+            if (cached) /* when full or out of memory: not remembered */
+                word_cache_put(&self->cache, h, word, len, at, (uint32_t)found);
+        }
+        if (found > 0 && count > 0 && out[count - 1] == self->unk && at[0] == self->unk) {
+            memmove(at, at + 1, (size_t)(found - 1) * sizeof(int32_t)); /* consecutive unknowns merge across words */
+            found--;
+        }
+        count += (size_t)found;
+        start = end;
+    }
+    free(best);
+    PyObject *list = ids_to_list(self, out, count);
+    free(out);
+    return list;
+}
+
+static PyObject *Lattice_set_cache_budget(Lattice *self, PyObject *arg)
+{
+    Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
+        return NULL;
+    }
+    word_cache_free(&self->cache);
+    self->cache.budget = (size_t)budget;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("(nnn)", (Py_ssize_t)self->cache.count, (Py_ssize_t)self->cache.used, (Py_ssize_t)self->cache.budget);
+}
+
 static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 {
     if (!PyBytes_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "viterbi() takes bytes");
+        return NULL;
+    }
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
         return NULL;
     }
     size_t n = (size_t)PyBytes_GET_SIZE(arg);
@@ -314,26 +403,218 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
         count = viterbi(self, data, n, best, out);
     }
     free(best);
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    if (!list) {
-        free(out);
-        return NULL;
-    }
-    for (size_t k = 0; k < count; k++) {
-        PyObject *v = PyLong_FromLong(out[k]);
-        if (!v) {
-            Py_DECREF(list);
-            free(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)k, v);
-    }
+    PyObject *list = ids_to_list(self, out, count);
     free(out);
     return list;
 }
 
+/* -- the normalizer (bpetok/models/charsmap.py's CharsMap.prefix and UnigramModel._spaces) ------ */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+} Buffer;
+
+static int put_bytes(Buffer *b, const unsigned char *p, size_t n)
+{
+    if (n == 0) /* an empty replacement: nothing to copy (the buffer may not exist yet) */
+        return 0;
+    if (n > SIZE_MAX / 2 - b->len)
+        return -1;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *grown = realloc(b->p, cap);
+        if (!grown)
+            return -1;
+        b->p = grown, b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+#define CORRUPT (-2)
+
+static inline uint32_t xcda_base(uint32_t packed)
+{
+    return (packed >> 10) << ((packed & (1u << 9)) >> 6);
+}
+
+/* The charsmap's longest key at data[i]: its length (0: none) and value node; CORRUPT where a
+ * node index or string is outside the map (the Python twin says so). */
+static int longest_key(const Lattice *t, const unsigned char *data, size_t n, size_t i, size_t *length, uint32_t *value_at)
+{
+    *length = 0;
+    if (!t->cm_n_nodes)
+        return 0;
+    uint32_t state = xcda_base(t->cm_nodes[0]);
+    for (size_t k = i; k < n; k++) {
+        unsigned char c = data[k];
+        if (c == 0)
+            break;
+        state ^= c;
+        if (state >= t->cm_n_nodes)
+            return CORRUPT;
+        uint32_t packed = t->cm_nodes[state];
+        if ((packed & 0x800000FFu) != c)
+            break;
+        state ^= xcda_base(packed);
+        if (packed >> 8 & 1)
+            *length = k - i + 1, *value_at = state;
+    }
+    return 0;
+}
+
+static const unsigned char SEQUENCE_LENGTH[16] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 0};
+
+/* llama.cpp's normalize of data (no user-defined tokens): the charsmap, then spaces as U+2581. */
+static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buffer *out)
+{
+    static const unsigned char SPACE[3] = {0xE2, 0x96, 0x81}, FFFD[3] = {0xEF, 0xBF, 0xBD};
+    Buffer mapped = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t length;
+        uint32_t value_at;
+        if ((rc = longest_key(t, data, n, i, &length, &value_at)) < 0)
+            break;
+        if (length) {
+            if (value_at >= t->cm_n_nodes) {
+                rc = CORRUPT;
+                break;
+            }
+            size_t offset = t->cm_nodes[value_at] & 0x7FFFFFFFu;
+            const unsigned char *nul = offset < t->cm_strings_len ? memchr(t->cm_strings + offset, 0, t->cm_strings_len - offset) : NULL;
+            if (!nul) {
+                rc = CORRUPT;
+                break;
+            }
+            rc = put_bytes(&mapped, t->cm_strings + offset, (size_t)(nul - (t->cm_strings + offset)));
+            i += length;
+            continue;
+        }
+        size_t units = data[i] < 0xF8 ? (data[i] >= 0xF0 ? 4 : SEQUENCE_LENGTH[data[i] >> 4]) : 0;
+        int valid = units && i + units <= n;
+        for (size_t k = 1; valid && k < units; k++)
+            valid = (data[i + k] & 0xC0) == 0x80;
+        if (valid) {
+            rc = put_bytes(&mapped, data + i, units);
+            i += units;
+        } else {
+            rc = put_bytes(&mapped, FFFD, 3);
+            i += 1;
+        }
+    }
+    const unsigned char *m = mapped.p;
+    size_t len = mapped.len;
+    if (rc == 0 && t->remove_extra_whitespaces) { /* each run of non-spaces: U+2581 and the run */
+        for (size_t i = 0; i < len && rc == 0;) {
+            if (m[i] == ' ') {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < len && m[j] != ' ')
+                j++;
+            if ((rc = put_bytes(out, SPACE, 3)) == 0)
+                rc = put_bytes(out, m + i, j - i);
+            i = j;
+        }
+    } else if (rc == 0) { /* each space a U+2581; with add_space_prefix one more before the first non-space */
+        size_t lead = 0;
+        while (lead < len && m[lead] == ' ')
+            lead++;
+        for (size_t i = 0; i < len && rc == 0; i++) {
+            if (i == lead && t->add_space_prefix)
+                rc = put_bytes(out, SPACE, 3);
+            if (rc == 0)
+                rc = m[i] == ' ' ? put_bytes(out, SPACE, 3) : put_bytes(out, m + i, 1);
+        }
+    }
+    free(mapped.p);
+    return rc;
+}
+
+static PyObject *Lattice_set_normalizer(Lattice *self, PyObject *args)
+{
+    Py_buffer nodes, strings;
+    int remove_extra, add_prefix;
+    if (!PyArg_ParseTuple(args, "y*y*pp", &nodes, &strings, &remove_extra, &add_prefix))
+        return NULL;
+    PyObject *result = NULL;
+    if (nodes.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "charsmap nodes: not a whole number of uint32");
+        goto done;
+    }
+    uint32_t *copy_nodes = malloc(nodes.len ? (size_t)nodes.len : 1);
+    unsigned char *copy_strings = malloc(strings.len ? (size_t)strings.len : 1);
+    if (!copy_nodes || !copy_strings) {
+        free(copy_nodes);
+        free(copy_strings);
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(copy_nodes, nodes.buf, (size_t)nodes.len); /* native uint32s: an array('I') */
+    memcpy(copy_strings, strings.buf, (size_t)strings.len);
+    free(self->cm_nodes);
+    free(self->cm_strings);
+    self->cm_nodes = copy_nodes, self->cm_n_nodes = (size_t)nodes.len / 4;
+    self->cm_strings = copy_strings, self->cm_strings_len = (size_t)strings.len;
+    self->remove_extra_whitespaces = remove_extra, self->add_space_prefix = add_prefix;
+    self->has_normalizer = 1;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&nodes);
+    PyBuffer_Release(&strings);
+    return result;
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg);
+
+/* encode(data, per_word): normalize, then viterbi / viterbi_words; None where the charsmap is corrupt. */
+static PyObject *Lattice_encode(Lattice *self, PyObject *args)
+{
+    Py_buffer data;
+    int per_word;
+    if (!PyArg_ParseTuple(args, "y*p", &data, &per_word))
+        return NULL;
+    if (!self->ready || !self->has_normalizer) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
+        return NULL;
+    }
+    Buffer out = {0};
+    int rc = normalize(self, data.buf, (size_t)data.len, &out);
+    PyBuffer_Release(&data);
+    if (rc < 0) {
+        free(out.p);
+        if (rc == CORRUPT)
+            Py_RETURN_NONE;
+        return PyErr_NoMemory();
+    }
+    PyObject *normalized = PyBytes_FromStringAndSize((const char *)out.p, (Py_ssize_t)out.len);
+    free(out.p);
+    if (!normalized)
+        return NULL;
+    PyObject *result = per_word ? Lattice_viterbi_words(self, normalized) : Lattice_viterbi(self, normalized);
+    Py_DECREF(normalized);
+    return result;
+}
+
 static PyMethodDef Lattice_methods[] = {
     {"viterbi", (PyCFunction)Lattice_viterbi, METH_O, "The best-scoring ids of normalized bytes (llama.cpp's UGM Viterbi)."},
+    {"viterbi_words", (PyCFunction)Lattice_viterbi_words, METH_O,
+     "viterbi() word by word, with the word cache (only where no token holds a U+2581 past its start)."},
+    {"set_normalizer", (PyCFunction)Lattice_set_normalizer, METH_VARARGS,
+     "set_normalizer(nodes: bytes, strings: bytes, remove_extra_whitespaces: bool, add_space_prefix: bool)"},
+    {"encode", (PyCFunction)Lattice_encode, METH_VARARGS,
+     "encode(data: bytes, per_word: bool) -> list[int] | None: normalized, then the Viterbi; None: a corrupt charsmap"},
+    {"set_cache_budget", (PyCFunction)Lattice_set_cache_budget, METH_O,
+     "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
+    {"cache_stats", (PyCFunction)Lattice_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
     {NULL, NULL, 0, NULL},
 };
 

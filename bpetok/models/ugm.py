@@ -14,10 +14,12 @@ t5``. Each fragment of text between special tokens is
    summed in double precision; a character no token starts with costs the unknown score (the
    lowest NORMAL score minus 10, in float32) and gives ``<unk>``; consecutive ``<unk>`` merge.
 
-The Viterbi runs in C (``bpetok/models/_ugm.c``) over the whole normalized fragment when the
-module is built. In pure Python, when no token holds a ``▁`` past its first character, every
-cut falls before each ``▁``, so the Viterbi runs per word (``▁`` and what follows up to the
-next one) with ids cached per word. (Per word, a word's score sums start from 0 rather than
+The Viterbi runs in C (``bpetok/models/_ugm.c``) when the module is built, and so does step 1
+unless the vocabulary has USER_DEFINED tokens (the byte walk of the charsmap, then the spaces:
+:meth:`UnigramModel.normalize` is its twin). When no token holds a
+``▁`` past its first character, every cut falls before each ``▁``, so the Viterbi runs per word
+(``▁`` and what follows up to the next one) with ids cached per word: in C (its own word cache)
+or in pure Python; otherwise over the whole normalized fragment. (Per word, a word's score sums start from 0 rather than
 from the text so far; both are exact in doubles for float32 scores short of ~10^8 tokens.)
 :meth:`UnigramModel.encode_fragment_reference` runs the Python Viterbi over the whole fragment
 after the byte-by-byte charsmap walk: the readable twin tests hold both fast paths equal to.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
+from array import array
 from typing import Any
 
 from bpetok.compiled import compiled_module, warn_not_built
@@ -76,7 +79,16 @@ class UnigramModel(CachingModel):
         self._lattice: Any = None
         self._lattice_built = False
         # The C trie is part of loading (a quarter of a second for 250k tokens).
-        self.compiled = self.lattice() is not None  # the C Viterbi (bpetok/models/_ugm.c)
+        lattice = self.lattice()
+        self.compiled = lattice is not None  # the C Viterbi (bpetok/models/_ugm.c)
+        # The C normalizer too, where no USER_DEFINED token must be kept as it is (then the
+        # Python walk, _map_reference, runs).
+        self._normalizes_in_c = lattice is not None and not self.user_defined
+        if self._normalizes_in_c:
+            lattice.set_normalizer(
+                array("I", self.charsmap.nodes).tobytes(), self.charsmap.strings,
+                self.remove_extra_whitespaces, self.add_space_prefix,
+            )
 
     def scored_pieces(self, tokens, attrs, scores) -> tuple[dict[bytes, tuple[int, float]], float, list[bytes]]:
         """(text -> (id, score) of the tokens the Viterbi matches, the unknown score, the USER_DEFINED
@@ -115,6 +127,20 @@ class UnigramModel(CachingModel):
                     self._lattice = None
             self._lattice_built = True
         return self._lattice
+
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """The word cache (the C Viterbi's own, or the pure-Python engine's): a quarter of ``cache_bytes``."""
+        super().use_cache_budget(cache_bytes)
+        lattice = self.lattice()
+        if lattice is not None:
+            lattice.set_cache_budget(self._cache.budget)
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        lattice = self.lattice()
+        if lattice is None:
+            return super().cache_info()
+        entries, used, budget = lattice.cache_stats()
+        return {"pieces": {"entries": entries, "bytes": used, "budget": budget}}
 
     # -- normalization -------------------------------------------------------------------------
 
@@ -206,10 +232,14 @@ class UnigramModel(CachingModel):
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes (llama.cpp normalizes the bytes themselves)."""
-        normalized = self.normalize(data)
         lattice = self.lattice()
-        if lattice is not None:  # fast enough over the whole fragment: no word cache needed
-            return lattice.viterbi(normalized)
+        if self._normalizes_in_c:
+            found = lattice.encode(data, self.per_word)
+            if found is not None:
+                return found  # None: the charsmap points outside itself, which normalize() reports
+        normalized = self.normalize(data)
+        if lattice is not None:  # the C Viterbi, per word with its own word cache where it may
+            return lattice.viterbi_words(normalized) if self.per_word else lattice.viterbi(normalized)
         if not self.per_word:
             return self.viterbi(normalized)
         ids: list[int] = []

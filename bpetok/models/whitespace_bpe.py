@@ -8,14 +8,21 @@ between is encoded on its own. llama.cpp's lower-casing option is off for ``pre 
 
 The runs go to the gpt2 model itself (:class:`Gpt2Runs`, the model the registry gives a gpt2
 vocabulary with this pre), so the merges, the byte fallback and the pieces are the gpt2 model's.
+With ``pre = whitespace`` (``\\S+``, raw UTF-8) the gpt2 model's split would give each run back
+whole, so the runs are looked up in its piece cache directly, all at once, and only the missing
+ones merged (:meth:`WhitespaceModel.encode_fragment`; ``encode_fragment_reference`` is the plain
+twin, each run through the gpt2 model's reference path).
 """
 
 from __future__ import annotations
 
 import re
+from array import array
+from itertools import chain
 
 import numpy as np
 
+from bpetok.cache import LONGEST_KEY, as_ids
 from bpetok.errors import UnsupportedVocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec, TokenizerModel
@@ -85,9 +92,34 @@ class WhitespaceModel(Gpt2RunsModel):
         super().__init__(vocabulary)
         self._lengths: np.ndarray | None = None  # each token's spelled bytes, filled as offsets meet them
         self._ascii_dropped: np.ndarray | None = None  # per byte value: an ASCII character the model drops
+        from bpetok.models.raw_utf8 import RawUtf8Model
+
+        model = self.runs.model
+        # Runs go straight to the piece cache where the gpt2 split keeps each run whole: \S+ over
+        # raw UTF-8 with no escaping or re-cutting (tests hold the split to that).
+        self._pieces_whole = (
+            isinstance(model, RawUtf8Model) and self.runs.spec.name == "whitespace"
+            and not (model.escape_whitespaces or model.metaspace or model.newline_runs_whole)
+        )
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens (each run's cached by the gpt2 model)."""
+        if self._pieces_whole:
+            model = self.runs.model
+            cache = model._cache  # a RawUtf8Model's (see __init__)
+            keys = [run.encode("utf-8", "surrogatepass") for run in _WHITESPACE_RUNS.split(text) if run]
+            found = list(map(cache.get, keys))
+            if None in found:  # merge each missing run once, then cache them together
+                fresh: dict[bytes, array] = {}
+                for k, ids in enumerate(found):
+                    if ids is None:
+                        ids = fresh.get(keys[k])
+                        if ids is None:
+                            ids = fresh[keys[k]] = as_ids(model.encode_piece(keys[k]))
+                        found[k] = ids
+                kept = [key for key in fresh if len(key) <= LONGEST_KEY]
+                cache.put_many(kept, [fresh[key] for key in kept])
+            return list(chain.from_iterable(found))  # every miss was filled above
         encode = self.runs.encode
         out: list[int] = []
         for run in _WHITESPACE_RUNS.split(text):

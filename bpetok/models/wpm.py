@@ -18,19 +18,24 @@ llama.cpp's converter stores a word-initial piece ``x`` as ``▁x`` and a contin
 Then each word, with ``▁`` in front, is cut greedily from the left into the longest tokens of
 the vocabulary (compared as bytes); a word with any position no token starts at is ``[UNK]``.
 
-The cut depends on the word alone, so ids are cached per word (:class:`bpetok.cache.IdCache`,
-the Tokenizer's pieces cache); :meth:`WordPieceModel.encode_fragment_reference` is the readable
-codepoint-by-codepoint twin that tests hold the fast path equal to.
+``bpetok/models/_wpm.c`` does the split and the cut in one pass over the text in C (the tables
+above as one entry per BMP codepoint, the tokens as a byte trie). Without it (pure-Python engine)
+the split runs as ``str.translate`` and ``str.split`` (:meth:`WordPieceModel.words`) and ids are
+cached per word (:class:`bpetok.cache.IdCache`, the Tokenizer's pieces cache), since the cut
+depends on the word alone. :meth:`WordPieceModel.encode_fragment_reference` is the readable
+codepoint-by-codepoint twin that tests hold both fast paths equal to.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from array import array
 from bisect import bisect_right
 from itertools import chain
 
 from bpetok.cache import as_ids
+from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
@@ -137,6 +142,29 @@ def _map_one(cpt: int, lowercase: bool, strip_accents: bool) -> str:
     return s
 
 
+def _kernel_tables(lowercase: bool, strip_accents: bool) -> tuple:
+    """:mod:`bpetok.models.wpm_data`'s tables as the arrays ``_wpm.Wpm`` takes."""
+    nfd = array("I", [v for triple in wpm_data.NFD_RANGES for v in triple])
+    pairs = sorted(wpm_data.LOWERCASE.items())
+    return (
+        array("I", wpm_data.CLASS_STARTS), bytes(wpm_data.CLASS_CODES), nfd,
+        array("I", [a for a, _ in pairs]), array("I", [b for _, b in pairs]),
+        array("I", sorted(WHITESPACE)), lowercase, strip_accents,
+    )
+
+
+def _sorted_tokens(ids: dict[bytes, int]) -> tuple[bytes, array, array]:
+    """The vocabulary as ``_wpm.Wpm`` takes it: its texts sorted, back to back, with offsets and ids
+    (the empty text matches nothing: left out)."""
+    texts = sorted(text for text in ids if text)
+    offsets = array("I", [0])
+    total = 0
+    for text in texts:
+        total += len(text)
+        offsets.append(total)
+    return b"".join(texts), offsets, array("i", [ids[text] for text in texts])
+
+
 # CJK ideographs beyond the BMP are words of their own too; the table leaves them out (60k
 # entries), so text that has any goes the reference way.
 _ASTRAL_CJK = re.compile("[\U00020000-\U0002FA1F]")
@@ -159,6 +187,23 @@ class WordPieceModel(CachingModel):
         self.lowercase = bool(vocabulary.flags.get("normalizer_lowercase", True))
         self.strip_accents = bool(vocabulary.flags.get("normalizer_strip_accents", self.lowercase))
         self._table, self._dropped = _fast_tables(self.lowercase, self.strip_accents)
+        module = compiled_module("bpetok.models._wpm")
+        if module is None:
+            warn_not_built("bpetok.models._wpm")
+        self._kernel = module.Wpm(*_kernel_tables(self.lowercase, self.strip_accents), *_sorted_tokens(self.ids)) if module else None
+        self.compiled = self._kernel is not None
+
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """The word cache (the kernel's own, or the pure-Python engine's): a quarter of ``cache_bytes``."""
+        super().use_cache_budget(cache_bytes)
+        if self._kernel is not None:
+            self._kernel.set_cache_budget(self._cache.budget)
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        if self._kernel is None:
+            return super().cache_info()
+        entries, used, budget = self._kernel.cache_stats()
+        return {"pieces": {"entries": entries, "bytes": used, "budget": budget}}
 
     def words(self, text: str) -> list[str]:
         """:func:`preprocess` in C-speed steps (held equal to it by tests)."""
@@ -172,8 +217,13 @@ class WordPieceModel(CachingModel):
         return mapped.split()
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
-        """Ids of one fragment of text between special tokens: each word's from the cache, the
-        missing ones cut and cached first."""
+        """Ids of one fragment of text between special tokens: the kernel's, or each word's from
+        the cache, the missing ones cut and cached first."""
+        kernel = self._kernel
+        if kernel is not None:
+            found_ids = kernel.encode(text, -1 if self.unk is None else self.unk)
+            # None: a word without tokens and no unknown token; the twin raises the error.
+            return found_ids if found_ids is not None else self.encode_fragment_reference(text, at_start)
         words = self.words(text)
         cache = self._cache
         found = list(map(cache.get, words))

@@ -1,0 +1,496 @@
+/* The compiled ``bert`` model: llama.cpp's WPM word split and longest-match-first WordPiece in one
+ * pass over a str (bpetok/models/wpm.py's ``preprocess`` and ``WordPieceModel.encode_word`` are the
+ * readable twin; tests/test_model_wpm.py holds them equal).
+ *
+ * ``Wpm(...)`` is given llama.cpp's codepoint tables as bpetok/models/wpm_data.py holds them (class
+ * runs, NFD first codepoints, lowercase pairs), the whitespace codepoints, the two normalizer flags
+ * and the vocabulary as sorted distinct byte strings with their ids. From the tables it makes one
+ * entry per BMP codepoint (what the word split does with it: join the word, end it, drop it, or be
+ * a word of its own, and the codepoint it becomes); astral codepoints are looked up as they come.
+ * From the tokens it builds a byte trie (_sorted_trie.h). Words seen
+ * before come from a word cache (word -> ids, bounded by the budget the Tokenizer gives).
+ *
+ * ``encode(text, unk)`` splits the text into words, puts U+2581 in front of each and cuts it from
+ * the left into the longest tokens; a word with a position no token starts at is ``unk``; where
+ * there is no unknown token (``unk`` < 0) it returns None and the Python twin raises.
+ *
+ * Memory safety: every table and token offset is checked when built; the walk reads the text within
+ * its length; the word and id buffers grow with checked sizes. The walk holds the GIL: it writes
+ * to the word cache, which callers on other threads share.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "_sorted_trie.h"
+#include "_word_cache.h"
+
+#define MAX_CPT 0x10FFFFu
+
+/* What the word split does with a codepoint (the top bits of a table entry; the low 21 bits are
+ * the codepoint it becomes). */
+enum { JOIN = 0, BOUNDARY = 1, DROP = 2, OWN = 3 };
+/* The classes of wpm_data.CLASS_CODES. */
+enum { CLS_OTHER = 0, CLS_CONTROL = 1, CLS_MARK = 2, CLS_PUNCT = 3, CLS_SYMBOL = 4 };
+
+typedef struct {
+    PyObject_HEAD
+    int ready;
+    int lowercase, strip_accents;
+    /* the codepoint tables (kept for astral lookups) */
+    Py_ssize_t n_class, n_nfd, n_lower, n_space;
+    uint32_t *class_starts;
+    uint8_t *class_codes;
+    uint32_t *nfd; /* triples: first, last, target */
+    uint32_t *lower_from, *lower_to;
+    uint32_t *spaces;
+    uint32_t bmp[0x10000]; /* action << 24 | codepoint */
+    SortedTrie trie; /* the tokens */
+    WordCache cache; /* word (without U+2581) -> ids */
+    /* each token id's int object, made when first returned (ids past 256 are not interned) */
+    PyObject **id_objects;
+    size_t n_id_objects;
+} Wpm;
+
+static void Wpm_dealloc(Wpm *self)
+{
+    free(self->class_starts);
+    free(self->class_codes);
+    free(self->nfd);
+    free(self->lower_from);
+    free(self->lower_to);
+    free(self->spaces);
+    sorted_trie_free(&self->trie);
+    word_cache_free(&self->cache);
+    for (size_t k = 0; k < self->n_id_objects; k++)
+        Py_XDECREF(self->id_objects[k]);
+    free(self->id_objects);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A copy of a buffer of ``n`` items of ``itemsize`` bytes, or NULL with an exception set. */
+static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, const char *name)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len % itemsize) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view.len, itemsize);
+        return NULL;
+    }
+    void *out = malloc(view.len ? (size_t)view.len : 1);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(out, view.buf, (size_t)view.len);
+    *n = view.len / itemsize;
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* -- the word split ------------------------------------------------------------------------------ */
+
+static int is_chinese(uint32_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF)
+        || (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF)
+        || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* The index of the last of ``n`` sorted values <= ``c``, or -1. */
+static Py_ssize_t last_at_most(const uint32_t *sorted, Py_ssize_t n, Py_ssize_t stride, uint32_t c)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid * stride] <= c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - 1;
+}
+
+/* What the word split makes of codepoint ``cpt`` (wpm.py's ``_map_one``): action << 24 | codepoint. */
+static uint32_t map_codepoint(const Wpm *w, uint32_t cpt)
+{
+    uint32_t base = cpt;
+    if (w->strip_accents) {
+        Py_ssize_t k = last_at_most(w->nfd, w->n_nfd, 3, cpt);
+        if (k >= 0 && cpt <= w->nfd[3 * k + 1])
+            base = w->nfd[3 * k + 2];
+    }
+    for (Py_ssize_t k = 0; k < w->n_space; k++)
+        if (w->spaces[k] == base)
+            return (uint32_t)BOUNDARY << 24;
+    Py_ssize_t k = last_at_most(w->class_starts, w->n_class, 1, base);
+    int cls = k >= 0 ? w->class_codes[k] : CLS_OTHER;
+    if (base == 0 || base == 0xFFFD || cls == CLS_CONTROL || (w->strip_accents && cls == CLS_MARK))
+        return (uint32_t)DROP << 24;
+    uint32_t out = base;
+    if (w->lowercase) {
+        Py_ssize_t j = last_at_most(w->lower_from, w->n_lower, 1, base);
+        if (j >= 0 && w->lower_from[j] == base)
+            out = w->lower_to[j];
+    }
+    if (cls == CLS_PUNCT || (base < 0x7F && cls == CLS_SYMBOL) || is_chinese(base))
+        return (uint32_t)OWN << 24 | out;
+    return (uint32_t)JOIN << 24 | out;
+}
+
+static int check_sorted(const uint32_t *values, Py_ssize_t n, Py_ssize_t stride, const char *name)
+{
+    for (Py_ssize_t k = 1; k < n; k++)
+        if (values[k * stride] <= values[(k - 1) * stride]) {
+            PyErr_Format(PyExc_ValueError, "%s: not strictly increasing at item %zd", name, k);
+            return -1;
+        }
+    return 0;
+}
+
+static int init_tables(Wpm *self, PyObject *class_starts, PyObject *class_codes, PyObject *nfd, PyObject *lower_from,
+                       PyObject *lower_to, PyObject *spaces)
+{
+    Py_ssize_t n_codes, n_nfd_words, n_lower_to;
+    if ((self->class_starts = copy_buffer(class_starts, 4, &self->n_class, "class_starts")) == NULL
+        || (self->class_codes = copy_buffer(class_codes, 1, &n_codes, "class_codes")) == NULL
+        || (self->nfd = copy_buffer(nfd, 4, &n_nfd_words, "nfd")) == NULL
+        || (self->lower_from = copy_buffer(lower_from, 4, &self->n_lower, "lower_from")) == NULL
+        || (self->lower_to = copy_buffer(lower_to, 4, &n_lower_to, "lower_to")) == NULL
+        || (self->spaces = copy_buffer(spaces, 4, &self->n_space, "spaces")) == NULL)
+        return -1;
+    if (n_codes != self->n_class || n_nfd_words % 3 || n_lower_to != self->n_lower) {
+        PyErr_SetString(PyExc_ValueError, "codepoint tables: class_starts/class_codes, lower_from/lower_to differ in length, or nfd is not triples");
+        return -1;
+    }
+    self->n_nfd = n_nfd_words / 3;
+    if (check_sorted(self->class_starts, self->n_class, 1, "class_starts") < 0 || check_sorted(self->nfd, self->n_nfd, 3, "nfd") < 0
+        || check_sorted(self->lower_from, self->n_lower, 1, "lower_from") < 0)
+        return -1;
+    for (Py_ssize_t k = 0; k < self->n_nfd; k++)
+        if (self->nfd[3 * k + 1] < self->nfd[3 * k] || self->nfd[3 * k + 2] > MAX_CPT
+            || (k + 1 < self->n_nfd && self->nfd[3 * k + 1] >= self->nfd[3 * k + 3])) {
+            PyErr_Format(PyExc_ValueError, "nfd: range %zd is empty, overlaps the next or maps past U+10FFFF", k);
+            return -1;
+        }
+    for (Py_ssize_t k = 0; k < self->n_lower; k++)
+        if (self->lower_to[k] > MAX_CPT) {
+            PyErr_Format(PyExc_ValueError, "lower_to: item %zd is past U+10FFFF", k);
+            return -1;
+        }
+    for (uint32_t c = 0; c < 0x10000; c++)
+        self->bmp[c] = map_codepoint(self, c);
+    return 0;
+}
+
+/* -- the trie ------------------------------------------------------------------------------------ */
+
+/* The trie of the vocabulary's sorted distinct texts, and an int object slot per id. */
+static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const uint32_t *offsets, Py_ssize_t n,
+                      const int32_t *ids)
+{
+    if (sorted_trie_build(&self->trie, blob, (size_t)blob_len, offsets, (size_t)n, ids) < 0)
+        return -1;
+    uint32_t max_id = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        max_id = (uint32_t)ids[k] > max_id ? (uint32_t)ids[k] : max_id;
+    if (max_id >= (1u << 26)) {
+        PyErr_Format(PyExc_ValueError, "token ids: %u is past the largest vocabulary this model takes", max_id);
+        return -1;
+    }
+    self->n_id_objects = (size_t)max_id + 1;
+    if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL) {
+        self->n_id_objects = 0;
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static int Wpm_init(Wpm *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *class_starts, *class_codes, *nfd, *lower_from, *lower_to, *spaces, *blob_obj, *offsets_obj, *ids_obj;
+    int lowercase, strip_accents;
+    static char *kwlist[] = {"class_starts", "class_codes", "nfd", "lower_from", "lower_to", "spaces",
+                             "lowercase", "strip_accents", "blob", "offsets", "ids", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOppOOO", kwlist, &class_starts, &class_codes, &nfd, &lower_from,
+                                     &lower_to, &spaces, &lowercase, &strip_accents, &blob_obj, &offsets_obj, &ids_obj))
+        return -1;
+    if (self->ready || self->class_starts != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is already initialised");
+        return -1;
+    }
+    self->lowercase = lowercase, self->strip_accents = strip_accents;
+    if (init_tables(self, class_starts, class_codes, nfd, lower_from, lower_to, spaces) < 0)
+        return -1;
+    Py_ssize_t blob_len, n_offsets, n_ids;
+    uint8_t *blob = copy_buffer(blob_obj, 1, &blob_len, "blob");
+    uint32_t *offsets = blob ? copy_buffer(offsets_obj, 4, &n_offsets, "offsets") : NULL;
+    int32_t *ids = offsets ? copy_buffer(ids_obj, 4, &n_ids, "ids") : NULL;
+    int rc = -1;
+    if (ids != NULL) {
+        if (n_offsets != n_ids + 1)
+            PyErr_SetString(PyExc_ValueError, "offsets: need one more than ids");
+        else
+            rc = build_trie(self, blob, blob_len, offsets, n_ids, ids);
+    }
+    free(blob);
+    free(offsets);
+    free(ids);
+    if (rc == 0)
+        self->ready = 1;
+    return rc;
+}
+
+/* -- the walk ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint8_t *word; /* U+2581 then the word's UTF-8 */
+    size_t word_len, word_cap;
+    uint32_t *ids;
+    size_t n_ids, ids_cap;
+} Out;
+
+static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
+{
+    if (need <= *cap)
+        return 0;
+    size_t cap2 = *cap ? *cap : 64;
+    while (cap2 < need) {
+        if (cap2 > SIZE_MAX / 2 / itemsize)
+            return -1;
+        cap2 *= 2;
+    }
+    void *p = realloc(*buf, cap2 * itemsize);
+    if (p == NULL)
+        return -1;
+    *buf = p, *cap = cap2;
+    return 0;
+}
+
+/* Appends ``c`` as UTF-8 (surrogates too, as Python's surrogatepass writes them). */
+static int put_utf8(Out *o, uint32_t c)
+{
+    if (grow((void **)&o->word, &o->word_cap, o->word_len + 4, 1) < 0)
+        return -1;
+    uint8_t *p = o->word + o->word_len;
+    if (c < 0x80) {
+        p[0] = (uint8_t)c;
+        o->word_len += 1;
+    } else if (c < 0x800) {
+        p[0] = (uint8_t)(0xC0 | c >> 6), p[1] = (uint8_t)(0x80 | (c & 0x3F));
+        o->word_len += 2;
+    } else if (c < 0x10000) {
+        p[0] = (uint8_t)(0xE0 | c >> 12), p[1] = (uint8_t)(0x80 | (c >> 6 & 0x3F)), p[2] = (uint8_t)(0x80 | (c & 0x3F));
+        o->word_len += 3;
+    } else {
+        p[0] = (uint8_t)(0xF0 | c >> 18), p[1] = (uint8_t)(0x80 | (c >> 12 & 0x3F));
+        p[2] = (uint8_t)(0x80 | (c >> 6 & 0x3F)), p[3] = (uint8_t)(0x80 | (c & 0x3F));
+        o->word_len += 4;
+    }
+    return 0;
+}
+
+static int push_id(Out *o, uint32_t id)
+{
+    if (grow((void **)&o->ids, &o->ids_cap, o->n_ids + 1, sizeof(uint32_t)) < 0)
+        return -1;
+    o->ids[o->n_ids++] = id;
+    return 0;
+}
+
+/* The word's tokens (or unk), then an empty word. 0, -1 out of memory, -2 no unknown token. */
+static int flush_word(Wpm *w, Out *o, int64_t unk)
+{
+    size_t n = o->word_len;
+    if (n <= 3) /* U+2581 alone: no word */
+        return 0;
+    size_t start_ids = o->n_ids, pos = 0;
+    const uint8_t *data = o->word;
+    int cached = w->cache.budget && n - 3 <= WORD_CACHE_LONGEST;
+    uint64_t h = cached ? word_hash(data + 3, (uint32_t)(n - 3)) : 0;
+    if (cached) { /* a word's ids are at most its bytes: room for them first */
+        if (grow((void **)&o->ids, &o->ids_cap, o->n_ids + n, sizeof(uint32_t)) < 0)
+            return -1;
+        Py_ssize_t found = word_cache_get(&w->cache, h, data + 3, (uint32_t)(n - 3), (int32_t *)(o->ids + o->n_ids));
+        if (found >= 0) {
+            o->n_ids += (size_t)found;
+            o->word_len = 3;
+            return 0;
+        }
+    }
+    while (pos < n) {
+        uint32_t node = w->trie.root[data[pos]];
+        int32_t token = -1;
+        size_t end = pos, at = pos;
+        while (node != TRIE_NO_NODE) {
+            if (w->trie.nodes[node].value >= 0)
+                token = w->trie.nodes[node].value, end = at + 1;
+            if (++at >= n)
+                break;
+            node = sorted_trie_child(&w->trie, node, data[at]);
+        }
+        if (token < 0) {
+            o->n_ids = start_ids;
+            if (unk < 0)
+                return -2;
+            if (push_id(o, (uint32_t)unk) < 0)
+                return -1;
+            break;
+        }
+        if (push_id(o, (uint32_t)token) < 0)
+            return -1;
+        pos = end;
+    }
+    if (cached) /* when full or out of memory: not remembered */
+        word_cache_put(&w->cache, h, data + 3, (uint32_t)(n - 3), (const int32_t *)(o->ids + start_ids), (uint32_t)(o->n_ids - start_ids));
+    o->word_len = 3;
+    return 0;
+}
+
+static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, Out *o)
+{
+    if (grow((void **)&o->word, &o->word_cap, 64, 1) < 0)
+        return -1;
+    memcpy(o->word, "\xe2\x96\x81", 3);
+    o->word_len = 3;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t c = PyUnicode_READ(kind, text, i);
+        uint32_t entry = c < 0x10000 ? w->bmp[c] : map_codepoint(w, c);
+        int rc = 0;
+        switch (entry >> 24) {
+        case JOIN:
+            rc = put_utf8(o, entry & 0x1FFFFF);
+            break;
+        case BOUNDARY:
+            rc = flush_word(w, o, unk);
+            break;
+        case OWN:
+            if ((rc = flush_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0)
+                rc = flush_word(w, o, unk);
+            break;
+        default: /* DROP */
+            break;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return flush_word(w, o, unk);
+}
+
+static PyObject *Wpm_encode(Wpm *self, PyObject *args)
+{
+    PyObject *text;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
+        return NULL;
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+        return NULL;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Out o = {0};
+    int rc;
+    rc = walk(self, kind, data, n, unk, &o);
+    free(o.word);
+    if (rc < 0) {
+        free(o.ids);
+        if (rc == -2)
+            Py_RETURN_NONE;
+        return PyErr_NoMemory();
+    }
+    PyObject *list = PyList_New((Py_ssize_t)o.n_ids);
+    if (list == NULL) {
+        free(o.ids);
+        return NULL;
+    }
+    for (size_t i = 0; i < o.n_ids; i++) {
+        uint32_t token = o.ids[i];
+        PyObject *id;
+        if (token < self->n_id_objects) {
+            if ((id = self->id_objects[token]) == NULL)
+                id = self->id_objects[token] = PyLong_FromUnsignedLong(token);
+            Py_XINCREF(id);
+        } else {
+            id = PyLong_FromUnsignedLong(token);
+        }
+        if (id == NULL) {
+            free(o.ids);
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, id);
+    }
+    free(o.ids);
+    return list;
+}
+
+static PyObject *Wpm_set_cache_budget(Wpm *self, PyObject *arg)
+{
+    Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
+        return NULL;
+    }
+    word_cache_free(&self->cache);
+    self->cache.budget = (size_t)budget;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Wpm_cache_stats(Wpm *self, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("(nnn)", (Py_ssize_t)self->cache.count, (Py_ssize_t)self->cache.used, (Py_ssize_t)self->cache.budget);
+}
+
+static PyMethodDef Wpm_methods[] = {
+    {"set_cache_budget", (PyCFunction)Wpm_set_cache_budget, METH_O,
+     "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
+    {"cache_stats", (PyCFunction)Wpm_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
+    {"encode", (PyCFunction)Wpm_encode, METH_VARARGS,
+     "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WpmType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpetok.models._wpm.Wpm",
+    .tp_basicsize = sizeof(Wpm),
+    .tp_dealloc = (destructor)Wpm_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "llama.cpp's WPM word split and WordPiece walk (bpetok/models/wpm.py).",
+    .tp_methods = Wpm_methods,
+    .tp_init = (initproc)Wpm_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef wpm_module = {
+    PyModuleDef_HEAD_INIT, "bpetok.models._wpm", "The bert model's compiled word split and WordPiece walk.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__wpm(void)
+{
+    if (PyType_Ready(&WpmType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&wpm_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&WpmType);
+    if (PyModule_AddObject(m, "Wpm", (PyObject *)&WpmType) < 0) {
+        Py_DECREF(&WpmType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
