@@ -24,9 +24,10 @@ from bpetok._args import as_int, check_flag, check_not_text
 from bpetok.cache import cache_budget
 from bpetok.errors import BpetokError, InputError, PluginError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models import ModelSpec, TokenizerModel
-from bpetok.models.base import LLAMA_UTF8_ERRORS, BeyondUnicode, gc_paused
+from bpetok.models.base import gc_paused
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.specials import SpecialTable
+from bpetok.utf8 import LLAMA_UTF8_ERRORS, BeyondUnicode
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
 __all__ = ["Tokenizer", "load_vocabulary", "from_file", "from_gguf", "from_vocabulary"]
@@ -580,7 +581,14 @@ class Tokenizer:
         if attr & _SPECIAL:
             return text  # raw text, no byte decoding
         if attr & TokenAttr.NORMAL:
-            return self.model.normal_piece(text)
+            try:
+                return self.model.normal_piece(text)
+            except BeyondUnicode as e:
+                raise VocabularyError(
+                    f"{self.vocabulary.path}: token {token_id} {text!r} holds bytes {text[e.start:e.start + 4].hex(' ')} "
+                    f"that decode to U+{e.cpt:X}, past U+10FFFF; llama.cpp refuses to load this vocabulary "
+                    "(llama_decode_text throws): fix the token's text in 'tokenizer.ggml.tokens'"
+                ) from None
         if attr & TokenAttr.BYTE:
             return bytes((_token_to_byte(text) or 0,))  # never None: length checked at load (_check_byte_tokens)
         return b""
