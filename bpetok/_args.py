@@ -10,6 +10,8 @@ out of range) stay :class:`bpetok.BpetokError`.
 from __future__ import annotations
 
 import operator
+import os
+from itertools import repeat
 from typing import Any
 
 
@@ -38,3 +40,21 @@ def check_not_text(value: Any, what: str, expected: str) -> None:
     """TypeError when ``value`` is a str or bytes-like, where ``expected`` (a sequence of ...) is wanted."""
     if isinstance(value, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"{what} takes {expected}, not a single {type(value).__name__}; wrap it in a list")
+
+
+def batch_arguments(name: str, texts, parse_special, workers) -> tuple[list[str], bool, int]:
+    """A batch call's arguments checked: the texts as a list of str, the flag, and ``workers``
+    (None: every CPU this process may run on). ``name`` is the method, for the errors."""
+    check_not_text(texts, f"{name}()", "a sequence of str texts")
+    texts = list(texts)
+    if not all(map(isinstance, texts, repeat(str))):
+        wrong = next(t for t in texts if not isinstance(t, str))
+        raise TypeError(f"{name}() takes str texts, not {type(wrong).__name__}")
+    parse_special = check_flag(parse_special, f"{name}(parse_special=...)")
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    else:
+        workers = as_int(workers, f"{name}(workers=...)")
+    if workers < 1:
+        raise ValueError(f"{name}(workers={workers}): workers must be at least 1 (or None for all CPUs)")
+    return texts, parse_special, workers

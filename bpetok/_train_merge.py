@@ -16,10 +16,11 @@ from collections import Counter, defaultdict
 from typing import Iterable
 
 from bpetok.errors import BpetokError
-from bpetok.models.gpt2 import BYTE_TO_CHAR
+from bpetok.models.gpt2 import BYTE_TO_CHAR, merge_symbols
 from bpetok.vocab import TokenType
 
 STRIDE = 1 << 24  # a pair (left, right) is the int left * STRIDE + right; ids stay below 16M
+MERGED = STRIDE - 1  # a merge's packed rank is rank << 24 | merged id: these are the id's bits
 END = -1  # no next (or previous) symbol: the end of a word
 
 
@@ -183,7 +184,8 @@ class _Vocab:
         self.types: list[int] = [TokenType.NORMAL] * 256
         self.ids: dict[bytes, int] = {t: i for i, t in enumerate(self.tokens)}
         self.merges: list[bytes] = []
-        self.ranks: dict[int, tuple[int, int]] = {}  # pair -> (rank, merged id), first rank wins
+        # pair -> rank << 24 | merged id (the byte-level model's form), first rank wins
+        self.ranks: dict[int, int] = {}
 
     def add_merge(self, left: int, right: int) -> int:
         """Append the merge ``left right``; returns the merged token's id (new unless its text exists)."""
@@ -196,25 +198,14 @@ class _Vocab:
             new = self.ids[text] = len(self.tokens)
             self.tokens.append(text)
             self.types.append(TokenType.NORMAL)
-        self.ranks.setdefault(left * STRIDE + right, (len(self.merges), new))
+        self.ranks.setdefault(left * STRIDE + right, len(self.merges) << 24 | new)
         self.merges.append(self.tokens[left] + b" " + self.tokens[right])
         return new
 
     def bpe(self, symbols: list[int]) -> list[int]:
-        """BPE with the merges so far: lowest rank first, leftmost on ties (llama.cpp's order)."""
-        symbols = list(symbols)
-        ranks = self.ranks
-        while len(symbols) > 1:
-            best = None
-            for i in range(len(symbols) - 1):
-                found = ranks.get(symbols[i] * STRIDE + symbols[i + 1])
-                if found is not None and (best is None or found[0] < best[0]):
-                    best = (found[0], i, found[1])
-            if best is None:
-                break
-            _, i, merged = best
-            symbols[i : i + 2] = [merged]
-        return symbols
+        """BPE with the merges so far: the byte-level model's merge loop (lowest rank first,
+        leftmost on ties, llama.cpp's order)."""
+        return merge_symbols(symbols, self.ranks, STRIDE, MERGED)
 
 
 # -- pins -----------------------------------------------------------------------------------------
@@ -275,7 +266,7 @@ def _add_chain(vocab: _Vocab, form: str, counts: dict[int, int] | None = None) -
         heapq.heappush(best, (-get_count(pair, 0), p, pair))
         found = ranks.get(pair)
         if found is not None:
-            heapq.heappush(todo, (found[0], p, pair))
+            heapq.heappush(todo, (found >> 24, p, pair))
 
     def live(p: int, pair: int) -> bool:
         q = nxt[p]
@@ -289,7 +280,7 @@ def _add_chain(vocab: _Vocab, form: str, counts: dict[int, int] | None = None) -
                 continue
             q = nxt[p]
             right = nxt[q]
-            sym[p], sym[q], nxt[p] = ranks[pair][1], -1, right
+            sym[p], sym[q], nxt[p] = ranks[pair] & MERGED, -1, right
             if right != END:
                 prv[right] = p
                 adjacent(p)
@@ -308,7 +299,7 @@ def _add_chain(vocab: _Vocab, form: str, counts: dict[int, int] | None = None) -
         left, right = divmod(pair, STRIDE)
         vocab.add_merge(left, right)
         chain.append((left, right))
-        rank = ranks[pair][0]  # a new rank: no pair at a fixed point has one
+        rank = ranks[pair] >> 24  # a new rank: no pair at a fixed point has one
         for q in at.pop(pair):
             if live(q, pair):
                 heapq.heappush(todo, (rank, q, pair))

@@ -27,7 +27,7 @@ _SPACE, _QUOTE = 0x20, 0x27
 def open_tail(data: bytes) -> int:
     """How many bytes at the end of ``data`` a clean_spaces rewrite could still join to what follows.
 
-    Every rewrite (``_clean_spaces`` in bpetok.tokenizer) matches a short run of ``' '``, ``'``,
+    Every rewrite (:func:`bpetok.decode.clean_spaces`) matches a short run of ``' '``, ``'``,
     ``?!.,`` and the letters of ``'s 'm 're 've``, starting at a space. A run can continue past the
     end only from a space, a quote, or the ``r``/``v`` of ``'r``/``'v`` (which wait for an ``e``);
     a punctuation mark, ``s``, ``m`` or ``e`` always ends a run, and any other byte is in none.
@@ -77,7 +77,7 @@ class DecodeStream:
                 data = data[1:]
         if not self._clean_spaces:
             return self._decoder.decode(data)
-        from bpetok.tokenizer import _clean_spaces
+        from bpetok.decode import clean_spaces as _clean_spaces
 
         data = self._held + data
         keep = open_tail(data)
@@ -90,7 +90,7 @@ class DecodeStream:
 
     def flush(self) -> str:
         """End of the ids: return what was held back (an incomplete sequence becomes U+FFFD) and reset."""
-        from bpetok.tokenizer import _clean_spaces
+        from bpetok.decode import clean_spaces as _clean_spaces
 
         tail = _clean_spaces(self._held) if self._held else b""
         self._held = b""

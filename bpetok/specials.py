@@ -28,6 +28,9 @@ HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN  # cut only with 
 ASCII_SPACE = " \t\n\v\f\r"  # C isspace, what LSTRIP/RSTRIP remove
 # The C twin numbers characters with 31 bits: longer texts take the reference.
 _FAST_LONGEST_CHARS = 2**31 - 2
+# Up to this many distinct first characters of the specials, a text holding none of them is
+# passed whole without a scan for specials (most texts, for a chat vocabulary's "<|...|>" tokens).
+_FIRST_CHARS_CHECKED = 8
 
 Fragments = list[str | int]
 Spans = Sequence[tuple[int, int]]
@@ -66,6 +69,8 @@ class SpecialTable:
             ]
             self._by_mode[parse_special] = entries
             self.texts[parse_special] = tuple(text for _, text, _ in entries)
+        firsts = {mode: tuple({text[0] for text in texts}) for mode, texts in self.texts.items()}
+        self._first_chars = {mode: chars if len(chars) <= _FIRST_CHARS_CHECKED else () for mode, chars in firsts.items()}
         self.finders = _LazyFinders(self.texts)
         self._compiled = compiled_module("bpetok._specials")
         self._automata: dict[bool, Any] = {}
@@ -83,6 +88,9 @@ class SpecialTable:
         """
         entries = self._by_mode[parse_special]
         if not entries or not text:
+            return [text]
+        firsts = self._first_chars[parse_special]
+        if firsts and not any(map(text.__contains__, firsts)):
             return [text]
         spans = _normalized(protected, len(text)) if protected else []
         if self._compiled is None or len(text) > _FAST_LONGEST_CHARS:

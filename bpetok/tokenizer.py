@@ -12,27 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, SupportsIndex
-from itertools import compress, repeat
 
 import pluggy
 
-from bpetok._args import as_int, check_flag, check_not_text
+from bpetok._args import batch_arguments, check_flag
 from bpetok.cache import cache_budget
-from bpetok.errors import BpetokError, InputError, PluginError, UnsupportedVocabularyError, VocabularyError
+from bpetok.decode import Decoding, check_byte_tokens
+from bpetok.errors import BpetokError, InputError, PluginError, UnsupportedVocabularyError
 from bpetok.models import ModelSpec, TokenizerModel
-from bpetok.models.base import LLAMA_UTF8_ERRORS, BeyondUnicode, gc_paused
+from bpetok.models.base import gc_paused
 from bpetok.pretok import PreTokenizerSpec
 from bpetok.specials import SpecialTable
+from bpetok.utf8 import LLAMA_UTF8_ERRORS, BeyondUnicode
 from bpetok.vocab import TokenAttr, TokenType, Vocabulary
 
 __all__ = ["Tokenizer", "load_vocabulary", "from_file", "from_gguf", "from_vocabulary"]
 
-_SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
-_HIDDEN_WITHOUT_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
 # Fragments between special tokens up to this long are encoded once per encode()/count() call.
 _FRAGMENT_MEMO_LONGEST = 256
 
@@ -149,7 +147,7 @@ def _find_pretokenizer(vocab: Vocabulary, pm: pluggy.PluginManager) -> PreTokeni
     return row.spec
 
 
-class Tokenizer:
+class Tokenizer(Decoding):
     """Encode and decode exactly as llama.cpp does for one vocabulary.
 
     >>> tok = from_gguf("model.gguf")  # doctest: +SKIP
@@ -218,7 +216,7 @@ class Tokenizer:
         self.clean_spaces = bool(clean_spaces)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", model_spec.add_space_prefix)
         self._build_special_table()
-        self._check_byte_tokens()
+        check_byte_tokens(vocabulary)
         self._pieces: dict[int, bytes] = {}  # id -> rendered bytes: bounded by the vocabulary
         # What a pickle rebuilds this tokenizer from (__reduce__): the file from_file read, else
         # the vocabulary itself; and the pre-tokenizer spec, if one was given.
@@ -286,26 +284,6 @@ class Tokenizer:
         self._special_finder = table.finders
         self._special_texts = table.texts  # what the kernel checks a batch of texts for (encode_texts(specials=...))
 
-    def _check_byte_tokens(self) -> None:
-        """Refuse a BYTE token too short to name its byte, at load time as llama.cpp does.
-
-        llama.cpp renders every token's piece while loading; ``token_to_byte`` on such a token
-        throws there, so the file never loads. The test mirrors :meth:`_render`'s order: special
-        and NORMAL attributes win over BYTE.
-        """
-
-        def rendered_as_byte(attr) -> bool:
-            return bool(attr & TokenAttr.BYTE) and not attr & (_SPECIAL | TokenAttr.NORMAL)
-
-        tokens = self.vocabulary.tokens
-        for token_id in _ids_whose_attr(self.vocabulary.attrs, rendered_as_byte):
-            if _token_to_byte(tokens[token_id]) is None:
-                raise VocabularyError(
-                    f"{self.vocabulary.path}: token {token_id} {tokens[token_id]!r} has type BYTE but is too short "
-                    "to name a byte (<0xXX>); llama.cpp refuses to load it too: fix its type in "
-                    "'tokenizer.ggml.token_type'"
-                )
-
     def _partition(self, text: str, parse_special: bool, protected: list[tuple[int, int]] | None = None) -> list[str | int]:
         """Cut special tokens out of ``text`` as llama.cpp does: str fragments to pre-tokenize, ints
         already ids (:meth:`bpetok.specials.SpecialTable.partition`). ``protected``: spans of
@@ -332,7 +310,7 @@ class Tokenizer:
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))
         if text:
-            ids += self._encode_partitioned(self._partition(text, parse_special))
+            ids += self._encode_partitioned(self._special_table.partition(text, parse_special))
         if add_special and self.add_eos:
             ids.append(self._required_special("eos"))
         if add_special and self.add_sep:
@@ -439,7 +417,7 @@ class Tokenizer:
         >>> tok.encode_batch(["Hello", "world"]) == [tok.encode("Hello"), tok.encode("world")]
         True
         """
-        texts, parse_special, workers = self._batch_arguments("encode_batch", texts, parse_special, workers)
+        texts, parse_special, workers = batch_arguments("encode_batch", texts, parse_special, workers)
         # The result lists all live on: a collection while they are built would only rescan them.
         with gc_paused():
             lists, held = self.model.encode_texts(texts, self._special_texts[parse_special], workers)
@@ -462,7 +440,7 @@ class Tokenizer:
         """
         import numpy as np
 
-        texts, parse_special, workers = self._batch_arguments("encode_batch_to_numpy", texts, parse_special, workers)
+        texts, parse_special, workers = batch_arguments("encode_batch_to_numpy", texts, parse_special, workers)
         ids, counts, held = self.model.encode_texts_to_numpy(texts, self._special_texts[parse_special], workers)
         if held:  # a held text has no ids yet: its end is where its ids go
             ends = np.cumsum(counts)
@@ -476,21 +454,6 @@ class Tokenizer:
         offsets = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         return ids, offsets
-
-    def _batch_arguments(self, name: str, texts, parse_special, workers) -> tuple[list[str], bool, int]:
-        check_not_text(texts, f"{name}()", "a sequence of str texts")
-        texts = list(texts)
-        if not all(map(isinstance, texts, repeat(str))):
-            wrong = next(t for t in texts if not isinstance(t, str))
-            raise TypeError(f"{name}() takes str texts, not {type(wrong).__name__}")
-        parse_special = check_flag(parse_special, f"{name}(parse_special=...)")
-        if workers is None:
-            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        else:
-            workers = as_int(workers, f"{name}(workers=...)")
-        if workers < 1:
-            raise ValueError(f"{name}(workers={workers}): workers must be at least 1 (or None for all CPUs)")
-        return texts, parse_special, workers
 
     def _encode_holding_specials(self, texts: list[str], parse_special: bool, workers: int) -> list[list[int]]:
         """The ids of texts that hold special tokens: each cut at them (:meth:`_partition`), the
@@ -542,82 +505,6 @@ class Tokenizer:
                 f"pass add_special=False or set tokenizer.ggml.{role}_token_id"
             )
         return token_id
-
-    # -- decoding ----------------------------------------------------------------------------------
-
-    def _check_id(self, token_id: SupportsIndex) -> int:
-        """``token_id`` as an int in range; TypeError for a non-integer (or bool), BpetokError out of range."""
-        token_id = as_int(token_id, "a token id")
-        if not 0 <= token_id < self.n_tokens:
-            raise BpetokError(f"token id {token_id!r} is out of range: this vocabulary has ids 0..{self.n_tokens - 1}")
-        return token_id
-
-    def piece(self, token_id: SupportsIndex) -> bytes:
-        """llama.cpp's ``token_to_piece(id, special=True)``: control tokens render as their text.
-
-        ``token_id`` is anything :func:`operator.index` accepts (``int``, ``numpy.int64``), not a bool.
-        """
-        key = token_id if token_id.__class__ is int else as_int(token_id, "a token id")
-        piece = self._pieces.get(key)
-        if piece is None:
-            key = self._check_id(key)
-            piece = self._pieces[key] = self._render(key)
-        return piece
-
-    def token_bytes(self, token_id: SupportsIndex) -> bytes:
-        """llama.cpp's ``token_to_piece(id, special=False)``: control and unknown tokens give ``b""``."""
-        token_id = self._check_id(token_id)
-        if self.vocabulary.attrs[token_id] & _HIDDEN_WITHOUT_SPECIAL:
-            return b""
-        return self.piece(token_id)
-
-    def _render(self, token_id: int) -> bytes:
-        attr = self.vocabulary.attrs[token_id]
-        text = self.vocabulary.tokens[token_id]
-        own = self.model.render_piece(token_id, text, attr)
-        if own is not None:  # a model whose pieces follow rules of their own (rwkv, plamo2)
-            return own
-        if attr & _SPECIAL:
-            return text  # raw text, no byte decoding
-        if attr & TokenAttr.NORMAL:
-            return self.model.normal_piece(text)
-        if attr & TokenAttr.BYTE:
-            return bytes((_token_to_byte(text) or 0,))  # never None: length checked at load (_check_byte_tokens)
-        return b""
-
-    def decode_bytes(self, ids: Iterable[SupportsIndex], *, skip_special: bool = False) -> bytes:
-        """The bytes of ``ids`` as llama.cpp's detokenizer gives them: specials rendered, or with
-        ``skip_special`` control and unknown tokens left out (``token_to_piece(special=False)``).
-
-        ``ids``: an iterable of token ids (ints, numpy integers, a numpy array); a str or bytes is
-        refused rather than read as character codes.
-        """
-        check_not_text(ids, "decode()", "a sequence of token ids")
-        try:
-            ids = iter(ids)
-        except TypeError:
-            raise TypeError(f"decode() takes a sequence of token ids, not {type(ids).__name__}") from None
-        skip_special = check_flag(skip_special, "decode(skip_special=...)")
-        piece = self.token_bytes if skip_special else self.piece
-        pieces = [piece(i) for i in ids]
-        data = b"".join(pieces)
-        # llama.cpp drops one leading space of the first piece where the model adds a space
-        # prefix (even after a BOS, which it keeps: its remove_special is false here).
-        if self.add_space_prefix and pieces and pieces[0][:1] == b" ":
-            data = data[1:]
-        if self.clean_spaces:
-            data = _clean_spaces(data)
-        return data
-
-    def decode(self, ids: Iterable[SupportsIndex], *, skip_special: bool = False) -> str:
-        """The text of ``ids``: :meth:`decode_bytes`, decoded as UTF-8 with replacement characters."""
-        return self.decode_bytes(ids, skip_special=skip_special).decode("utf-8", "replace")
-
-    def decode_stream(self, *, skip_special: bool = False):
-        """A :class:`~bpetok.decode_stream.DecodeStream`: ids in one at a time, complete text out."""
-        from bpetok.decode_stream import DecodeStream
-
-        return DecodeStream(self, skip_special=skip_special)
 
     # -- chat ----------------------------------------------------------------------------------------
 
@@ -688,32 +575,6 @@ def _unpickle_tokenizer(source: str | Vocabulary, spec, cache_bytes: int, flags:
     return tok
 
 
-def _ids_whose_attr(attrs: list[int], wanted) -> Iterator[int]:
-    """The token ids whose attribute passes ``wanted(attr)``, in id order.
-
-    Only the few distinct attribute values are tested; tokens are then picked by set
-    membership in C: ``attr & flag`` on 151k TokenAttr members goes through enum.Flag.__and__ (~0.1 s).
-    """
-    values = {a for a in set(attrs) if wanted(a)}
-    return compress(range(len(attrs)), map(values.__contains__, attrs))
-
-
-_STRTOL16 = re.compile(rb"[ \t\n\v\f\r]*([+-]?)([0-9A-Fa-f]*)")
-
-
-def _token_to_byte(text: bytes) -> int | None:
-    """llama.cpp's token_to_byte: ``(char) strtol(text.substr(3, 2), NULL, 16)``; None where substr throws.
-
-    >>> _token_to_byte(b"<0x41>"), _token_to_byte(b"<mask>"), _token_to_byte(b"<0x"), _token_to_byte(b"ab")
-    (65, 0, 0, None)
-    """
-    if len(text) < 3:
-        return None
-    sign, digits = _STRTOL16.match(text[3:5]).groups()  # type: ignore[union-attr]  # the pattern matches ""
-    value = int(digits or b"0", 16)
-    return (-value if sign == b"-" else value) & 0xFF
-
-
 def _beyond_unicode_error(data: bytes) -> InputError:
     """The error for bytes with a sequence past U+10FFFF, naming the first one's offset.
 
@@ -728,15 +589,3 @@ def _beyond_unicode_error(data: bytes) -> InputError:
             "llama.cpp aborts on such input, so it has no token ids: remove or replace these bytes"
         )
     raise AssertionError("no sequence past U+10FFFF")  # unreachable: the caller's decode found one
-
-
-_CLEAN_1 = re.compile(rb" ([?!.,])")
-_CLEAN_2 = re.compile(rb" ' ")
-_CLEAN_3 = re.compile(rb" '(?=[sm]|re|ve)")
-
-
-def _clean_spaces(data: bytes) -> bytes:
-    """llama.cpp's detokenizer cleanup (clean_spaces), three passes in its order."""
-    data = _CLEAN_1.sub(rb"\1", data)
-    data = _CLEAN_2.sub(b"'", data)
-    return _CLEAN_3.sub(b"'", data)

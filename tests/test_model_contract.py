@@ -168,7 +168,8 @@ def test_a_tokenizer_pickles_as_its_file_not_its_tables(qwen3):
     assert len(data) < 1000  # the path and options; no vocabulary, no kernel
     assert pickle.dumps(bpetok.from_gguf(QWEN3)) == data  # the same for the same tokenizer
     copy = pickle.loads(data)
-    assert copy.engine == qwen3.engine and copy.cache_info()["chunks"]["entries"] == 0 < qwen3.cache_info()["chunks"]["entries"]
+    warm = "chunks" if qwen3.model.compiled else "pieces"  # the pure-Python engine caches pieces only
+    assert copy.engine == qwen3.engine and copy.cache_info()[warm]["entries"] == 0 < qwen3.cache_info()[warm]["entries"]
     assert [copy.encode(t) for t in texts] == [qwen3.encode(t) for t in texts]
 
 

@@ -12,7 +12,6 @@ below, with their defaults.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import functools
 import gc
@@ -22,6 +21,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any, Sequence
 
 from bpetok.cache import IdCache
+from bpetok.utf8 import BeyondUnicode, decode_llama_utf8
 
 if TYPE_CHECKING:
     from bpetok.pretok import PreTokenizerSpec
@@ -80,7 +80,7 @@ class TokenizerModel(ABC):
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """Ids of a fragment given as raw bytes, invalid UTF-8 included. The default decodes them
-        as llama.cpp does (:func:`decode_llama_utf8`) and calls :meth:`encode_fragment`; a model
+        as llama.cpp does (:func:`bpetok.utf8.decode_llama_utf8`) and calls :meth:`encode_fragment`; a model
         whose llama.cpp session reads bytes (SentencePiece's) overrides it."""
         return self.encode_fragment(decode_llama_utf8(data), at_start)
 
@@ -180,63 +180,6 @@ def _finder(specials: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 # -- llama.cpp's UTF-8 decoding ------------------------------------------------------------------
-
-
-def _llama_cpt_at(data: bytes, i: int) -> tuple[int, int]:
-    """llama.cpp's ``unicode_cpt_from_utf8`` at ``data[i]``: (code point, bytes used).
-
-    A lead byte followed by its continuation bytes is decoded, overlong, surrogate or past
-    U+10FFFF alike; anything else is (U+FFFD, 1): the next byte is tried on its own.
-
-    >>> _llama_cpt_at(b"\\xc0\\xbc", 0), _llama_cpt_at(b"\\xe4\\xb8a", 0), _llama_cpt_at(b"\\xf4\\x90\\x80\\x80", 0)
-    ((60, 2), (65533, 1), (1114112, 4))
-    """
-    b = data[i]
-    length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
-    if length == 1:
-        return b, 1
-    tail = data[i + 1 : i + length]
-    if not length or len(tail) != length - 1 or not all(0x80 <= c < 0xC0 for c in tail):
-        return 0xFFFD, 1
-    cpt = b & (0x7F >> length)
-    for c in tail:
-        cpt = (cpt << 6) | (c & 0x3F)
-    return cpt, length
-
-
-class BeyondUnicode(Exception):
-    """A sequence decodes past U+10FFFF (llama.cpp's unicode_cpt_to_utf8 throws, and the process
-    aborts). The Tokenizer turns it into an :class:`~bpetok.errors.InputError` naming the offset."""
-
-    def __init__(self, start: int, cpt: int):
-        super().__init__(start, cpt)
-        self.start, self.cpt = start, cpt
-
-
-def _llama_utf8_errors(error: UnicodeError) -> tuple[str, int]:
-    """Codec error handler: where Python's strict decoder stops, llama.cpp's next step."""
-    if not isinstance(error, UnicodeDecodeError):  # registered for decoding only
-        raise error
-    cpt, length = _llama_cpt_at(error.object, error.start)
-    if cpt > 0x10FFFF:
-        raise BeyondUnicode(error.start, cpt)
-    return chr(cpt), error.start + length
-
-
-# Python's decoder and llama.cpp's agree on well-formed UTF-8 and resynchronise at the same byte,
-# so only the spans Python rejects need llama.cpp's rule; the rest is decoded in C.
-LLAMA_UTF8_ERRORS = "bpetok-llama-utf8"
-codecs.register_error(LLAMA_UTF8_ERRORS, _llama_utf8_errors)
-
-
-def decode_llama_utf8(data: bytes) -> str:
-    """``data`` as llama.cpp's ``unicode_cpts_from_utf8`` reads it: U+FFFD for a byte that starts
-    no sequence, overlongs and surrogates decoded; :class:`BeyondUnicode` past U+10FFFF.
-
-    >>> decode_llama_utf8(b"a\\xff\\xc0\\xbc")
-    'a\\ufffd<'
-    """
-    return data.decode("utf-8", LLAMA_UTF8_ERRORS)
 
 
 @contextlib.contextmanager

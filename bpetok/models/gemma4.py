@@ -26,6 +26,7 @@ from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
 from bpetok.models.llama import SPACE, CompiledMergeLoop, build_merger, merge_symbols
+from bpetok.utf8 import decode_llama_utf8
 
 __all__ = ["RawBytePairModel"]
 
@@ -72,6 +73,10 @@ class RawBytePairModel(CompiledMergeLoop):
                 ranks.append(rank)
         return build_merger(module, self.ids, self.n_tokens, lefts, rights, ranks, self.byte_ids, missing_byte_fails=False)
 
+    def normal_piece(self, text: bytes) -> bytes:
+        """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
+        return text.replace(_SPACE_BYTES, b" ")
+
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
         return self._encode_escaped(text.replace(" ", SPACE).encode("utf-8", "surrogatepass"))
@@ -83,9 +88,8 @@ class RawBytePairModel(CompiledMergeLoop):
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes: spaces become ``▁``, then the bytes are decoded
-        as llama.cpp decodes them (``unicode_cpts_from_utf8``: U+FFFD for a byte that starts no
-        sequence, overlongs and surrogates decoded)."""
-        text = _llama_decode(data.replace(b" ", _SPACE_BYTES))
+        as llama.cpp decodes them (:func:`bpetok.utf8.decode_llama_utf8`)."""
+        text = decode_llama_utf8(data.replace(b" ", _SPACE_BYTES))
         # An overlong space decodes to a real one; llama.cpp's find_bpe_rank asserts that no
         # symbol holds a space, so it aborts as soon as such a symbol has a neighbour.
         if " " in text and any(" " in run and len(run) > 1 for run in re.findall(r"[^\n]+|\n+", text)):
@@ -144,42 +148,6 @@ class RawBytePairModel(CompiledMergeLoop):
                 if fallback is not None:
                     out.append(fallback)
         return out
-
-    def normal_piece(self, text: bytes) -> bytes:
-        """A NORMAL token's bytes: its text with ``▁`` back to spaces."""
-        return text.replace(_SPACE_BYTES, b" ")
-
-
-def _llama_decode(data: bytes) -> str:
-    """Bytes to text as llama.cpp's ``unicode_cpts_from_utf8`` reads them; a sequence past U+10FFFF
-    is an :class:`InputError` (llama.cpp aborts in ``unicode_cpt_to_utf8``)."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    out, i, n = [], 0, len(data)
-    while i < n:
-        b = data[i]
-        length = 1 if b < 0x80 else 2 if 0xC0 <= b < 0xE0 else 3 if 0xE0 <= b < 0xF0 else 4 if 0xF0 <= b < 0xF8 else 0
-        tail = data[i + 1 : i + length]
-        if length == 1:
-            out.append(chr(b))
-        elif length and len(tail) == length - 1 and all(0x80 <= c < 0xC0 for c in tail):
-            cpt = b & (0x7F >> length)
-            for c in tail:
-                cpt = (cpt << 6) | (c & 0x3F)
-            if cpt > 0x10FFFF:
-                raise InputError(
-                    f"bytes {data[i:i + length].hex(' ')} at offset {i} decode to U+{cpt:X}, past U+10FFFF; "
-                    "llama.cpp aborts on such input, so it has no token ids: remove or replace these bytes"
-                )
-            out.append(chr(cpt))
-            i += length
-            continue
-        else:
-            out.append("\ufffd")
-        i += 1
-    return "".join(out)
 
 
 @hookimpl

@@ -29,9 +29,10 @@ apply: this model splits each fragment itself and caches ids by piece.
 from __future__ import annotations
 
 from bpetok.errors import InputError
-from bpetok.models.gemma4 import RawBytePairModel, _llama_decode
+from bpetok.models.gemma4 import RawBytePairModel
 from bpetok.models.gpt2 import decode_token_text
 from bpetok.models.llama import SPACE
+from bpetok.utf8 import decode_llama_utf8
 
 __all__ = ["RawUtf8Model", "metaspace_words"]
 
@@ -81,7 +82,7 @@ class RawUtf8Model(RawBytePairModel):
         llama.cpp decodes them (U+FFFD for a byte that starts no sequence, overlongs decoded)."""
         if self.escape_whitespaces:
             data = data.replace(b" ", _SPACE_BYTES)
-        return self._encode_text(_llama_decode(data), data)
+        return self._encode_text(decode_llama_utf8(data), data)
 
     def _escape(self, text: str) -> str:
         return text.replace(" ", SPACE) if self.escape_whitespaces else text

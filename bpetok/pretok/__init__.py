@@ -28,7 +28,7 @@ __all__ = [
     "RegexChainPreTokenizer",
     "Splitter",
     "collapse",
-    "expand_classes",
+    "translate",
 ]
 
 
@@ -193,34 +193,61 @@ for _sub in ("Lu", "Ll", "Lt", "Lm", "Lo"):
     CLASS_BODIES[_sub] = CLASS_BODIES["L"]
 
 
-def expand_classes(pattern: str) -> str:
-    """Rewrite ``\\p{L}``, ``\\p{N}``, ``\\p{P}``, ``\\p{M}``, ``\\p{S}``, ``\\s`` and ``\\S`` for collapsed text.
+# The class names llama.cpp's unicode_regex_split recognises (k_ucat_enum); naming any of them
+# sends a pattern to the collapsed text. The letter subclasses collapse to \p{L}: llama.cpp has
+# one placeholder for every letter.
+LLAMA_CLASSES = ("N", "L", "P", "M", "S", "Lu", "Ll", "Lt", "Lm", "Lo")
+# What ECMAScript's \s is over each view: ASCII whitespace, and the placeholder non-ASCII
+# whitespace became (collapsed text: U+00D6; codepoints: U+000B, which is already in \t-\r).
+_SPACE_BODY = {"collapsed": CLASS_BODIES["s"], "codepoints": "\t-\r "}
+_TOKEN = re.compile(r"\\p\{(\w+)\}|\\.|.", re.S)
 
-    Inside a bracket expression a class becomes its body; outside, a bracket of its own.
 
-    >>> expand_classes(r"[^\\s\\p{L}]\\p{N}") == "[^\\t-\\r \\xd6A-Za-z\\xd2][0-9\\xd1]"
+def translate(pattern: str, view: str = "collapsed", extra_classes: dict[str, str] | None = None) -> str:
+    r"""An ECMAScript pattern as llama.cpp writes it -> a Python ``re`` pattern over ``view``:
+    ``"collapsed"`` text (:func:`collapse`), or ``"codepoints"`` (see :mod:`bpetok.pretok.chain`).
+
+    ``\p{..}``, ``\s``, ``\d`` and ``\w`` become their bodies over the view (inside a bracket
+    expression) or a bracket of their own; ``$``, ``.`` and groups keep ECMAScript's meaning.
+    ``extra_classes`` adds class bodies (``{"Han": "\xd7\xd8"}``) for a view that has
+    placeholders of its own.
+
+    >>> translate(r"[^\s\p{L}]+$", "collapsed") == "[^\t-\r \xd6A-Za-z\xd2]+\\Z"
     True
     """
-    out, in_bracket, i = [], False, 0
-    while i < len(pattern):
-        m = re.match(r"\\p\{(\w+)\}|\\s|\\S|\\.|\[|\]|.", pattern[i:], re.S)
-        assert m is not None  # "." with re.S matches any character
-        token = m.group(0)
-        i += len(token)
-        if token.startswith("\\p{") or token in ("\\s", "\\S"):
-            key = m.group(1) or "s"
-            body = CLASS_BODIES[key]
-            if token == "\\S":
-                if in_bracket:
-                    raise ValueError(f"\\S inside a bracket expression is not supported: {pattern!r}")
-                out.append(f"[^{body}]")
-            else:
-                out.append(body if in_bracket else f"[{body}]")
+    classes = {name: CLASS_BODIES[name[0]] for name in LLAMA_CLASSES}
+    classes.update(extra_classes or {})
+    space = _SPACE_BODY.get(view, _SPACE_BODY["collapsed"])
+    bodies = {"\\s": space, "\\d": "0-9", "\\w": "A-Za-z0-9_"}
+    out, in_bracket = [], False
+    for m in _TOKEN.finditer(pattern):
+        token = m.group()
+        if m.group(1) is not None:
+            if m.group(1) not in classes:
+                raise ValueError(f"class \\p{{{m.group(1)}}} is not one llama.cpp knows: {pattern!r}")
+            body = classes[m.group(1)]
+            out.append(body if in_bracket else f"[{body}]")
+        elif token in bodies:
+            out.append(bodies[token] if in_bracket else f"[{bodies[token]}]")
+        elif token in ("\\S", "\\D", "\\W"):
+            if in_bracket:
+                raise ValueError(f"{token} inside a bracket expression is not supported: {pattern!r}")
+            out.append(f"[^{bodies[token.lower()]}]")
+        elif in_bracket:
+            in_bracket = token != "]"
+            out.append(token)
+        elif token == "[":
+            in_bracket = True
+            out.append(token)
+        elif token == "$":  # ECMAScript's $ is the end only; Python's also matches before a final \n
+            out.append(r"\Z")
+        elif token == ".":  # ECMAScript's dot stops at every line terminator
+            out.append("[^\n\r\u2028\u2029]")
+        elif token == "(" and not pattern.startswith("?", m.end()):
+            out.append("(?:")  # llama.cpp compiles with nosubs: groups only group (and findall wants none)
+        elif token == "^":
+            raise ValueError(f"^ is not supported (no llama.cpp pattern uses it): {pattern!r}")
         else:
-            if token == "[" and not in_bracket:
-                in_bracket = True
-            elif token == "]" and in_bracket:
-                in_bracket = False
             out.append(token)
     return "".join(out)
 
@@ -228,15 +255,15 @@ def expand_classes(pattern: str) -> str:
 class CollapsedRegexPreTokenizer:
     """Split with one regex run over collapsed text, the way llama.cpp's splitters see text.
 
-    The pattern is written with ``\\p{..}``/``\\s`` classes (see :func:`expand_classes`); every
-    match becomes a piece. The pattern must match every position (end with a catch-all), so the
+    The pattern is written as llama.cpp writes it, ``\\p{..}`` classes included (see
+    :func:`translate`); every match becomes a piece. The pattern must match every position (end with a catch-all), so the
     pieces cover the text. ``space_chunks=True`` declares the :class:`PreTokenizer` promise of
     that name for the pattern (the engine then caches whole space-separated chunks).
     """
 
     def __init__(self, pattern: str, *, space_chunks: bool = False):
         self.pattern = pattern
-        self.regex = re.compile(expand_classes(pattern))
+        self.regex = re.compile(translate(pattern))
         self.space_chunks = space_chunks
 
     @classmethod

@@ -35,9 +35,10 @@ import re
 from typing import Callable, Sequence, Union
 
 from bpetok.pretok import (
-    CLASS_BODIES,
+    LLAMA_CLASSES,
     CollapsedRegexPreTokenizer,
     collapse,
+    translate,
 )
 from bpetok.pretok.unicode_data import WHITESPACE
 
@@ -45,69 +46,12 @@ __all__ = [
     "RegexChainPreTokenizer", "RegexPass", "Splitter", "chain_spec", "register_view", "translate", "uses_classes",
 ]
 
-# The class names llama.cpp's unicode_regex_split recognises (k_ucat_enum); naming any of them
-# sends a pattern to the collapsed text. The letter subclasses collapse to \p{L}: llama.cpp has
-# one placeholder for every letter.
-LLAMA_CLASSES = ("N", "L", "P", "M", "S", "Lu", "Ll", "Lt", "Lm", "Lo")
-_CLASS_OF = {name: name[0] for name in LLAMA_CLASSES}
-
-# What ECMAScript's \s is over each view: ASCII whitespace, and the placeholder non-ASCII
-# whitespace became (collapsed text: U+00D6; codepoints: U+000B, which is already in \t-\r).
-_SPACE_BODY = {"collapsed": CLASS_BODIES["s"], "codepoints": "\t-\r "}
-_TOKEN = re.compile(r"\\p\{(\w+)\}|\\.|.", re.S)
-
 View = str  # "collapsed" or "codepoints", or a Splitter's own view name
 
 
 def uses_classes(pattern: str) -> bool:
     """Whether llama.cpp runs ``pattern`` over collapsed text (it names one of its classes)."""
     return any(f"\\p{{{name}}}" in pattern for name in LLAMA_CLASSES)
-
-
-def translate(pattern: str, view: View, extra_classes: dict[str, str] | None = None) -> str:
-    """An ECMAScript pattern as llama.cpp writes it -> a Python ``re`` pattern over ``view``.
-
-    ``extra_classes`` adds class bodies (``{"Han": "\\xd7\\xd8"}``) for a view that has
-    placeholders of its own.
-
-    >>> translate(r"[^\\s\\p{L}]+$", "collapsed") == "[^\\t-\\r \\xd6A-Za-z\\xd2]+\\\\Z"
-    True
-    """
-    classes = {name: CLASS_BODIES[cls] for name, cls in _CLASS_OF.items()}
-    classes.update(extra_classes or {})
-    space = _SPACE_BODY.get(view, _SPACE_BODY["collapsed"])
-    bodies = {"\\s": space, "\\d": "0-9", "\\w": "A-Za-z0-9_"}
-    out, in_bracket = [], False
-    for m in _TOKEN.finditer(pattern):
-        token = m.group()
-        if m.group(1) is not None:
-            if m.group(1) not in classes:
-                raise ValueError(f"class \\p{{{m.group(1)}}} is not one llama.cpp knows: {pattern!r}")
-            body = classes[m.group(1)]
-            out.append(body if in_bracket else f"[{body}]")
-        elif token in bodies:
-            out.append(bodies[token] if in_bracket else f"[{bodies[token]}]")
-        elif token in ("\\S", "\\D", "\\W"):
-            if in_bracket:
-                raise ValueError(f"{token} inside a bracket expression is not supported: {pattern!r}")
-            out.append(f"[^{bodies[token.lower()]}]")
-        elif in_bracket:
-            in_bracket = token != "]"
-            out.append(token)
-        elif token == "[":
-            in_bracket = True
-            out.append(token)
-        elif token == "$":  # ECMAScript's $ is the end only; Python's also matches before a final \n
-            out.append(r"\Z")
-        elif token == ".":  # ECMAScript's dot stops at every line terminator
-            out.append("[^\n\r\u2028\u2029]")
-        elif token == "(" and not pattern.startswith("?", m.end()):
-            out.append("(?:")  # llama.cpp compiles with nosubs: groups only group (and findall wants none)
-        elif token == "^":
-            raise ValueError(f"^ is not supported (no llama.cpp pattern uses it): {pattern!r}")
-        else:
-            out.append(token)
-    return "".join(out)
 
 
 # -- views: the text as each kind of pass sees it, one character for one -----------------------

@@ -1,7 +1,6 @@
-"""Byte-level BPE, llama.cpp's ``gpt2`` model: the merge tables and their reference loop
-(:mod:`~bpetok.models.gpt2.bpe`), their numpy batch (:mod:`~bpetok.models.gpt2.batch`), and the
-model the Tokenizer calls, with its pre-tokenizer, caches and C kernel
-(:mod:`~bpetok.models.gpt2.model`). This module registers it (``bpetok_register_models``).
+"""Byte-level BPE, llama.cpp's ``gpt2`` model: the merge tables and their merge loop
+(:mod:`~bpetok.models.gpt2.bpe`), and the model the Tokenizer calls, with its pre-tokenizer,
+caches and C kernel (:mod:`~bpetok.models.gpt2.model`). This module registers it (``bpetok_register_models``).
 """
 
 from __future__ import annotations
@@ -16,12 +15,13 @@ from bpetok.models.gpt2.bpe import (
     decode_token_text,
     engine,
     kernel_module,
+    merge_symbols,
 )
 from bpetok.models.gpt2.model import ByteLevelModel
 
 __all__ = [
     "BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "decode_token_text", "BytePairModel", "ByteLevelModel",
-    "kernel_module", "engine",
+    "kernel_module", "engine", "merge_symbols",
 ]
 
 
