@@ -84,7 +84,7 @@ class SpecialTable:
         """Cut the special tokens out of ``text``: str fragments to pre-tokenize, ints already ids.
 
         ``protected``: (start, end) spans of ``text`` that no special token may overlap (a chat's
-        message text, see bpetok.chat): a match there stays plain text.
+        message text, see bpetok.apps.chat): a match there stays plain text.
         """
         entries = self._by_mode[parse_special]
         if not entries or not text:

@@ -287,7 +287,7 @@ class Tokenizer(Decoding):
     def _partition(self, text: str, parse_special: bool, protected: list[tuple[int, int]] | None = None) -> list[str | int]:
         """Cut special tokens out of ``text`` as llama.cpp does: str fragments to pre-tokenize, ints
         already ids (:meth:`bpetok.specials.SpecialTable.partition`). ``protected``: spans of
-        ``text`` no special token may overlap (a chat's message text, see bpetok.chat)."""
+        ``text`` no special token may overlap (a chat's message text, see bpetok.apps.chat)."""
         return self._special_table.partition(text, parse_special, protected)
 
     # -- encoding ------------------------------------------------------------------------------------
@@ -513,12 +513,12 @@ class Tokenizer(Decoding):
         tokenize: bool = False, **kwargs,
     ):
         r"""The prompt the model's chat template makes of ``messages`` (or its ids with ``tokenize``),
-        as transformers renders it; see :func:`bpetok.chat.apply_chat_template`.
+        as transformers renders it; see :func:`bpetok.apps.chat.apply_chat_template`.
 
         >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)  # doctest: +SKIP
         '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
         """
-        from bpetok.chat import apply_chat_template
+        from bpetok.apps.chat import apply_chat_template
 
         return apply_chat_template(
             self, messages, add_generation_prompt=add_generation_prompt, tools=tools, template=template,
