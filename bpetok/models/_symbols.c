@@ -226,6 +226,13 @@ typedef struct {
     /* Whether no merged symbol can span a word boundary (see split_words): then encode() merges
      * word by word and caches each word's ids, which gives the same ids as merging it whole. */
     int words;
+    /* Which two ASCII characters some token holds one after the other (bit b of joins[a][b / 8]):
+     * no merged symbol spans two that none does. Where one is a control character (``\n``,
+     * ``\t``), words are also cut between them: a text of lines caches line by line. */
+    uint8_t joins[128][16];
+    /* One int object per token id, made on first use: result lists take references instead of
+     * allocating an int per id. Touched only with the GIL held. */
+    PyObject **id_objects;
     WordCache cache;
     PyThread_type_lock lock; /* guards cache: encode() runs without the GIL */
 } Merger;
@@ -278,24 +285,87 @@ static inline uint64_t pair_hash(const Merger *m, const unsigned char *data, con
     return hash;
 }
 
+/* No pair: above every priority (a score's is at most score_priority(-inf), a rank's below 2**32). */
+#define NO_PAIR UINT64_MAX
+
+/* The priority at which the pair (left, right) merges, and into which id (``*merged``), or
+ * NO_PAIR; ``hash``: its pair_hash (SPM only). */
+static inline uint64_t find_pair(const Merger *m, const unsigned char *data, const Work *w, uint32_t left, uint32_t right,
+                                 uint64_t hash, uint32_t *merged)
+{
+    if (m->texts.slots) {
+        const TextSlot *s = text_slot_find(&m->texts, data + w->start[left], w->size[left] + w->size[right], hash);
+        if (!s)
+            return NO_PAIR;
+        *merged = s->id;
+        return s->priority;
+    }
+    if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
+        return NO_PAIR;
+    const Slot *s = table_find(&m->merges, (uint64_t)w->id[left] << 32 | w->id[right]);
+    if (!s)
+        return NO_PAIR;
+    *merged = s->value;
+    return s->priority;
+}
+
 /* Queue the pair (left, right) if it merges; ``hash``: its pair_hash (SPM only). */
 static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right, uint64_t hash)
 {
-    uint32_t size = w->size[left] + w->size[right];
-    if (m->texts.slots) {
-        const TextSlot *s = text_slot_find(&m->texts, data + w->start[left], size, hash);
-        if (!s)
-            return 0;
-        Pair p2 = {s->priority, left, right, size, s->id};
-        return heap_push(&w->heap, p2);
-    }
-    if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
+    uint32_t merged = 0;
+    uint64_t priority = find_pair(m, data, w, left, right, hash, &merged);
+    if (priority == NO_PAIR)
         return 0;
-    const Slot *s = table_find(&m->merges, (uint64_t)w->id[left] << 32 | w->id[right]);
-    if (!s)
-        return 0;
-    Pair p = {s->priority, left, right, size, s->value};
+    Pair p = {priority, left, right, w->size[left] + w->size[right], merged};
     return heap_push(&w->heap, p);
+}
+
+/* Words of at most this many symbols merge by scanning their pairs (merge_short), not by heap. */
+#define SHORT_SYMBOLS 24
+
+/* merge()'s loop for a few symbols: each live symbol's pair with its right neighbour has its
+ * priority in ``pair``; the lowest, leftmost on ties, merges next. The heap's order exactly: a
+ * queued pair is live when neither side changed since, so the heap's lowest live entry is the
+ * lowest (priority, left) among the current neighbours, which is what the scan picks. */
+static void merge_short(const Merger *m, const unsigned char *data, Work *w)
+{
+    uint32_t count = w->count;
+    uint64_t pair[SHORT_SYMBOLS];
+    uint32_t into[SHORT_SYMBOLS];
+    int by_text = m->texts.slots != NULL;
+    uint64_t hashes[SHORT_SYMBOLS];
+    for (uint32_t i = 0; by_text && i + 1 < count; i++)
+        hashes[i] = pair_hash(m, data, w, i, i + 1);
+    for (uint32_t i = 0; i + 1 < count; i++)
+        pair[i] = find_pair(m, data, w, i, i + 1, by_text ? hashes[i] : 0, &into[i]);
+    pair[count - 1] = NO_PAIR;
+    for (;;) {
+        uint64_t best = NO_PAIR;
+        uint32_t left = 0;
+        for (uint32_t i = 0; i < count; i = w->next[i])
+            if (pair[i] < best) {
+                best = pair[i];
+                left = i;
+            }
+        if (best == NO_PAIR)
+            return;
+        uint32_t right = w->next[left];
+        w->id[left] = into[left];
+        w->size[left] += w->size[right];
+        w->size[right] = 0;
+        uint32_t after = w->next[left] = w->next[right];
+        if (after < count)
+            w->prev[after] = left;
+        uint32_t before = w->prev[left];
+        uint64_t hash_before = 0, hash_after = 0;
+        if (by_text && before != UINT32_MAX)
+            hash_before = pair_hash(m, data, w, before, left);
+        if (by_text && after < count)
+            hash_after = pair_hash(m, data, w, left, after);
+        if (before != UINT32_MAX)
+            pair[before] = find_pair(m, data, w, before, left, hash_before, &into[before]);
+        pair[left] = after < count ? find_pair(m, data, w, left, after, hash_after, &into[left]) : NO_PAIR;
+    }
 }
 
 /* How many of a word's first pairs are looked up together (see pair_hash). */
@@ -331,6 +401,10 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
     for (uint32_t i = 0; i < count; i++) {
         w->next[i] = i + 1;
         w->prev[i] = i - 1; /* UINT32_MAX for the first: no symbol before it */
+    }
+    if (count <= SHORT_SYMBOLS) {
+        merge_short(m, data, w);
+        return 0;
     }
     int by_text = m->texts.slots != NULL;
     for (uint32_t i = 0; i + 1 < count; i += PAIR_BATCH) {
@@ -419,11 +493,19 @@ static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, 
 }
 
 
+/* Whether no merge can join the symbols ``a`` and ``b`` (first bytes of two adjacent symbols,
+ * ``a`` a whole one when it is ASCII) and words are cut there (see Merger.joins). */
+static inline int splits(const Merger *m, unsigned char a, unsigned char b)
+{
+    return a < 0x80 && b < 0x80 && (a < 0x20 || b < 0x20) && !(m->joins[a][b >> 3] & (1u << (b & 7)));
+}
+
 /* All of ``data``'s ids into ``out`` (room for n ids). Where ``words`` is set, word by word: a
  * word starts at each ``▁`` symbol that follows a symbol other than ``▁`` (symbols cut by the
  * length rule from the start of the input, so the words' symbols are the input's); no merged
  * symbol spans such a start, so no merge joins two words and each word merges as it would
- * whole. Otherwise all at once. Returns as encode_word does. */
+ * whole. A word also starts between two ASCII characters no token holds side by side (splits).
+ * Otherwise all at once. Returns as encode_word does. */
 static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
 {
     if (!m->words) {
@@ -440,7 +522,8 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
         if (length > n - i)
             length = n - i;
         int space = is_space_symbol(data + i, length);
-        if (space && !after_space && i > word) {
+        int starts = (space && !after_space) || (i > 0 && splits(m, data[i - 1], data[i]));
+        if (starts && i > word) {
             Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k);
             if (got < 0)
                 return got;
@@ -469,6 +552,9 @@ static void Merger_dealloc(Merger *self)
     word_cache_free(&self->cache);
     if (self->lock)
         PyThread_free_lock(self->lock);
+    for (uint32_t i = 0; self->id_objects && i < self->n_tokens; i++)
+        Py_XDECREF(self->id_objects[i]);
+    PyMem_Free(self->id_objects);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -520,6 +606,10 @@ static int setup(Merger *self, unsigned long n_symbols, unsigned long n_tokens, 
         }
     }
     Py_DECREF(bytes_seq);
+    if (!(self->id_objects = (PyObject **)PyMem_Calloc((size_t)n_tokens + 1, sizeof(PyObject *)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (!(self->lock = PyThread_allocate_lock())) {
         PyErr_SetString(PyExc_RuntimeError, "could not create the word cache's lock");
         return -1;
@@ -634,6 +724,33 @@ PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
 /* Inputs up to this many bytes are escaped and encoded in stack buffers, without malloc. */
 #define SMALL_INPUT 512
 
+/* ``out[0..k)`` as a list of int objects, each token id's one (Merger.id_objects). */
+static PyObject *ids_to_list(Merger *self, const int32_t *out, Py_ssize_t k)
+{
+    PyObject *result = PyList_New(k);
+    for (Py_ssize_t i = 0; result && i < k; i++) {
+        PyObject **slot = &self->id_objects[out[i]]; /* every id is a token's: below n_tokens */
+        if (!*slot && !(*slot = PyLong_FromLong(out[i]))) {
+            Py_CLEAR(result);
+            break;
+        }
+        Py_INCREF(*slot);
+        PyList_SET_ITEM(result, i, *slot);
+    }
+    return result;
+}
+
+/* encode_all, with the GIL released when the input is long. */
+static Py_ssize_t encode_all_released(Merger *self, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+{
+    Py_ssize_t k;
+    if (n < RELEASE_GIL_BYTES)
+        return encode_all(self, data, n, w, out);
+    Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, w, out);
+    Py_END_ALLOW_THREADS
+    return k;
+}
+
 /* encode_all on ``data`` (the GIL released when it is long) as a list; None for FAILED_BYTE. */
 static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_t n)
 {
@@ -641,14 +758,8 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     Work w = {0};
     Py_ssize_t k = FAILED_MEMORY;
     int32_t *out = n <= SMALL_INPUT ? small : (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
-    if (out) {
-        if (n >= RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, &w, out);
-            Py_END_ALLOW_THREADS
-        } else {
-            k = encode_all(self, data, n, &w, out);
-        }
-    }
+    if (out)
+        k = encode_all_released(self, data, n, &w, out);
     work_free(&w);
     PyObject *result = NULL;
     if (k == FAILED_MEMORY) {
@@ -656,15 +767,8 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     } else if (k == FAILED_BYTE) {
         result = Py_None;
         Py_INCREF(result);
-    } else if ((result = PyList_New(k))) {
-        for (Py_ssize_t i = 0; i < k; i++) {
-            PyObject *id = PyLong_FromLong(out[i]);
-            if (!id) {
-                Py_CLEAR(result);
-                break;
-            }
-            PyList_SET_ITEM(result, i, id);
-        }
+    } else {
+        result = ids_to_list(self, out, k);
     }
     if (out != small)
         free(out);
@@ -684,6 +788,59 @@ static PyObject *Merger_encode(Merger *self, PyObject *arg)
     return result;
 }
 
+/* ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front, into ``*data``
+ * (``small`` when it fits its ``room`` bytes, else malloc'd: the caller frees it unless it is
+ * ``small``) and ``*size``. 0, 1 when the text is no UTF-8 (lone surrogates) or too long (the
+ * caller escapes it in Python), -1 with an exception set. */
+static int escape_text(PyObject *text, int prefix, unsigned char *small, size_t room, unsigned char **data, size_t *size)
+{
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (!utf8) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
+        return 1;
+    Py_ssize_t spaces = (prefix ? 1 : 0);
+    for (Py_ssize_t i = 0; i < n; i++)
+        spaces += utf8[i] == ' ';
+    size_t need = (size_t)n + 2 * (size_t)spaces;
+    unsigned char *out = need <= room ? small : (unsigned char *)malloc(need + 1);
+    if (!out) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t k = 0;
+    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
+    if (prefix) {
+        memcpy(out, SPACE_UTF8, 3);
+        k = 3;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (utf8[i] == ' ') {
+            memcpy(out + k, SPACE_UTF8, 3);
+            k += 3;
+        } else {
+            out[k++] = (unsigned char)utf8[i];
+        }
+    }
+    *data = out;
+    *size = k;
+    return 0;
+}
+
+static int merger_ready(Merger *self)
+{
+    if (!self->units.slots || !self->merges.slots || !self->id_objects) {
+        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
+        return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
                               "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
                               "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
@@ -695,45 +852,119 @@ static PyObject *Merger_encode_text(Merger *self, PyObject *args)
     int prefix;
     if (!PyArg_ParseTuple(args, "Up", &text, &prefix))
         return NULL;
-    if (!self->units.slots || !self->merges.slots) {
-        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
+    if (!merger_ready(self))
         return NULL;
-    }
-    Py_ssize_t n;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    if (!utf8) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t spaces = (prefix ? 1 : 0);
-    for (Py_ssize_t i = 0; i < n; i++)
-        spaces += utf8[i] == ' ';
-    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
-        Py_RETURN_NONE;
-    size_t size = (size_t)n + 2 * (size_t)spaces;
     unsigned char small[3 * SMALL_INPUT];
-    unsigned char *data = size <= sizeof small ? small : (unsigned char *)malloc(size + 1);
-    if (!data)
-        return PyErr_NoMemory();
-    size_t k = 0;
-    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
-    if (prefix) {
-        memcpy(data, SPACE_UTF8, 3);
-        k = 3;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (utf8[i] == ' ') {
-            memcpy(data + k, SPACE_UTF8, 3);
-            k += 3;
-        } else {
-            data[k++] = (unsigned char)utf8[i];
-        }
-    }
-    PyObject *result = encode_to_list(self, data, (uint32_t)k);
+    unsigned char *data;
+    size_t size;
+    int escaped = escape_text(text, prefix, small, sizeof small, &data, &size);
+    if (escaped < 0)
+        return NULL;
+    if (escaped > 0)
+        Py_RETURN_NONE;
+    PyObject *result = encode_to_list(self, data, (uint32_t)size);
     if (data != small)
         free(data);
+    return result;
+}
+
+PyDoc_STRVAR(encode_parts_doc,
+             "encode_parts(fragments: list, prefix: bool, after_special: bool, keep_specials: bool) -> list[int] | None\n\n"
+             "The ids of a partitioned text in one call, as Tokenizer._encode_parts gives them with encode_text:\n"
+             "an int is a special token's id (kept where ``keep_specials``; the next fragment starts the text\n"
+             "where ``after_special``), a str is encoded with a ``▁`` in front where ``prefix`` and it starts\n"
+             "the text. None where encode_text would give None for a fragment, or an item is neither a str\n"
+             "nor a token id: the caller then encodes fragment by fragment. Only for a Merger with ``words``.");
+
+/* Room for ``more`` ids past ``k`` in ``*out`` (``*capacity`` ids); 0, or -1 when out of memory. */
+static int ids_reserve(int32_t **out, size_t *capacity, size_t k, size_t more)
+{
+    if (k + more <= *capacity)
+        return 0;
+    size_t want = *capacity ? *capacity : 256;
+    while (want < k + more) {
+        if (want > SIZE_MAX / (2 * sizeof(int32_t)))
+            return -1;
+        want *= 2;
+    }
+    int32_t *bigger = (int32_t *)realloc(*out, want * sizeof(int32_t));
+    if (!bigger)
+        return -1;
+    *out = bigger;
+    *capacity = want;
+    return 0;
+}
+
+static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
+{
+    PyObject *fragments;
+    int prefix, after_special, keep_specials;
+    if (!PyArg_ParseTuple(args, "O!ppp", &PyList_Type, &fragments, &prefix, &after_special, &keep_specials))
+        return NULL;
+    if (!merger_ready(self))
+        return NULL;
+    if (!self->words) /* fragments are cached whole in Python then: encode_text each */
+        Py_RETURN_NONE;
+    int32_t *out = NULL;
+    size_t capacity = 0, k = 0;
+    Work w = {0};
+    int at_start = 1, status = 0; /* 0: going, 1: None, -1: an exception */
+    unsigned char small[3 * SMALL_INPUT];
+    for (Py_ssize_t i = 0; status == 0 && i < PyList_GET_SIZE(fragments); i++) {
+        PyObject *item = PyList_GET_ITEM(fragments, i);
+        if (PyLong_CheckExact(item)) {
+            long id = PyLong_AsLong(item);
+            if (id < 0 || (unsigned long)id >= self->n_tokens) {
+                PyErr_Clear(); /* an overflow, or not a token: the caller's loop says what it does */
+                status = 1;
+            } else if (keep_specials) {
+                if (ids_reserve(&out, &capacity, k, 1) < 0)
+                    status = -1;
+                else
+                    out[k++] = (int32_t)id;
+            }
+            at_start = after_special;
+            continue;
+        }
+        if (!PyUnicode_CheckExact(item)) {
+            status = 1;
+            break;
+        }
+        unsigned char *data;
+        size_t size;
+        Py_INCREF(item); /* held while the GIL may be released */
+        int escaped = escape_text(item, prefix && at_start, small, sizeof small, &data, &size);
+        Py_DECREF(item);
+        if (escaped != 0) {
+            status = escaped < 0 ? -2 : 1; /* -2: the exception is already set */
+            break;
+        }
+        if (ids_reserve(&out, &capacity, k, size + 1) < 0) {
+            status = -1;
+        } else {
+            Py_ssize_t got = encode_all_released(self, data, (uint32_t)size, &w, out + k);
+            if (got == FAILED_MEMORY)
+                status = -1;
+            else if (got == FAILED_BYTE)
+                status = 1;
+            else
+                k += (size_t)got;
+        }
+        if (data != small)
+            free(data);
+        at_start = 0;
+    }
+    work_free(&w);
+    PyObject *result = NULL;
+    if (status == -1) {
+        PyErr_NoMemory();
+    } else if (status == 1) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else if (status == 0) {
+        result = ids_to_list(self, out, (Py_ssize_t)k);
+    }
+    free(out);
     return result;
 }
 
@@ -817,6 +1048,7 @@ static PyGetSetDef Merger_getset[] = {
 static PyMethodDef Merger_methods[] = {
     {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
     {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
+    {"encode_parts", (PyCFunction)Merger_encode_parts, METH_VARARGS, encode_parts_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
     {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
     {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},
@@ -891,6 +1123,14 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
         if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
             goto no_memory;
     }
+    pos = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t len = PyBytes_GET_SIZE(key);
+        for (Py_ssize_t i = 0; i + 1 < len; i++)
+            if (p[i] < 0x80 && p[i + 1] < 0x80)
+                self->joins[p[i]][p[i + 1] >> 3] |= (uint8_t)(1u << (p[i + 1] & 7));
+    }
     self->words = 1;
     pos = 0;
     while (self->words && PyDict_Next(index, &pos, &key, &value)) {
@@ -953,8 +1193,11 @@ done:
     return (PyObject *)self;
 }
 
+#include "_rank_tables.h"
+
 static PyMethodDef module_methods[] = {
     {"spm_merger", (PyCFunction)spm_merger, METH_VARARGS, spm_merger_doc},
+    {"rank_merger", (PyCFunction)rank_merger, METH_VARARGS, rank_merger_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -263,6 +263,13 @@ class SentencePieceModel(CompiledMergeLoop):
         self._cache.keep(text, ids)
         return ids
 
+    def encode_parts(self, fragments: list) -> list[int] | None:
+        """A partitioned text's ids in one C call where the loop caches words (else None): each
+        str fragment as :meth:`encode_fragment` gives it, special ids as they are."""
+        if self._word_merger is None:
+            return None
+        return self._word_merger.encode_parts(fragments, self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
+
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session
         works on bytes, a symbol being as long as its first byte says (``unicode_len_utf8``)."""
