@@ -163,7 +163,8 @@ def test_nan_scores_run_the_python_twin(tmp_path):
 def test_encode_text_escapes_as_encode_fragment():
     tok = bpetok.from_gguf(LLAMA_SPM)
     merger = tok.model.build_merger(_symbols)
-    for text in ["Hello  world ", " x", "", "日本 語", "a" * 2000 + " b"]:
+    # 1534 and 1535 bytes: with the prefix, the escaped text fills the C stack buffer (1536) exactly or just past it
+    for text in ["Hello  world ", " x", "", "日本 語", "a" * 2000 + " b", "a" * 1534, "a" * 1533, " " * 511 + "a"]:
         for prefix in (False, True):
             data = (" " * prefix + text).replace(" ", SPACE).encode()
             assert merger.encode_text(text, prefix) == merger.encode(data) == python_ids(tok, data)

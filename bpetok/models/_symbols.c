@@ -804,10 +804,10 @@ static int escape_text(PyObject *text, int prefix, unsigned char *small, size_t 
     }
     if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
         return 1;
-    Py_ssize_t spaces = (prefix ? 1 : 0);
+    Py_ssize_t spaces = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         spaces += utf8[i] == ' ';
-    size_t need = (size_t)n + 2 * (size_t)spaces;
+    size_t need = (size_t)n + 2 * (size_t)spaces + (prefix ? 3 : 0); /* each space 3 bytes, the prefix 3 */
     unsigned char *out = need <= room ? small : (unsigned char *)malloc(need + 1);
     if (!out) {
         PyErr_NoMemory();
