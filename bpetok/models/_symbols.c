@@ -11,7 +11,8 @@
  * which fall back to their bytes' tokens when they end up as a final symbol. SPM's tables
  * (spm_merger, built at load) are the token texts (_text_table.h): a pair merges when its span of
  * the input is a token. Where no token merges can form spans a word start, SPM merges word by
- * word and caches words (_word_cache.h; see encode_all).
+ * word and caches words (_word_cache.h; see encode_all). The tables are built in _spm_tables.h
+ * (SPM) and _rank_tables.h (gemma4); the methods on str input are in _fragments.h.
  *
  * Memory safety: every id and priority in the tables is checked when they are built, every read
  * of the input is within its length and every write within a buffer sized for the worst case.
@@ -467,27 +468,52 @@ static Py_ssize_t emit(const Merger *m, const unsigned char *data, const Work *w
 #define FAILED_BYTE (-1)
 #define FAILED_MEMORY (-2)
 
+/* How many cache hits in a row one hold of the lock serves: fewer lock operations (each costs
+ * more than a probe), while other threads wait at most that long. */
+#define HITS_PER_LOCK 64
+
+/* Who holds the word cache's lock in encode_all: whether it is held, and for how many more hits. */
+typedef struct {
+    int held, hits_left;
+} Hold;
+
+static void hold_release(Merger *m, Hold *h)
+{
+    if (h->held)
+        PyThread_release_lock(m->lock);
+    h->held = 0;
+}
+
 /* One word's ids into ``out``: from the cache, or merged (and then cached). Returns how many,
- * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. */
-static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+ * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. The cache's lock
+ * is taken as ``h`` says and may be left held: the caller releases it (hold_release). */
+static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out, Hold *h)
 {
     int cached = m->cache.budget > 0 && n <= WORD_CACHE_LONGEST;
     uint64_t hash = 0;
     if (cached) {
         hash = word_hash(data, n);
-        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        if (!h->held || h->hits_left == 0) {
+            hold_release(m, h);
+            PyThread_acquire_lock(m->lock, WAIT_LOCK);
+            h->held = 1;
+            h->hits_left = HITS_PER_LOCK;
+        }
         Py_ssize_t found = word_cache_get(&m->cache, hash, data, n, out);
-        PyThread_release_lock(m->lock);
-        if (found >= 0)
+        if (found >= 0) {
+            h->hits_left--;
             return found;
+        }
     }
+    hold_release(m, h); /* merging runs without the lock */
     if (merge(m, data, n, w) < 0)
         return FAILED_MEMORY;
     Py_ssize_t k = emit(m, data, w, out);
     if (k >= 0 && cached) {
-        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        PyThread_acquire_lock(m->lock, WAIT_LOCK); /* kept for the next words' probes */
+        h->held = 1;
+        h->hits_left = HITS_PER_LOCK;
         word_cache_put(&m->cache, hash, data, n, out, (uint32_t)k); /* a cache: when full or out of memory, skipped */
-        PyThread_release_lock(m->lock);
     }
     return k < 0 ? FAILED_BYTE : k;
 }
@@ -517,6 +543,7 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
     Py_ssize_t k = 0;
     uint32_t word = 0;
     int after_space = 0;
+    Hold hold = {0, 0};
     for (uint32_t i = 0; i < n;) {
         uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
         if (length > n - i)
@@ -524,9 +551,11 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
         int space = is_space_symbol(data + i, length);
         int starts = (space && !after_space) || (i > 0 && splits(m, data[i - 1], data[i]));
         if (starts && i > word) {
-            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k);
-            if (got < 0)
+            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k, &hold);
+            if (got < 0) {
+                hold_release(m, &hold);
                 return got;
+            }
             k += got;
             word = i;
         }
@@ -534,11 +563,14 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
         i += length;
     }
     if (word < n) {
-        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k);
-        if (got < 0)
+        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k, &hold);
+        if (got < 0) {
+            hold_release(m, &hold);
             return got;
+        }
         k += got;
     }
+    hold_release(m, &hold);
     return k;
 }
 
@@ -788,185 +820,7 @@ static PyObject *Merger_encode(Merger *self, PyObject *arg)
     return result;
 }
 
-/* ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front, into ``*data``
- * (``small`` when it fits its ``room`` bytes, else malloc'd: the caller frees it unless it is
- * ``small``) and ``*size``. 0, 1 when the text is no UTF-8 (lone surrogates) or too long (the
- * caller escapes it in Python), -1 with an exception set. */
-static int escape_text(PyObject *text, int prefix, unsigned char *small, size_t room, unsigned char **data, size_t *size)
-{
-    Py_ssize_t n;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    if (!utf8) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-            return -1;
-        PyErr_Clear();
-        return 1;
-    }
-    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
-        return 1;
-    Py_ssize_t spaces = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        spaces += utf8[i] == ' ';
-    size_t need = (size_t)n + 2 * (size_t)spaces + (prefix ? 3 : 0); /* each space 3 bytes, the prefix 3 */
-    unsigned char *out = need <= room ? small : (unsigned char *)malloc(need + 1);
-    if (!out) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    size_t k = 0;
-    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
-    if (prefix) {
-        memcpy(out, SPACE_UTF8, 3);
-        k = 3;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (utf8[i] == ' ') {
-            memcpy(out + k, SPACE_UTF8, 3);
-            k += 3;
-        } else {
-            out[k++] = (unsigned char)utf8[i];
-        }
-    }
-    *data = out;
-    *size = k;
-    return 0;
-}
-
-static int merger_ready(Merger *self)
-{
-    if (!self->units.slots || !self->merges.slots || !self->id_objects) {
-        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
-        return 0;
-    }
-    return 1;
-}
-
-PyDoc_STRVAR(encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
-                              "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
-                              "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
-                              "that is no UTF-8 (lone surrogates) or too long: the caller escapes it in Python.");
-
-static PyObject *Merger_encode_text(Merger *self, PyObject *args)
-{
-    PyObject *text;
-    int prefix;
-    if (!PyArg_ParseTuple(args, "Up", &text, &prefix))
-        return NULL;
-    if (!merger_ready(self))
-        return NULL;
-    unsigned char small[3 * SMALL_INPUT];
-    unsigned char *data;
-    size_t size;
-    int escaped = escape_text(text, prefix, small, sizeof small, &data, &size);
-    if (escaped < 0)
-        return NULL;
-    if (escaped > 0)
-        Py_RETURN_NONE;
-    PyObject *result = encode_to_list(self, data, (uint32_t)size);
-    if (data != small)
-        free(data);
-    return result;
-}
-
-PyDoc_STRVAR(encode_parts_doc,
-             "encode_parts(fragments: list, prefix: bool, after_special: bool, keep_specials: bool) -> list[int] | None\n\n"
-             "The ids of a partitioned text in one call, as Tokenizer._encode_parts gives them with encode_text:\n"
-             "an int is a special token's id (kept where ``keep_specials``; the next fragment starts the text\n"
-             "where ``after_special``), a str is encoded with a ``▁`` in front where ``prefix`` and it starts\n"
-             "the text. None where encode_text would give None for a fragment, or an item is neither a str\n"
-             "nor a token id: the caller then encodes fragment by fragment. Only for a Merger with ``words``.");
-
-/* Room for ``more`` ids past ``k`` in ``*out`` (``*capacity`` ids); 0, or -1 when out of memory. */
-static int ids_reserve(int32_t **out, size_t *capacity, size_t k, size_t more)
-{
-    if (k + more <= *capacity)
-        return 0;
-    size_t want = *capacity ? *capacity : 256;
-    while (want < k + more) {
-        if (want > SIZE_MAX / (2 * sizeof(int32_t)))
-            return -1;
-        want *= 2;
-    }
-    int32_t *bigger = (int32_t *)realloc(*out, want * sizeof(int32_t));
-    if (!bigger)
-        return -1;
-    *out = bigger;
-    *capacity = want;
-    return 0;
-}
-
-static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
-{
-    PyObject *fragments;
-    int prefix, after_special, keep_specials;
-    if (!PyArg_ParseTuple(args, "O!ppp", &PyList_Type, &fragments, &prefix, &after_special, &keep_specials))
-        return NULL;
-    if (!merger_ready(self))
-        return NULL;
-    if (!self->words) /* fragments are cached whole in Python then: encode_text each */
-        Py_RETURN_NONE;
-    int32_t *out = NULL;
-    size_t capacity = 0, k = 0;
-    Work w = {0};
-    int at_start = 1, status = 0; /* 0: going, 1: None, -1: an exception */
-    unsigned char small[3 * SMALL_INPUT];
-    for (Py_ssize_t i = 0; status == 0 && i < PyList_GET_SIZE(fragments); i++) {
-        PyObject *item = PyList_GET_ITEM(fragments, i);
-        if (PyLong_CheckExact(item)) {
-            long id = PyLong_AsLong(item);
-            if (id < 0 || (unsigned long)id >= self->n_tokens) {
-                PyErr_Clear(); /* an overflow, or not a token: the caller's loop says what it does */
-                status = 1;
-            } else if (keep_specials) {
-                if (ids_reserve(&out, &capacity, k, 1) < 0)
-                    status = -1;
-                else
-                    out[k++] = (int32_t)id;
-            }
-            at_start = after_special;
-            continue;
-        }
-        if (!PyUnicode_CheckExact(item)) {
-            status = 1;
-            break;
-        }
-        unsigned char *data;
-        size_t size;
-        Py_INCREF(item); /* held while the GIL may be released */
-        int escaped = escape_text(item, prefix && at_start, small, sizeof small, &data, &size);
-        Py_DECREF(item);
-        if (escaped != 0) {
-            status = escaped < 0 ? -2 : 1; /* -2: the exception is already set */
-            break;
-        }
-        if (ids_reserve(&out, &capacity, k, size + 1) < 0) {
-            status = -1;
-        } else {
-            Py_ssize_t got = encode_all_released(self, data, (uint32_t)size, &w, out + k);
-            if (got == FAILED_MEMORY)
-                status = -1;
-            else if (got == FAILED_BYTE)
-                status = 1;
-            else
-                k += (size_t)got;
-        }
-        if (data != small)
-            free(data);
-        at_start = 0;
-    }
-    work_free(&w);
-    PyObject *result = NULL;
-    if (status == -1) {
-        PyErr_NoMemory();
-    } else if (status == 1) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else if (status == 0) {
-        result = ids_to_list(self, out, (Py_ssize_t)k);
-    }
-    free(out);
-    return result;
-}
+#include "_fragments.h"
 
 PyDoc_STRVAR(spans_doc, "spans(data: bytes) -> list[tuple[int, int]] | None\n\n"
                         "The final symbols as (start, length) byte spans, as merge_symbols gives them\n"
@@ -1074,125 +928,7 @@ static PyTypeObject MergerType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* -- SPM tables from the token index ------------------------------------------------------------ */
-
-static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
-{
-    Py_ssize_t n = PyDict_Size(index), pos = 0;
-    PyObject *key, *value;
-    size_t total = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        if (!PyBytes_Check(key)) {
-            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
-            return -1;
-        }
-        total += (size_t)PyBytes_GET_SIZE(key);
-    }
-    if (total >= (size_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "the token texts are too long (4 GiB)");
-        return -1;
-    }
-    size_t size = 16;
-    while (size < (size_t)n * 2 + 1)
-        size *= 2;
-    TextTable *t = &self->texts;
-    if (!(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
-        table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
-        goto no_memory;
-    t->mask = size - 1;
-    uint32_t offset = 0;
-    pos = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        unsigned long long v = PyLong_AsUnsignedLongLong(value);
-        if (v == (unsigned long long)-1 && PyErr_Occurred())
-            return -1;
-        if (v >= self->n_tokens) {
-            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
-            return -1;
-        }
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        uint64_t hash = word_hash(p, len);
-        size_t i = (size_t)hash & t->mask;
-        while (t->slots[i].tag)
-            i = (i + 1) & t->mask;
-        uint32_t rest = len > 8 ? len - 8 : 0;
-        memcpy(t->arena + offset, p + 8, rest);
-        t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
-        offset += rest;
-        if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
-            goto no_memory;
-    }
-    pos = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        Py_ssize_t len = PyBytes_GET_SIZE(key);
-        for (Py_ssize_t i = 0; i + 1 < len; i++)
-            if (p[i] < 0x80 && p[i + 1] < 0x80)
-                self->joins[p[i]][p[i + 1] >> 3] |= (uint8_t)(1u << (p[i + 1] & 7));
-    }
-    self->words = 1;
-    pos = 0;
-    while (self->words && PyDict_Next(index, &pos, &key, &value)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        if (len && spans_a_word_start(p, len) && can_form(t, p, len))
-            self->words = 0;
-    }
-    fill_ascii(self);
-    return 0;
-no_memory:
-    PyErr_NoMemory();
-    return -1;
-}
-
-PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails) -> Merger | None\n\n"
-                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
-                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
-                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
-                             "right after another character.");
-
-static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    PyObject *index, *scores, *byte_ids;
-    unsigned long n_tokens;
-    int missing_byte_fails;
-    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &scores, &n_tokens, &byte_ids, &missing_byte_fails))
-        return NULL;
-    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
-    if (!seq)
-        return NULL;
-    Merger *self = NULL;
-    uint64_t *priority = NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens || n_tokens >= (unsigned long)INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
-        goto done;
-    }
-    if (!(priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (unsigned long i = 0; i < n_tokens; i++) {
-        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
-        if (score == -1.0 && PyErr_Occurred())
-            goto done;
-        if (score != score) { /* NaN: llama.cpp's heap has no order either; the Python twin runs */
-            Py_INCREF(Py_None);
-            Py_DECREF(seq);
-            free(priority);
-            return Py_None;
-        }
-        priority[i] = score_priority(score);
-    }
-    self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
-    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 || build_spm(self, index, priority) < 0)
-        Py_CLEAR(self);
-done:
-    free(priority);
-    Py_DECREF(seq);
-    return (PyObject *)self;
-}
-
+#include "_spm_tables.h"
 #include "_rank_tables.h"
 
 static PyMethodDef module_methods[] = {
