@@ -114,6 +114,8 @@ typedef struct {
     uint32_t left_len, right_len, rank;
     size_t joined_at;
     uint64_t hashes[3]; /* left, right, merged */
+    uint64_t key;       /* left id << 32 | right id */
+    uint32_t merged;
 } MergeText;
 
 /* Fill ``self``'s units and merges from the token index (bytes -> id below n_tokens) and the
@@ -204,8 +206,12 @@ static int build_ranks(Merger *self, PyObject *index, PyObject *merges)
                                                  : name_id(&names, joined + m->joined_at, m->left_len + m->right_len, m->hashes[2], 1, &n_symbols);
             if (merged == NO_SYMBOL)
                 goto no_memory;
-            table_insert(&self->merges, (uint64_t)left << 32 | right, m->rank, merged); /* sized for all; the first stays */
+            m->key = (uint64_t)left << 32 | right;
+            m->merged = merged;
+            PREFETCH(&self->merges.slots[mix64(m->key) & self->merges.mask]);
         }
+        for (int j = 0; j < count; j++) /* sized for all; the first of equal keys stays */
+            table_insert(&self->merges, batch[j].key, batch[j].rank, batch[j].merged);
     }
     if (table_init(&self->units, 1024) < 0)
         goto no_memory;
