@@ -28,6 +28,7 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
         size *= 2;
     TextTable *t = &self->texts;
     if (!(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
+        !(t->short_tags = (uint16_t *)calloc(size, sizeof(uint16_t))) ||
         table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
         goto no_memory;
     t->mask = size - 1;
@@ -50,6 +51,7 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
         uint32_t rest = len > 8 ? len - 8 : 0;
         memcpy(t->arena + offset, p + 8, rest);
         t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
+        t->short_tags[i] = text_short_tag(hash);
         offset += rest;
         if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
             goto no_memory;

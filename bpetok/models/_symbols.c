@@ -283,6 +283,7 @@ static inline uint64_t pair_hash(const Merger *m, const unsigned char *data, con
 {
     uint64_t hash = word_hash(data + w->start[left], w->size[left] + w->size[right]);
     PREFETCH(&m->texts.slots[(size_t)hash & m->texts.mask]);
+    PREFETCH(&m->texts.short_tags[(size_t)hash & m->texts.mask]);
     return hash;
 }
 
