@@ -304,9 +304,11 @@ class Tokenizer(Decoding):
         """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes a str, not {type(text).__name__}")
-        parse_special = check_flag(parse_special, "encode(parse_special=...)")
-        add_special = check_flag(add_special, "encode(add_special=...)")
-        ids: list[int] = []
+        if parse_special.__class__ is not bool:  # checked inline: this runs once per call
+            parse_special = check_flag(parse_special, "encode(parse_special=...)")
+        if add_special.__class__ is not bool:
+            add_special = check_flag(add_special, "encode(add_special=...)")
+        ids: list[int] = []  # a new list: a model may return one it keeps
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))
         if text:
@@ -322,7 +324,8 @@ class Tokenizer(Decoding):
         first = fragments[0]
         if len(fragments) == 1 and first.__class__ is str:
             return self.model.encode_fragment(first, True)
-        return self._encode_parts(fragments, self.model.encode_fragment, memo=True)
+        found = self.model.encode_parts(fragments)  # a model's loop over fragments in C, or None
+        return found if found is not None else self._encode_parts(fragments, self.model.encode_fragment, memo=True)
 
     def encode_bytes(self, data: bytes, *, parse_special: bool = True, add_special: bool = False) -> list[int]:
         """Token ids of raw bytes, invalid UTF-8 included, as ``llama_tokenize`` gives them for those bytes.

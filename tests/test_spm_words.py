@@ -17,6 +17,8 @@ import random
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import BpetokError
@@ -161,7 +163,8 @@ def test_nan_scores_run_the_python_twin(tmp_path):
 def test_encode_text_escapes_as_encode_fragment():
     tok = bpetok.from_gguf(LLAMA_SPM)
     merger = tok.model.build_merger(_symbols)
-    for text in ["Hello  world ", " x", "", "日本 語", "a" * 2000 + " b"]:
+    # 1534 and 1535 bytes: with the prefix, the escaped text fills the C stack buffer (1536) exactly or just past it
+    for text in ["Hello  world ", " x", "", "日本 語", "a" * 2000 + " b", "a" * 1534, "a" * 1533, " " * 511 + "a"]:
         for prefix in (False, True):
             data = (" " * prefix + text).replace(" ", SPACE).encode()
             assert merger.encode_text(text, prefix) == merger.encode(data) == python_ids(tok, data)
@@ -207,3 +210,69 @@ def test_threads_share_one_word_cache():
     assert all(found == expected for found in results.values())
     info = merger.cache_info()
     assert 0 < info["bytes"] <= info["budget"]
+
+
+def test_words_are_cut_between_characters_no_token_joins(tmp_path):
+    """Llama 2 has no token holding a newline next to another character: words are cut there
+    too. Tokens that join a newline to its neighbours (``.\\n``, ``\\nThe``, ``\\n\\n``) keep the
+    word whole where they could form, and the ids still equal the Python twin's."""
+    texts = ["end.\nThe next\n\nline", "a\tb\n\tc.\n", "\n\n\nThe", "x\r\ny", "list\nof\nitems\n" * 30]
+    plain = bpetok.from_gguf(LLAMA_SPM)
+    joined = with_tokens(tmp_path, LLAMA_SPM, {b".\n": 100.0, b"\nThe": 100.0, b"\n\n": 100.0, b"\t\t": 100.0}, "newline.gguf")
+    tok = bpetok.from_gguf(joined)
+    for t in (plain, tok):
+        merger = t.model.build_merger(_symbols)
+        assert merger.words
+        inputs = [SPACE_BYTES + text.replace(" ", SPACE).encode() for text in texts] + fragments(t, "llama-spm", 500)
+        check_words(t, merger, inputs)
+    index = tok.vocabulary.token_index()
+    ids = tok.encode("end.\nThe next\n\nline")
+    assert {index[b".\n"], index[b"\n\n"]} <= set(ids) and ids != plain.encode("end.\nThe next\n\nline")
+
+
+FRAGMENTS = st.lists(
+    st.one_of(
+        st.lists(st.sampled_from(list("ab é日\n\t.▁") + ["the", "  "]), max_size=20).map("".join),
+        st.sampled_from([1, 2, 3, 13]),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@pytest.mark.parametrize("source", ["llama-spm", "gemma-3-like"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=FRAGMENTS)
+def test_encode_parts_equals_fragment_by_fragment(source, parts, gemma3_like):
+    """The whole partitioned text in one C call equals the Tokenizer's loop over fragments with
+    the Python merge loop (space prefix at the start and after a special, specials kept)."""
+    tok = spm_tokenizer(source, gemma3_like)
+    merger = tok.model.build_merger(_symbols)
+    if merger is None:
+        return  # BPETOK_PURE_PYTHON: no C loop
+    model = tok.model
+    expected = tok._encode_parts(parts, model.encode_fragment_reference)
+    assert merger.encode_parts(parts, model.add_space_prefix, True, True) == expected
+    assert model.encode_parts(parts) in (expected, None)
+
+
+_TOKENIZERS: dict = {}
+
+
+def spm_tokenizer(source: str, gemma3_like: pathlib.Path):
+    if source not in _TOKENIZERS:
+        _TOKENIZERS[source] = bpetok.from_gguf(LLAMA_SPM if source == "llama-spm" else gemma3_like)
+    return _TOKENIZERS[source]
+
+
+def test_encode_parts_leaves_what_it_cannot_encode_to_the_caller():
+    tok = bpetok.from_gguf(LLAMA_SPM)
+    merger = tok.model.build_merger(_symbols)
+    assert merger.encode_parts(["a\ud800", 1], True, True, True) is None  # lone surrogate
+    assert merger.encode_parts(["a", 10**6], True, True, True) is None  # not a token id
+    assert merger.encode_parts(["a", b"b"], True, True, True) is None
+    with pytest.raises(TypeError):
+        merger.encode_parts(("a",), True, True, True)
+    # Specials dropped, no start after a special: the flags the Tokenizer passes for other models.
+    assert merger.encode_parts(["a", 2, " b"], True, False, False) == merger.encode_text("a", True) + merger.encode_text(" b", False)
+    assert tok.encode("Hello</s> world") == tok.encode_reference("Hello</s> world")

@@ -23,7 +23,7 @@ from bpetok.vocab.gguf import read_gguf
 from bpetok.vocab.gguf_writer import items_of, write_gguf
 from bpetok.models import _symbols  # the suite requires the C modules to be built (CI builds them)
 from bpetok.models.gemma4 import _NEWLINE_RUNS
-from bpetok.models.llama import SPACE
+from bpetok.models.llama import SPACE, merger_module
 from helpers import BAICHUAN, GEMMA4, LLAMA_SPM, PHI3, load_cases
 
 PATHS = {"llama-spm": LLAMA_SPM, "phi-3": PHI3, "baichuan": BAICHUAN, "gemma-4": GEMMA4}
@@ -207,3 +207,34 @@ def test_tokenizer_encode_matches_its_reference(model):
     cases = [case for case in load_cases(name) if case["special"]][:1500]
     for case in cases:
         assert tok.encode(case["text"]) == tok.encode_reference(case["text"]) == case["ids"]
+
+
+def test_gemma4_tables_are_built_at_load(monkeypatch):
+    """gemma4's 515k merges are read into the C tables by from_gguf, not by the first encode."""
+    tok = bpetok.from_gguf(GEMMA4)
+    if merger_module() is not None:
+        assert tok.model.merger() is not None and "ranks" not in vars(tok.model)  # the Python loop's table: not needed
+    monkeypatch.setattr(type(tok.model), "build_merger", lambda self, module: pytest.fail("built on first encode"))
+    case = next(c for c in load_cases("gemma-4") if not c["special"] and len(c["text"]) > 20)
+    assert tok.encode(case["text"], parse_special=False) == case["ids"]
+
+
+def test_rank_merger_reads_merge_strings_as_the_python_loop():
+    """The first of two equal merges keeps its rank; a merge with no space inside, or two, never applies."""
+    none = [None] * 256
+    index = {b"a": 0, b"b": 1, b"c": 2, b"ab": 3, b"bc": 4}
+    merger = _symbols.rank_merger(index, [b"b c", b"a b", b"b c"], 5, none)
+    assert merger.encode(b"abc") == [0, 4]  # "b c" at rank 0, not 2 (then "a b" would come first)
+    merger = _symbols.rank_merger(index, [b" ab", b"ab ", b"abc", b"a b c", b"a b"], 5, none)
+    assert merger.encode(b"abc") == [3, 2] and merger.spans(b"abab") == [(0, 2), (2, 2)]
+    # a merged text that is no token (virtual) falls back to its bytes' tokens where it ends up final
+    bytes_ids = [None] * 256
+    bytes_ids[ord("c")] = 2
+    merger = _symbols.rank_merger({b"c": 2}, [b"c c"], 3, bytes_ids)
+    assert merger.encode(b"ccc") == [2, 2, 2] and merger.spans(b"ccc") == [(0, 2), (2, 1)]
+    with pytest.raises(ValueError, match="merge 1 is not bytes"):
+        _symbols.rank_merger(index, [b"a b", "b c"], 5, none)
+    with pytest.raises(ValueError, match="token id"):
+        _symbols.rank_merger({b"a": 9}, [b"a b"], 5, none)
+    with pytest.raises(TypeError):
+        _symbols.rank_merger(index, (b"a b",), 5, none)

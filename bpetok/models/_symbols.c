@@ -11,7 +11,8 @@
  * which fall back to their bytes' tokens when they end up as a final symbol. SPM's tables
  * (spm_merger, built at load) are the token texts (_text_table.h): a pair merges when its span of
  * the input is a token. Where no token merges can form spans a word start, SPM merges word by
- * word and caches words (_word_cache.h; see encode_all).
+ * word and caches words (_word_cache.h; see encode_all). The tables are built in _spm_tables.h
+ * (SPM) and _rank_tables.h (gemma4); the methods on str input are in _fragments.h.
  *
  * Memory safety: every id and priority in the tables is checked when they are built, every read
  * of the input is within its length and every write within a buffer sized for the worst case.
@@ -226,6 +227,13 @@ typedef struct {
     /* Whether no merged symbol can span a word boundary (see split_words): then encode() merges
      * word by word and caches each word's ids, which gives the same ids as merging it whole. */
     int words;
+    /* Which two ASCII characters some token holds one after the other (bit b of joins[a][b / 8]):
+     * no merged symbol spans two that none does. Where one is a control character (``\n``,
+     * ``\t``), words are also cut between them: a text of lines caches line by line. */
+    uint8_t joins[128][16];
+    /* One int object per token id, made on first use: result lists take references instead of
+     * allocating an int per id. Touched only with the GIL held. */
+    PyObject **id_objects;
     WordCache cache;
     PyThread_type_lock lock; /* guards cache: encode() runs without the GIL */
 } Merger;
@@ -275,27 +283,91 @@ static inline uint64_t pair_hash(const Merger *m, const unsigned char *data, con
 {
     uint64_t hash = word_hash(data + w->start[left], w->size[left] + w->size[right]);
     PREFETCH(&m->texts.slots[(size_t)hash & m->texts.mask]);
+    PREFETCH(&m->texts.short_tags[(size_t)hash & m->texts.mask]);
     return hash;
+}
+
+/* No pair: above every priority (a score's is at most score_priority(-inf), a rank's below 2**32). */
+#define NO_PAIR UINT64_MAX
+
+/* The priority at which the pair (left, right) merges, and into which id (``*merged``), or
+ * NO_PAIR; ``hash``: its pair_hash (SPM only). */
+static inline uint64_t find_pair(const Merger *m, const unsigned char *data, const Work *w, uint32_t left, uint32_t right,
+                                 uint64_t hash, uint32_t *merged)
+{
+    if (m->texts.slots) {
+        const TextSlot *s = text_slot_find(&m->texts, data + w->start[left], w->size[left] + w->size[right], hash);
+        if (!s)
+            return NO_PAIR;
+        *merged = s->id;
+        return s->priority;
+    }
+    if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
+        return NO_PAIR;
+    const Slot *s = table_find(&m->merges, (uint64_t)w->id[left] << 32 | w->id[right]);
+    if (!s)
+        return NO_PAIR;
+    *merged = s->value;
+    return s->priority;
 }
 
 /* Queue the pair (left, right) if it merges; ``hash``: its pair_hash (SPM only). */
 static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right, uint64_t hash)
 {
-    uint32_t size = w->size[left] + w->size[right];
-    if (m->texts.slots) {
-        const TextSlot *s = text_slot_find(&m->texts, data + w->start[left], size, hash);
-        if (!s)
-            return 0;
-        Pair p2 = {s->priority, left, right, size, s->id};
-        return heap_push(&w->heap, p2);
-    }
-    if (w->id[left] == NO_SYMBOL || w->id[right] == NO_SYMBOL)
+    uint32_t merged = 0;
+    uint64_t priority = find_pair(m, data, w, left, right, hash, &merged);
+    if (priority == NO_PAIR)
         return 0;
-    const Slot *s = table_find(&m->merges, (uint64_t)w->id[left] << 32 | w->id[right]);
-    if (!s)
-        return 0;
-    Pair p = {s->priority, left, right, size, s->value};
+    Pair p = {priority, left, right, w->size[left] + w->size[right], merged};
     return heap_push(&w->heap, p);
+}
+
+/* Words of at most this many symbols merge by scanning their pairs (merge_short), not by heap. */
+#define SHORT_SYMBOLS 24
+
+/* merge()'s loop for a few symbols: each live symbol's pair with its right neighbour has its
+ * priority in ``pair``; the lowest, leftmost on ties, merges next. The heap's order exactly: a
+ * queued pair is live when neither side changed since, so the heap's lowest live entry is the
+ * lowest (priority, left) among the current neighbours, which is what the scan picks. */
+static void merge_short(const Merger *m, const unsigned char *data, Work *w)
+{
+    uint32_t count = w->count;
+    uint64_t pair[SHORT_SYMBOLS];
+    uint32_t into[SHORT_SYMBOLS];
+    int by_text = m->texts.slots != NULL;
+    uint64_t hashes[SHORT_SYMBOLS];
+    for (uint32_t i = 0; by_text && i + 1 < count; i++)
+        hashes[i] = pair_hash(m, data, w, i, i + 1);
+    for (uint32_t i = 0; i + 1 < count; i++)
+        pair[i] = find_pair(m, data, w, i, i + 1, by_text ? hashes[i] : 0, &into[i]);
+    pair[count - 1] = NO_PAIR;
+    for (;;) {
+        uint64_t best = NO_PAIR;
+        uint32_t left = 0;
+        for (uint32_t i = 0; i < count; i = w->next[i])
+            if (pair[i] < best) {
+                best = pair[i];
+                left = i;
+            }
+        if (best == NO_PAIR)
+            return;
+        uint32_t right = w->next[left];
+        w->id[left] = into[left];
+        w->size[left] += w->size[right];
+        w->size[right] = 0;
+        uint32_t after = w->next[left] = w->next[right];
+        if (after < count)
+            w->prev[after] = left;
+        uint32_t before = w->prev[left];
+        uint64_t hash_before = 0, hash_after = 0;
+        if (by_text && before != UINT32_MAX)
+            hash_before = pair_hash(m, data, w, before, left);
+        if (by_text && after < count)
+            hash_after = pair_hash(m, data, w, left, after);
+        if (before != UINT32_MAX)
+            pair[before] = find_pair(m, data, w, before, left, hash_before, &into[before]);
+        pair[left] = after < count ? find_pair(m, data, w, left, after, hash_after, &into[left]) : NO_PAIR;
+    }
 }
 
 /* How many of a word's first pairs are looked up together (see pair_hash). */
@@ -331,6 +403,10 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
     for (uint32_t i = 0; i < count; i++) {
         w->next[i] = i + 1;
         w->prev[i] = i - 1; /* UINT32_MAX for the first: no symbol before it */
+    }
+    if (count <= SHORT_SYMBOLS) {
+        merge_short(m, data, w);
+        return 0;
     }
     int by_text = m->texts.slots != NULL;
     for (uint32_t i = 0; i + 1 < count; i += PAIR_BATCH) {
@@ -393,37 +469,70 @@ static Py_ssize_t emit(const Merger *m, const unsigned char *data, const Work *w
 #define FAILED_BYTE (-1)
 #define FAILED_MEMORY (-2)
 
+/* How many cache hits in a row one hold of the lock serves: fewer lock operations (each costs
+ * more than a probe), while other threads wait at most that long. */
+#define HITS_PER_LOCK 64
+
+/* Who holds the word cache's lock in encode_all: whether it is held, and for how many more hits. */
+typedef struct {
+    int held, hits_left;
+} Hold;
+
+static void hold_release(Merger *m, Hold *h)
+{
+    if (h->held)
+        PyThread_release_lock(m->lock);
+    h->held = 0;
+}
+
 /* One word's ids into ``out``: from the cache, or merged (and then cached). Returns how many,
- * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. */
-static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+ * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. The cache's lock
+ * is taken as ``h`` says and may be left held: the caller releases it (hold_release). */
+static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out, Hold *h)
 {
     int cached = m->cache.budget > 0 && n <= WORD_CACHE_LONGEST;
     uint64_t hash = 0;
     if (cached) {
         hash = word_hash(data, n);
-        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        if (!h->held || h->hits_left == 0) {
+            hold_release(m, h);
+            PyThread_acquire_lock(m->lock, WAIT_LOCK);
+            h->held = 1;
+            h->hits_left = HITS_PER_LOCK;
+        }
         Py_ssize_t found = word_cache_get(&m->cache, hash, data, n, out);
-        PyThread_release_lock(m->lock);
-        if (found >= 0)
+        if (found >= 0) {
+            h->hits_left--;
             return found;
+        }
     }
+    hold_release(m, h); /* merging runs without the lock */
     if (merge(m, data, n, w) < 0)
         return FAILED_MEMORY;
     Py_ssize_t k = emit(m, data, w, out);
     if (k >= 0 && cached) {
-        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        PyThread_acquire_lock(m->lock, WAIT_LOCK); /* kept for the next words' probes */
+        h->held = 1;
+        h->hits_left = HITS_PER_LOCK;
         word_cache_put(&m->cache, hash, data, n, out, (uint32_t)k); /* a cache: when full or out of memory, skipped */
-        PyThread_release_lock(m->lock);
     }
     return k < 0 ? FAILED_BYTE : k;
 }
 
 
+/* Whether no merge can join the symbols ``a`` and ``b`` (first bytes of two adjacent symbols,
+ * ``a`` a whole one when it is ASCII) and words are cut there (see Merger.joins). */
+static inline int splits(const Merger *m, unsigned char a, unsigned char b)
+{
+    return a < 0x80 && b < 0x80 && (a < 0x20 || b < 0x20) && !(m->joins[a][b >> 3] & (1u << (b & 7)));
+}
+
 /* All of ``data``'s ids into ``out`` (room for n ids). Where ``words`` is set, word by word: a
  * word starts at each ``▁`` symbol that follows a symbol other than ``▁`` (symbols cut by the
  * length rule from the start of the input, so the words' symbols are the input's); no merged
  * symbol spans such a start, so no merge joins two words and each word merges as it would
- * whole. Otherwise all at once. Returns as encode_word does. */
+ * whole. A word also starts between two ASCII characters no token holds side by side (splits).
+ * Otherwise all at once. Returns as encode_word does. */
 static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
 {
     if (!m->words) {
@@ -435,15 +544,19 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
     Py_ssize_t k = 0;
     uint32_t word = 0;
     int after_space = 0;
+    Hold hold = {0, 0};
     for (uint32_t i = 0; i < n;) {
         uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
         if (length > n - i)
             length = n - i;
         int space = is_space_symbol(data + i, length);
-        if (space && !after_space && i > word) {
-            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k);
-            if (got < 0)
+        int starts = (space && !after_space) || (i > 0 && splits(m, data[i - 1], data[i]));
+        if (starts && i > word) {
+            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k, &hold);
+            if (got < 0) {
+                hold_release(m, &hold);
                 return got;
+            }
             k += got;
             word = i;
         }
@@ -451,11 +564,14 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
         i += length;
     }
     if (word < n) {
-        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k);
-        if (got < 0)
+        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k, &hold);
+        if (got < 0) {
+            hold_release(m, &hold);
             return got;
+        }
         k += got;
     }
+    hold_release(m, &hold);
     return k;
 }
 
@@ -469,6 +585,9 @@ static void Merger_dealloc(Merger *self)
     word_cache_free(&self->cache);
     if (self->lock)
         PyThread_free_lock(self->lock);
+    for (uint32_t i = 0; self->id_objects && i < self->n_tokens; i++)
+        Py_XDECREF(self->id_objects[i]);
+    PyMem_Free(self->id_objects);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -520,6 +639,10 @@ static int setup(Merger *self, unsigned long n_symbols, unsigned long n_tokens, 
         }
     }
     Py_DECREF(bytes_seq);
+    if (!(self->id_objects = (PyObject **)PyMem_Calloc((size_t)n_tokens + 1, sizeof(PyObject *)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (!(self->lock = PyThread_allocate_lock())) {
         PyErr_SetString(PyExc_RuntimeError, "could not create the word cache's lock");
         return -1;
@@ -634,6 +757,33 @@ PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
 /* Inputs up to this many bytes are escaped and encoded in stack buffers, without malloc. */
 #define SMALL_INPUT 512
 
+/* ``out[0..k)`` as a list of int objects, each token id's one (Merger.id_objects). */
+static PyObject *ids_to_list(Merger *self, const int32_t *out, Py_ssize_t k)
+{
+    PyObject *result = PyList_New(k);
+    for (Py_ssize_t i = 0; result && i < k; i++) {
+        PyObject **slot = &self->id_objects[out[i]]; /* every id is a token's: below n_tokens */
+        if (!*slot && !(*slot = PyLong_FromLong(out[i]))) {
+            Py_CLEAR(result);
+            break;
+        }
+        Py_INCREF(*slot);
+        PyList_SET_ITEM(result, i, *slot);
+    }
+    return result;
+}
+
+/* encode_all, with the GIL released when the input is long. */
+static Py_ssize_t encode_all_released(Merger *self, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
+{
+    Py_ssize_t k;
+    if (n < RELEASE_GIL_BYTES)
+        return encode_all(self, data, n, w, out);
+    Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, w, out);
+    Py_END_ALLOW_THREADS
+    return k;
+}
+
 /* encode_all on ``data`` (the GIL released when it is long) as a list; None for FAILED_BYTE. */
 static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_t n)
 {
@@ -641,14 +791,8 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     Work w = {0};
     Py_ssize_t k = FAILED_MEMORY;
     int32_t *out = n <= SMALL_INPUT ? small : (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
-    if (out) {
-        if (n >= RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS k = encode_all(self, data, n, &w, out);
-            Py_END_ALLOW_THREADS
-        } else {
-            k = encode_all(self, data, n, &w, out);
-        }
-    }
+    if (out)
+        k = encode_all_released(self, data, n, &w, out);
     work_free(&w);
     PyObject *result = NULL;
     if (k == FAILED_MEMORY) {
@@ -656,15 +800,8 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     } else if (k == FAILED_BYTE) {
         result = Py_None;
         Py_INCREF(result);
-    } else if ((result = PyList_New(k))) {
-        for (Py_ssize_t i = 0; i < k; i++) {
-            PyObject *id = PyLong_FromLong(out[i]);
-            if (!id) {
-                Py_CLEAR(result);
-                break;
-            }
-            PyList_SET_ITEM(result, i, id);
-        }
+    } else {
+        result = ids_to_list(self, out, k);
     }
     if (out != small)
         free(out);
@@ -684,58 +821,7 @@ static PyObject *Merger_encode(Merger *self, PyObject *arg)
     return result;
 }
 
-PyDoc_STRVAR(encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
-                              "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
-                              "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
-                              "that is no UTF-8 (lone surrogates) or too long: the caller escapes it in Python.");
-
-static PyObject *Merger_encode_text(Merger *self, PyObject *args)
-{
-    PyObject *text;
-    int prefix;
-    if (!PyArg_ParseTuple(args, "Up", &text, &prefix))
-        return NULL;
-    if (!self->units.slots || !self->merges.slots) {
-        PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
-        return NULL;
-    }
-    Py_ssize_t n;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    if (!utf8) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t spaces = (prefix ? 1 : 0);
-    for (Py_ssize_t i = 0; i < n; i++)
-        spaces += utf8[i] == ' ';
-    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
-        Py_RETURN_NONE;
-    size_t size = (size_t)n + 2 * (size_t)spaces;
-    unsigned char small[3 * SMALL_INPUT];
-    unsigned char *data = size <= sizeof small ? small : (unsigned char *)malloc(size + 1);
-    if (!data)
-        return PyErr_NoMemory();
-    size_t k = 0;
-    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
-    if (prefix) {
-        memcpy(data, SPACE_UTF8, 3);
-        k = 3;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (utf8[i] == ' ') {
-            memcpy(data + k, SPACE_UTF8, 3);
-            k += 3;
-        } else {
-            data[k++] = (unsigned char)utf8[i];
-        }
-    }
-    PyObject *result = encode_to_list(self, data, (uint32_t)k);
-    if (data != small)
-        free(data);
-    return result;
-}
+#include "_fragments.h"
 
 PyDoc_STRVAR(spans_doc, "spans(data: bytes) -> list[tuple[int, int]] | None\n\n"
                         "The final symbols as (start, length) byte spans, as merge_symbols gives them\n"
@@ -817,6 +903,7 @@ static PyGetSetDef Merger_getset[] = {
 static PyMethodDef Merger_methods[] = {
     {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
     {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
+    {"encode_parts", (PyCFunction)Merger_encode_parts, METH_VARARGS, encode_parts_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
     {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
     {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},
@@ -842,119 +929,12 @@ static PyTypeObject MergerType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* -- SPM tables from the token index ------------------------------------------------------------ */
-
-static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
-{
-    Py_ssize_t n = PyDict_Size(index), pos = 0;
-    PyObject *key, *value;
-    size_t total = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        if (!PyBytes_Check(key)) {
-            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
-            return -1;
-        }
-        total += (size_t)PyBytes_GET_SIZE(key);
-    }
-    if (total >= (size_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "the token texts are too long (4 GiB)");
-        return -1;
-    }
-    size_t size = 16;
-    while (size < (size_t)n * 2 + 1)
-        size *= 2;
-    TextTable *t = &self->texts;
-    if (!(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
-        table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
-        goto no_memory;
-    t->mask = size - 1;
-    uint32_t offset = 0;
-    pos = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        unsigned long long v = PyLong_AsUnsignedLongLong(value);
-        if (v == (unsigned long long)-1 && PyErr_Occurred())
-            return -1;
-        if (v >= self->n_tokens) {
-            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
-            return -1;
-        }
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        uint64_t hash = word_hash(p, len);
-        size_t i = (size_t)hash & t->mask;
-        while (t->slots[i].tag)
-            i = (i + 1) & t->mask;
-        uint32_t rest = len > 8 ? len - 8 : 0;
-        memcpy(t->arena + offset, p + 8, rest);
-        t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
-        offset += rest;
-        if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
-            goto no_memory;
-    }
-    self->words = 1;
-    pos = 0;
-    while (self->words && PyDict_Next(index, &pos, &key, &value)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        if (len && spans_a_word_start(p, len) && can_form(t, p, len))
-            self->words = 0;
-    }
-    fill_ascii(self);
-    return 0;
-no_memory:
-    PyErr_NoMemory();
-    return -1;
-}
-
-PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails) -> Merger | None\n\n"
-                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
-                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
-                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
-                             "right after another character.");
-
-static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    PyObject *index, *scores, *byte_ids;
-    unsigned long n_tokens;
-    int missing_byte_fails;
-    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &scores, &n_tokens, &byte_ids, &missing_byte_fails))
-        return NULL;
-    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
-    if (!seq)
-        return NULL;
-    Merger *self = NULL;
-    uint64_t *priority = NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens || n_tokens >= (unsigned long)INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
-        goto done;
-    }
-    if (!(priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (unsigned long i = 0; i < n_tokens; i++) {
-        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
-        if (score == -1.0 && PyErr_Occurred())
-            goto done;
-        if (score != score) { /* NaN: llama.cpp's heap has no order either; the Python twin runs */
-            Py_INCREF(Py_None);
-            Py_DECREF(seq);
-            free(priority);
-            return Py_None;
-        }
-        priority[i] = score_priority(score);
-    }
-    self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
-    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 || build_spm(self, index, priority) < 0)
-        Py_CLEAR(self);
-done:
-    free(priority);
-    Py_DECREF(seq);
-    return (PyObject *)self;
-}
+#include "_spm_tables.h"
+#include "_rank_tables.h"
 
 static PyMethodDef module_methods[] = {
     {"spm_merger", (PyCFunction)spm_merger, METH_VARARGS, spm_merger_doc},
+    {"rank_merger", (PyCFunction)rank_merger, METH_VARARGS, rank_merger_doc},
     {NULL, NULL, 0, NULL},
 };
 

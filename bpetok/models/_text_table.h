@@ -18,12 +18,21 @@ typedef struct {
     TextSlot *slots;
     size_t mask;
     unsigned char *arena; /* every text's bytes past its first 8, back to back */
+    /* Optional (NULL: not used): each slot's text_short_tag, 0 for a free slot. Sixteen times
+     * smaller than the slots, so a lookup of a text that is no token mostly ends here, in the
+     * CPU's cache, without reading a slot of a table far larger than it. */
+    uint16_t *short_tags;
 } TextTable;
 
 static inline uint32_t text_tag(uint64_t hash)
 {
     uint32_t tag = (uint32_t)(hash >> 32);
     return tag ? tag : 1;
+}
+
+static inline uint16_t text_short_tag(uint64_t hash)
+{
+    return (uint16_t)((hash >> 40) | 1); /* never 0; bits no slot index uses (tables are below 2**40 slots) */
 }
 
 static inline uint64_t text_head(const unsigned char *p, uint32_t n)
@@ -37,7 +46,15 @@ static inline const TextSlot *text_slot_find(const TextTable *t, const unsigned 
 {
     uint32_t tag = text_tag(hash);
     uint64_t head = text_head(p, n);
+    uint16_t short_tag = text_short_tag(hash);
     for (size_t i = (size_t)hash & t->mask;; i = (i + 1) & t->mask) {
+        if (t->short_tags) {
+            uint16_t found = t->short_tags[i];
+            if (!found)
+                return NULL;
+            if (found != short_tag)
+                continue;
+        }
         const TextSlot *s = &t->slots[i];
         if (!s->tag)
             return NULL;
@@ -56,8 +73,10 @@ static void text_table_free(TextTable *t)
 {
     free(t->slots);
     free(t->arena);
+    free(t->short_tags);
     t->slots = NULL;
     t->arena = NULL;
+    t->short_tags = NULL;
 }
 
 static inline int is_space_symbol(const unsigned char *p, uint32_t length)

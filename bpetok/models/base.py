@@ -100,6 +100,12 @@ class TokenizerModel(ABC):
         without building the list."""
         return len(self.encode_fragment(text, at_start))
 
+    def encode_parts(self, fragments: list) -> list[int] | None:
+        """The ids of a whole text cut at its special tokens (str fragments and special ids, as
+        ``Tokenizer._encode_parts`` takes them) in one call, or None: the Tokenizer then encodes
+        fragment by fragment, which is what a model that overrides this must equal."""
+        return None
+
     def encode_fragments(self, fragments: Sequence[str], *, workers: int = 1) -> list[list[int]]:
         """:meth:`encode_fragment` of many fragments, each at the start (each starts a text or
         follows a special token). ``workers``: threads the model may use."""

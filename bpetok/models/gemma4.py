@@ -20,12 +20,13 @@ aborts: ``find_bpe_rank`` asserts that no symbol holds a space).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from bpetok.errors import InputError, VocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
-from bpetok.models.llama import SPACE, CompiledMergeLoop, build_merger, merge_symbols
+from bpetok.models.llama import SPACE, CompiledMergeLoop, merge_symbols
 from bpetok.utf8 import decode_llama_utf8
 
 __all__ = ["RawBytePairModel"]
@@ -49,29 +50,28 @@ class RawBytePairModel(CompiledMergeLoop):
             )
         self.ids = vocabulary.token_index()
         self.n_tokens = vocabulary.n_tokens
-        # Merge text -> rank, looked up as left + b" " + right. llama.cpp keys its map by the two
-        # halves of the text cut at the first space at index >= 1; symbols never hold a space
-        # (spaces are ▁ by then), so a lookup can only find a merge of exactly one space, cut
-        # where llama.cpp cuts it. dict() keeps a key's last value: fed in reverse, a
-        # duplicate merge keeps its first rank, as llama.cpp's emplace does.
-        merges = vocabulary.merges
-        self.ranks: dict[bytes, int] = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+        self.merges = vocabulary.merges
         self.byte_ids = [self.ids.get(b"<0x%02X>" % b) for b in range(256)]
+        if self.merger() is None:  # the tables are built at load, not by the first encode
+            self.ranks  # noqa: B018 - the Python loop's, then
+
+    @functools.cached_property
+    def ranks(self) -> dict[bytes, int]:
+        """Merge text -> rank, looked up as left + b" " + right (the Python loop's table).
+
+        llama.cpp keys its map by the two halves of the text cut at the first space at index >= 1;
+        symbols never hold a space (spaces are ▁ by then), so a lookup can only find a merge of
+        exactly one space, cut where llama.cpp cuts it. dict() keeps a key's last value: fed in
+        reverse, a duplicate merge keeps its first rank, as llama.cpp's emplace does."""
+        merges = self.merges
+        return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
 
     def build_merger(self, module):
-        """This vocabulary's tables in ``module`` (``bpetok.models._symbols``), or None if it is None."""
+        """This vocabulary's tables in ``module`` (``bpetok.models._symbols``: ``rank_merger``
+        reads the merge strings as :attr:`ranks` does), or None if it is None."""
         if module is None:
             return None
-        # A merge is found as left + " " + right, and symbols never hold a space: only a merge
-        # text with one space, inside it, can ever apply.
-        lefts, rights, ranks = [], [], []
-        for text, rank in self.ranks.items():
-            left, _, right = text.partition(b" ")
-            if left and right and b" " not in right:
-                lefts.append(left)
-                rights.append(right)
-                ranks.append(rank)
-        return build_merger(module, self.ids, self.n_tokens, lefts, rights, ranks, self.byte_ids, missing_byte_fails=False)
+        return module.rank_merger(self.ids, list(self.merges), self.n_tokens, self.byte_ids)
 
     def normal_piece(self, text: bytes) -> bytes:
         """A NORMAL token's bytes: its text with ``▁`` back to spaces."""

@@ -17,17 +17,19 @@ only ever forms a token, so that branch never runs; this module has no such map.
 
 :func:`merge_symbols` is the readable merge loop; ``bpetok/models/_symbols.c`` runs the same loop,
 with tables built at load (``spm_merger`` for this model: the token texts, a pair merging when its
-span of the input is a token; :func:`build_merger`'s id tables for gemma4). Where no token that
-merges can form holds a ``▁`` after another character, checked at load, no merge joins two words:
-the C loop then merges and caches word by word (tests/test_symbols.py and tests/test_spm_words.py
-hold it equal to the Python loop). The C one runs when it is built and ``BPETOK_PURE_PYTHON`` is unset.
+span of the input is a token; ``rank_merger`` for gemma4: id tables from its merge strings). Where
+no token that merges can form holds a ``▁`` after another character, checked at load, no merge
+joins two words: the C loop then merges and caches word by word (also cut between two ASCII
+characters, one a control character, that no token holds side by side: a newline in Llama 2), and
+takes a whole partitioned text in one call (:meth:`SentencePieceModel.encode_parts`).
+tests/test_symbols.py and tests/test_spm_words.py hold it equal to the Python loop. The C one runs
+when it is built and ``BPETOK_PURE_PYTHON`` is unset.
 """
 
 from __future__ import annotations
 
 import heapq
-from array import array
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from typing import Any
 
 from bpetok.cache import IdCache
@@ -37,7 +39,7 @@ from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec
 from bpetok.models.base import CachingModel
 
-__all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "build_merger", "merger_module"]
+__all__ = ["SentencePieceModel", "SPACE", "byte_token_ids", "merge_symbols", "merger_module"]
 
 SPACE = "\u2581"  # "▁", SentencePiece's visible space
 _SPACE_BYTES = SPACE.encode()
@@ -83,55 +85,6 @@ def _symbol_starts(data: bytes) -> list[int]:
 def merger_module():
     """The compiled merge loop (``bpetok/models/_symbols.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
     return compiled_module("bpetok.models._symbols")
-
-
-def _is_one_symbol(text: bytes) -> bool:
-    """Whether ``text`` is a single initial symbol (one character, by llama.cpp's length rule)."""
-    return 0 < len(text) <= _LENGTH_OF_NIBBLE[text[0] >> 4]
-
-
-def build_merger(
-    module,
-    token_index: dict[bytes, int],
-    n_tokens: int,
-    lefts: list[bytes],
-    rights: list[bytes],
-    priorities: list[int],
-    byte_ids: list[int | None],
-    missing_byte_fails: bool,
-):
-    """:func:`merge_symbols`'s rules as tables for the C loop of ``module`` (``bpetok.models._symbols``).
-
-    Symbols ``lefts[i]`` and ``rights[i]`` merge at ``priorities[i]`` (lowest first). Each symbol
-    text gets one id: its token's (``token_index``, the one the Python lookups use), else a
-    *virtual* id from ``n_tokens`` on, which falls back to its bytes' ``byte_ids`` when it is a
-    final symbol. The C loop knows only the characters that are tokens or take part in a merge;
-    any other one is a symbol that merges with nothing, as in Python.
-    """
-    merged = list(map(bytes.__add__, lefts, rights))
-    # Looked up in bulk (a 262k-token vocabulary has 515k merges); texts that are no token, rare,
-    # get virtual ids afterwards.
-    columns: list[list[Any]] = [list(map(token_index.get, texts)) for texts in (lefts, rights, merged)]
-    virtual: dict[bytes, int] = {}
-    for texts, column in zip((lefts, rights, merged), columns):
-        if None not in column:
-            continue
-        for k in [k for k, found in enumerate(column) if found is None]:
-            column[k] = virtual.setdefault(texts[k], n_tokens + len(virtual))
-    # Every text that is one character gets its id (a merged text can be one only where it can
-    # never form, as a character cut short by the end of the input; its id is still its own).
-    units = {text: i for text, i in chain(token_index.items(), virtual.items()) if len(text) <= 4 and _is_one_symbol(text)}
-    return module.Merger(
-        units,
-        array("I", columns[0]),
-        array("I", columns[1]),
-        array("I", priorities),
-        array("I", columns[2]),
-        n_tokens + len(virtual),
-        n_tokens,
-        byte_ids,
-        missing_byte_fails,
-    )
 
 
 def merge_symbols(data: bytes, priority) -> list[tuple[int, int]]:
@@ -262,6 +215,13 @@ class SentencePieceModel(CompiledMergeLoop):
         ids = self.encode_escaped(text.encode("utf-8", "surrogatepass"))
         self._cache.keep(text, ids)
         return ids
+
+    def encode_parts(self, fragments: list) -> list[int] | None:
+        """A partitioned text's ids in one C call where the loop caches words (else None): each
+        str fragment as :meth:`encode_fragment` gives it, special ids as they are."""
+        if self._word_merger is None:
+            return None
+        return self._word_merger.encode_parts(fragments, self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session

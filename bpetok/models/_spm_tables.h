@@ -1,0 +1,129 @@
+/* SentencePieceModel's tables for the compiled merge loop (bpetok/models/_symbols.c, included
+ * after the Merger type and setup()): the token texts with their scores' priorities
+ * (_text_table.h), the units, the ``joins`` pairs and the ``words`` check, built at load from
+ * the token index.
+ */
+
+#ifndef BPETOK_SPM_TABLES_H
+#define BPETOK_SPM_TABLES_H
+
+static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
+{
+    Py_ssize_t n = PyDict_Size(index), pos = 0;
+    PyObject *key, *value;
+    size_t total = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
+            return -1;
+        }
+        total += (size_t)PyBytes_GET_SIZE(key);
+    }
+    if (total >= (size_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the token texts are too long (4 GiB)");
+        return -1;
+    }
+    size_t size = 16;
+    while (size < (size_t)n * 2 + 1)
+        size *= 2;
+    TextTable *t = &self->texts;
+    if (!(t->slots = (TextSlot *)calloc(size, sizeof(TextSlot))) || !(t->arena = (unsigned char *)malloc(total + 1)) ||
+        !(t->short_tags = (uint16_t *)calloc(size, sizeof(uint16_t))) ||
+        table_init(&self->units, 1024) < 0 || table_init(&self->merges, 0) < 0)
+        goto no_memory;
+    t->mask = size - 1;
+    uint32_t offset = 0;
+    pos = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(value);
+        if (v == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        if (v >= self->n_tokens) {
+            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
+            return -1;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+        uint64_t hash = word_hash(p, len);
+        size_t i = (size_t)hash & t->mask;
+        while (t->slots[i].tag)
+            i = (i + 1) & t->mask;
+        uint32_t rest = len > 8 ? len - 8 : 0;
+        memcpy(t->arena + offset, p + 8, rest);
+        t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
+        t->short_tags[i] = text_short_tag(hash);
+        offset += rest;
+        if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
+            goto no_memory;
+    }
+    pos = 0;
+    while (PyDict_Next(index, &pos, &key, &value)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        Py_ssize_t len = PyBytes_GET_SIZE(key);
+        for (Py_ssize_t i = 0; i + 1 < len; i++)
+            if (p[i] < 0x80 && p[i + 1] < 0x80)
+                self->joins[p[i]][p[i + 1] >> 3] |= (uint8_t)(1u << (p[i + 1] & 7));
+    }
+    self->words = 1;
+    pos = 0;
+    while (self->words && PyDict_Next(index, &pos, &key, &value)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+        if (len && spans_a_word_start(p, len) && can_form(t, p, len))
+            self->words = 0;
+    }
+    fill_ascii(self);
+    return 0;
+no_memory:
+    PyErr_NoMemory();
+    return -1;
+}
+
+PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails) -> Merger | None\n\n"
+                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
+                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
+                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
+                             "right after another character.");
+
+static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *index, *scores, *byte_ids;
+    unsigned long n_tokens;
+    int missing_byte_fails;
+    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &scores, &n_tokens, &byte_ids, &missing_byte_fails))
+        return NULL;
+    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
+    if (!seq)
+        return NULL;
+    Merger *self = NULL;
+    uint64_t *priority = NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens || n_tokens >= (unsigned long)INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
+        goto done;
+    }
+    if (!(priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (unsigned long i = 0; i < n_tokens; i++) {
+        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (score == -1.0 && PyErr_Occurred())
+            goto done;
+        if (score != score) { /* NaN: llama.cpp's heap has no order either; the Python twin runs */
+            Py_INCREF(Py_None);
+            Py_DECREF(seq);
+            free(priority);
+            return Py_None;
+        }
+        priority[i] = score_priority(score);
+    }
+    self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
+    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 || build_spm(self, index, priority) < 0)
+        Py_CLEAR(self);
+done:
+    free(priority);
+    Py_DECREF(seq);
+    return (PyObject *)self;
+}
+
+#endif
