@@ -24,13 +24,13 @@ __all__ = ["BYTE_TO_CHAR", "CHAR_TO_BYTE", "byte_encode", "decode_token_text", "
 
 
 def kernel_module():
-    """The compiled kernel (``bpetok/models/_bpe.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
-    return compiled_module("bpetok.models._bpe")
+    """The compiled kernel (``bpetok/models/gpt2/kernel/``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
+    return compiled_module("bpetok.models.gpt2._kernel")
 
 
 def engine() -> str:
     """Which BPE engine runs: ``"C kernel"``, or ``"pure Python: "`` and why."""
-    reason = pure_python_reason("bpetok.models._bpe")
+    reason = pure_python_reason("bpetok.models.gpt2._kernel")
     return "C kernel" if reason is None else f"pure Python: {reason}"
 
 

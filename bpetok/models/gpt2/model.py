@@ -9,9 +9,10 @@ piece merged by BPE. What makes that fast lives here:
 - space chunks: a pre-tokenizer with ``space_chunks`` lets a fragment be cut at the spaces that
   follow a non-space (:meth:`ByteLevelModel._encode_chunked`), and most of a text is then lookups;
 - many new chunks merged together by numpy (:meth:`ByteLevelModel._fill_chunks`) without the kernel;
-- the C kernel (``bpetok/models/_bpe.c``), when built: it holds the piece and chunk caches, and
-  with its own splitter (the spec's ``kernel_split``) takes whole texts, special tokens included,
-  on several threads without the GIL.
+- the C kernel (``bpetok/models/gpt2/kernel/``, module ``_kernel``), when built: it holds the piece
+  and chunk caches and merges; the pre-tokenizer splits here, in Python, unless the kernel has it
+  compiled (the spec's ``kernel_split``): then whole texts, special tokens included, go to C, on
+  several threads without the GIL.
 
 :meth:`ByteLevelModel.encode_fragment_reference` is the plain way (no cache, no chunks, the
 reference merge loop) that tests hold all of it to.
@@ -56,7 +57,7 @@ class ByteLevelModel(TokenizerModel):
         self.space_chunks = bool(spec.space_chunks)
         module = kernel_module()
         if module is None:
-            warn_not_built("bpetok.models._bpe")
+            warn_not_built("bpetok.models.gpt2._kernel")
         self.compiled = module is not None
         # With the kernel's own splitter, whole texts go to C (and run without the GIL).
         self._kernel_split = spec.kernel_split if module is not None and spec.kernel_split in module.SPLITTERS else ""
@@ -137,8 +138,8 @@ class ByteLevelModel(TokenizerModel):
         """
         parts = _SAFE_SPACE.split(text)
         out = self._encode_head(parts[0]) if parts[0] else []
-        if self._kernel is not None:  # the same, in C: lookups, then the new chunks together
-            out += self._kernel.encode_chunks(parts, 1, self.pretokenizer.split)
+        if self._kernel is not None:  # the same with the kernel's chunk cache
+            out += self._kernel_chunks(parts)
             return out
         chunks = self._chunks
         lookup = chunks.__getitem__
@@ -168,6 +169,29 @@ class ByteLevelModel(TokenizerModel):
                     if not chunks.full:
                         chunks.put(part, as_ids(found))
                 out += found
+
+    def _kernel_chunks(self, parts: list[str]) -> list[int]:
+        """The ids of ``" " + part`` for each of ``parts[1:]`` (a text cut at :data:`_SAFE_SPACE`)
+        from the kernel's chunk cache; the chunks it lacks are split here and merged in C.
+
+        They are split together, joined back to back (``" a b c"``): each but a text's last part
+        ends in a character that is not whitespace, and a text's last part comes last, so by the
+        ``space_chunks`` promise no piece crosses from one chunk to the next and each chunk splits
+        as it does in its text; the kernel finds each chunk's pieces by their lengths. If a piece
+        crosses a chunk's end all the same, each chunk is split on its own.
+        """
+        kernel, split = self._kernel, self.pretokenizer.split
+        ids, lacking = kernel.encode_chunks(parts, 1)
+        if lacking:
+            ids, lacking = kernel.encode_chunks(parts, 1, lacking, split(" " + " ".join(lacking)))
+        if lacking:  # a piece crossed a chunk's end
+            pieces: list[str] = []
+            stops = []
+            for chunk in lacking:
+                pieces += split(" " + chunk)
+                stops.append(len(pieces))
+            ids, lacking = kernel.encode_chunks(parts, 1, lacking, pieces, stops)
+        return ids
 
     def _encode_head(self, head: str) -> list[int]:
         """The ids of a text's first chunk (no leading space), cached like the others."""
