@@ -354,6 +354,7 @@ def test_hostile_chunk_calls(qwen3):
     with pytest.raises(ValueError, match="stop"):
         kernel.encode_chunks(["", "a", "b"], 1, ["a", "b"], [" a", " b"], [2, 1])  # out of order
     assert kernel.encode_chunks(["", "a", "b"], 3) == ([], [])
+    assert kernel.encode_chunks(["", "a"], 1, ["a"]) == (None, ["a"])  # no pieces: they do not cover the chunk
     # None of that left anything behind: the same call works.
     assert kernel.encode_chunks(["", "a", "b"], 1) == (None, ["a", "b"])
     assert _chunk_ids(kernel, qwen3, ["", "a", "b"]) == _reference_chunks(qwen3, ["a", "b"])

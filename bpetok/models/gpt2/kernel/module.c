@@ -297,7 +297,7 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args, PyObject *kw
         goto done;
     n_given = chunks ? PyList_GET_SIZE(chunks) : 0;
     if (n_given > 0) { /* the chunks the caller split: merged, remembered, and found by text below */
-        if ((pieces = as_list(given_pieces ? given_pieces : Py_None)) == NULL)
+        if ((pieces = given_pieces ? as_list(given_pieces) : PyList_New(0)) == NULL)
             goto done;
         stops = PyMem_Malloc((size_t)n_given * sizeof(Py_ssize_t));
         g = PyMem_Calloc((size_t)n_given, sizeof(Piece));
