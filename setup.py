@@ -1,4 +1,4 @@
-"""The optional C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, _ugm.c, _wpm.c, bpetok/_specials.c, _train.c, bpetok/vocab/_gguf.c); everything else is in pyproject.toml.
+"""The optional C modules (bpetok/models/gpt2/kernel/*.c, bpetok/models/_symbols.c, _trie.c, _ugm.c, _wpm.c, bpetok/_specials.c, _train.c, bpetok/vocab/_gguf.c); everything else is in pyproject.toml.
 
 ``optional=True``: where no C compiler or Python headers exist, ``pip install .`` still installs
 bpetok, which then runs its pure-Python engine (``bpetok info`` says which engine runs).
@@ -9,10 +9,13 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "bpetok.models._bpe",
-            # The splitters (bpetok/pretok/_split.c) live beside the pre-tokenizers they accelerate.
-            sources=["bpetok/models/_bpe.c", "bpetok/pretok/_split.c"],
-            depends=["bpetok/pretok/_split.h", "bpetok/pretok/_unicode_classes.h"],
+            # The byte-level BPE kernel: one module from the files of bpetok/models/gpt2/kernel/
+            # (kernel.h says which does what); the splitters (bpetok/pretok/_split.c) live beside
+            # the pre-tokenizers they accelerate.
+            "bpetok.models.gpt2._kernel",
+            sources=[f"bpetok/models/gpt2/kernel/{name}.c" for name in ("module", "build", "merge", "text", "threads")]
+            + ["bpetok/pretok/_split.c"],
+            depends=["bpetok/models/gpt2/kernel/kernel.h", "bpetok/pretok/_split.h", "bpetok/pretok/_unicode_classes.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

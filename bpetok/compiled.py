@@ -25,7 +25,7 @@ def pure_python_forced() -> bool:
 
 
 def compiled_module(name: str) -> ModuleType | None:
-    """The C module ``name`` (e.g. ``bpetok.models._bpe``), or None: not built, or pure Python forced."""
+    """The C module ``name`` (e.g. ``bpetok.models.gpt2._kernel``), or None: not built, or pure Python forced."""
     if pure_python_forced():
         return None
     try:
@@ -34,7 +34,7 @@ def compiled_module(name: str) -> ModuleType | None:
         return None
 
 
-def pure_python_reason(name: str = "bpetok.models._bpe") -> str | None:
+def pure_python_reason(name: str = "bpetok.models.gpt2._kernel") -> str | None:
     """Why C module ``name`` does not run: ``BPETOK_PURE_PYTHON`` asked for that, or it is not
     built (with how to build it); None when it runs."""
     if pure_python_forced():

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the C modules (bpetok/models/_bpe.c, _symbols.c, _trie.c, _ugm.c, _wpm.c, bpetok/_specials.c, _train.c, bpetok/vocab/_gguf.c) with AddressSanitizer and UndefinedBehaviorSanitizer
+# Build the C modules (bpetok/models/gpt2/kernel/*.c, bpetok/models/_symbols.c, _trie.c, _ugm.c, _wpm.c, bpetok/_specials.c, _train.c, bpetok/vocab/_gguf.c) with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run the tests that feed it: the kernel's own (reference pieces, Hypothesis, hostile calls,
 # threads), the compiled splitters against their Python twins, the oracle cases (llama.cpp's ids, qwen2
 # and llama3), the Hypothesis properties and the GGUF reader and fuzz tests.
@@ -20,7 +20,7 @@ tar --exclude='*.so' --exclude=build --exclude=.venv --exclude=.hypothesis --exc
 cd "$work"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" python setup.py -q build_ext --inplace 2>&1 | grep -v Warning || true
-for module in models/_bpe models/_symbols models/_trie models/_ugm models/_wpm vocab/_gguf _specials _train; do
+for module in models/gpt2/_kernel models/_symbols models/_trie models/_ugm models/_wpm vocab/_gguf _specials _train; do
     test -f bpetok/$module*.so || { echo "$module did not build" >&2; exit 1; }
     # (grep reads all of nm's output: with -q it could stop early and nm die of SIGPIPE, which pipefail reports)
     nm -D bpetok/$module*.so | grep __asan_ >/dev/null || { echo "$module is not instrumented" >&2; exit 1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the kernel (bpetok/models/_bpe.c) with ThreadSanitizer and run encode_batch on its own
+# Build the kernel (bpetok/models/gpt2/kernel/) with ThreadSanitizer and run encode_batch on its own
 # threads: a cold tokenizer (the helpers fill the shared caches together), then warm, lists and
 # numpy, texts with special tokens among them; the results must agree.
 #
@@ -16,7 +16,7 @@ tar --exclude='*.so' --exclude=build --exclude=.venv --exclude=.hypothesis --exc
     bpetok tests setup.py pyproject.toml | tar -xf - -C "$work"
 cd "$work"
 CFLAGS="-fsanitize=thread -g -O1" LDFLAGS="-fsanitize=thread" python setup.py -q build_ext --inplace 2>&1 | grep -v Warning || true
-nm -D bpetok/models/_bpe*.so | grep __tsan_ >/dev/null || { echo "the kernel is not instrumented" >&2; exit 1; }
+nm -D bpetok/models/gpt2/_kernel*.so | grep __tsan_ >/dev/null || { echo "the kernel is not instrumented" >&2; exit 1; }
 export LD_PRELOAD="$(gcc -print-file-name=libtsan.so)"
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0"
 unset BPETOK_PURE_PYTHON

@@ -1,4 +1,4 @@
-"""The C kernel (bpetok/models/_bpe.c) against the readable Python BPE (bpetok/models/gpt2.py).
+"""The C kernel (bpetok/models/_kernel.c) against the readable Python BPE (bpetok/models/gpt2.py).
 
 tests/test_exact.py holds the tokenizer (whichever engine runs) to llama.cpp; these tests hold
 the kernel to the reference on every piece of the reference cases, on generated text and bytes,
@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bpetok
-from bpetok.models import _bpe  # the suite requires the kernel to be built (CI builds it)
+from bpetok.models.gpt2 import _kernel  # the suite requires the kernel to be built (CI builds it)
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from helpers import LLAMA_TESTS, load_cases
 
 
 def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20):
-    return _bpe.Kernel(
+    return _kernel.Kernel(
         bpe.byte_ids,
         bpe.ranks,
         bpe.stride,
@@ -175,7 +175,7 @@ def test_tables_out_of_range_are_refused(qwen3):
         byte_ids=bpe.byte_ids, ranks={}, stride=bpe.stride, shift=bpe.shift, n_tokens=bpe.n_tokens,
         virtual_emit=[], whole=None, byte_chars=[c.encode() for c in BYTE_TO_CHAR], cache_bytes=0, seed=0,
     )
-    _bpe.Kernel(**good)
+    _kernel.Kernel(**good)
     bad_cases = [
         {"byte_ids": [bpe.n_tokens] * 256},
         {"byte_ids": [0] * 255},
@@ -190,7 +190,7 @@ def test_tables_out_of_range_are_refused(qwen3):
     ]
     for change in bad_cases:
         with pytest.raises((ValueError, TypeError, OverflowError)):
-            _bpe.Kernel(**{**good, **change})
+            _kernel.Kernel(**{**good, **change})
 
 
 def test_threads_agree_with_one_thread(qwen3):
@@ -253,19 +253,38 @@ def _reference_chunks(tok, parts):
     return [i for part in parts for p in tok.model.pretokenizer.split(" " + part) for i in tok.model.bpe.encode_piece_reference(_utf8(p))]
 
 
+def _chunk_ids(kernel, tok, parts, start=1):
+    """encode_chunks as ByteLevelModel._kernel_chunks calls it: the chunks the kernel lacks are
+    split in Python, together, and handed back."""
+    ids, lacking = kernel.encode_chunks(parts, start)
+    if lacking:
+        assert ids is None
+        ids, lacking = kernel.encode_chunks(parts, start, lacking, tok.model.pretokenizer.split(" " + " ".join(lacking)))
+    assert lacking == []
+    return ids
+
+
 def test_chunks_of_every_reference_text(pair):
     name, tok, _ = pair
     kernel = kernel_of(tok.model.bpe)
-    kernel_with_chunks = _bpe.Kernel(*_args(tok.model.bpe), chunk_bytes=1 << 22)
+    kernel_with_chunks = _kernel.Kernel(*_args(tok.model.bpe), chunk_bytes=1 << 24)
     text = "\n".join(c["text"] for c in load_cases(name))
     parts = bpetok.models.gpt2.model._SAFE_SPACE.split(text)
     expected = _reference_chunks(tok, parts[1:])
-    assert kernel_with_chunks.encode_chunks(parts, 1, tok.model.pretokenizer.split) == expected  # cold
-    assert kernel_with_chunks.encode_chunks(parts, 1, tok.model.pretokenizer.split) == expected  # warm
+    assert _chunk_ids(kernel_with_chunks, tok, parts) == expected  # cold
+    assert kernel_with_chunks.encode_chunks(parts, 1) == (expected, [])  # warm: every chunk cached
     assert kernel_with_chunks.cache_info()["chunks"]["entries"] > 1000
-    # No chunk budget: nothing remembered, the same ids.
-    assert kernel.encode_chunks(parts, 1, tok.model.pretokenizer.split) == expected
+    # No chunk budget: nothing remembered, the same ids (from the chunks given).
+    assert _chunk_ids(kernel, tok, parts) == expected
     assert kernel.cache_info()["chunks"]["entries"] == 0
+    assert kernel.encode_chunks(parts, 1)[0] is None
+
+
+def test_the_chunks_it_lacks_are_each_named_once_in_text_order(qwen3):
+    kernel = _kernel.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
+    assert kernel.encode_chunks(["Hi", "b", "a", "b", "c"], 1) == (None, ["b", "a", "c"])
+    assert _chunk_ids(kernel, qwen3, ["Hi", "a"]) == _reference_chunks(qwen3, ["a"])
+    assert kernel.encode_chunks(["Hi", "b", "a", "b", "c"], 1) == (None, ["b", "c"])  # "a" is cached now
 
 
 def _args(bpe):
@@ -277,54 +296,76 @@ def _args(bpe):
 
 
 @pytest.mark.parametrize("last", ["", "x", "x\n\n", "x  ", "\n", "  "])
-def test_a_texts_last_part_is_split_on_its_own(qwen3, last):
-    # The last part may end in whitespace: joined to the next chunk it would split differently.
-    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
-    parts = ["Hi", "there", "world\n\n", "again"][: 2] + ["more", last]
-    assert kernel.encode_chunks(parts, 1, qwen3.model.pretokenizer.split) == _reference_chunks(qwen3, parts[1:])
+def test_a_texts_last_part_may_end_in_whitespace(qwen3, last):
+    # The last part may end in whitespace; it comes last in the chunks split together.
+    kernel = _kernel.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
+    parts = ["Hi", "there", "more", last]
+    assert _chunk_ids(kernel, qwen3, parts) == _reference_chunks(qwen3, parts[1:])
     text = "Hi there more " + last
     assert bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec).encode(text) == qwen3.encode_reference(text)
 
 
-def test_a_split_that_breaks_the_chunk_promise_falls_back_to_one_chunk_at_a_time(qwen3):
-    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
+def test_pieces_that_cross_a_chunks_end_are_not_taken(qwen3):
+    kernel = _kernel.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
+    parts = ["", "ab", "cd", "ab", "ef"]
+    # One piece for all three chunks (a pre-tokenizer that broke the space_chunks promise): the
+    # chunks are still lacking, and nothing was remembered.
+    assert kernel.encode_chunks(parts, 1, ["ab", "cd", "ef"], [" ab cd ef"]) == (None, ["ab", "cd", "ef"])
+    assert kernel.encode_chunks(parts, 1, ["ab", "cd", "ef"], [" ab c", "d ef"]) == (None, ["ab", "cd", "ef"])
+    assert kernel.cache_info()["chunks"]["entries"] == 0
+    ids, lacking = kernel.encode_chunks(parts, 1, ["ab", "cd", "ef"], [" ab", " cd", " ef"], [1, 2, 3])
+    assert (ids, lacking) == (_reference_chunks(qwen3, parts[1:]), [])
+
+
+def test_the_model_splits_each_chunk_alone_when_a_piece_crosses_a_chunks_end(qwen3):
+    tok = bpetok.Tokenizer(qwen3.vocabulary, qwen3.spec)
+    tok.model._kernel = _kernel.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)  # also under BPETOK_PURE_PYTHON=1
     calls = []
 
-    def whole(text):  # one piece for the whole text: crosses every chunk boundary
-        calls.append(text)
-        return [text]
+    class Whole:  # one piece for the whole text: crosses every chunk's end
+        def split(self, text):
+            calls.append(text)
+            return [text]
 
-    parts = ["", "ab", "cd", "ab", "ef"]
-    ids = kernel.encode_chunks(parts, 1, whole)
-    assert calls[1:] == [" ab", " cd", " ef"]  # after the joined try, each new chunk alone
-    assert ids == [i for part in parts[1:] for i in qwen3.model.bpe.encode_piece_reference(_utf8(" " + part))]
+    tok.model.pretokenizer = Whole()
+    ids = tok.model._kernel_chunks(["", "ab", "cd", "ab", "ef"])
+    assert calls == [" ab cd ef", " ab", " cd", " ef"]  # after the joined try, each chunk alone
+    assert ids == [i for part in ["ab", "cd", "ab", "ef"] for i in qwen3.model.bpe.encode_piece_reference(_utf8(" " + part))]
 
 
 def test_hostile_chunk_calls(qwen3):
-    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
+    kernel = _kernel.Kernel(*_args(qwen3.model.bpe), chunk_bytes=1 << 20)
     with pytest.raises(ValueError, match="start"):
-        kernel.encode_chunks(["a"], 2, qwen3.model.pretokenizer.split)
+        kernel.encode_chunks(["a"], 2)
     with pytest.raises(ValueError, match="start"):
-        kernel.encode_chunks(["a"], -1, qwen3.model.pretokenizer.split)
+        kernel.encode_chunks(["a"], -1)
     with pytest.raises(TypeError):
-        kernel.encode_chunks(["", "a", 3], 1, qwen3.model.pretokenizer.split)
-    with pytest.raises(TypeError, match="not a str"):
-        kernel.encode_chunks(["", "a", "b"], 1, lambda text: [1, 2])
+        kernel.encode_chunks(["", "a", 3], 1)
+    for pieces in ([1], None, [b" a"]):  # a piece that is not a str, no pieces
+        with pytest.raises(TypeError):
+            kernel.encode_chunks(["", "a"], 1, ["a"], pieces)
     with pytest.raises(TypeError):
-        kernel.encode_chunks(["", "a", "b"], 1, lambda text: None)
-    with pytest.raises(ZeroDivisionError):
-        kernel.encode_chunks(["", "a", "b"], 1, lambda text: 1 / 0)
-    assert kernel.encode_chunks(["", "a", "b"], 3, qwen3.model.pretokenizer.split) == []
+        kernel.encode_chunks(["", "a"], 1, [b"a"], [" a"])
+    with pytest.raises(TypeError):
+        kernel.encode_chunks(["", "a"], 1, ["a"], [" a"], [" a"])
+    for stops in ([], [0, 1], [2], [0], [-1]):  # too few or many, past the pieces, short of them
+        with pytest.raises(ValueError, match="stop"):
+            kernel.encode_chunks(["", "a"], 1, ["a"], [" a"], stops)
+    with pytest.raises(ValueError, match="stop"):
+        kernel.encode_chunks(["", "a", "b"], 1, ["a", "b"], [" a", " b"], [2, 1])  # out of order
+    assert kernel.encode_chunks(["", "a", "b"], 3) == ([], [])
+    assert kernel.encode_chunks(["", "a"], 1, ["a"]) == (None, ["a"])  # no pieces: they do not cover the chunk
     # None of that left anything behind: the same call works.
-    assert kernel.encode_chunks(["", "a", "b"], 1, qwen3.model.pretokenizer.split) == _reference_chunks(qwen3, ["a", "b"])
+    assert kernel.encode_chunks(["", "a", "b"], 1) == (None, ["a", "b"])
+    assert _chunk_ids(kernel, qwen3, ["", "a", "b"]) == _reference_chunks(qwen3, ["a", "b"])
 
 
 def test_the_chunk_cache_stays_within_its_budget(qwen3):
-    kernel = _bpe.Kernel(*_args(qwen3.model.bpe), chunk_bytes=200_000)
+    kernel = _kernel.Kernel(*_args(qwen3.model.bpe), chunk_bytes=200_000)
     rng = random.Random(9)
     for _ in range(30):
         parts = [""] + ["".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(rng.randrange(1, 30))) for _ in range(500)]
-        kernel.encode_chunks(parts, 1, qwen3.model.pretokenizer.split)
+        assert _chunk_ids(kernel, qwen3, parts) == _reference_chunks(qwen3, parts[1:])
     info = kernel.cache_info()["chunks"]
     assert 0 < info["bytes"] <= info["budget"] == 200_000
 
@@ -395,11 +436,11 @@ def test_a_merge_naming_a_missing_token_is_refused_by_both_builds(monkeypatch):
         monkeypatch.setenv("BPETOK_PURE_PYTHON", pure)
         with pytest.raises(bpetok.VocabularyError, match="not in 'tokenizer.ggml.tokens'"):
             BytePairModel(_BYTE_TOKENS + [b"ab"], [b"a b", b"ab q\xc3\xa9"])
-    assert _bpe.build_merges(_BYTE_TOKENS, [b"a q\xc3\xa9"], []) is None
+    assert _kernel.build_merges(_BYTE_TOKENS, [b"a q\xc3\xa9"], []) is None
     with pytest.raises(TypeError):
-        _bpe.build_merges(_BYTE_TOKENS, ["a b"], [])
+        _kernel.build_merges(_BYTE_TOKENS, ["a b"], [])
     with pytest.raises(ValueError):
-        _bpe.build_merges(_BYTE_TOKENS, [], [b"a"])  # a "virtual" text that is a token
+        _kernel.build_merges(_BYTE_TOKENS, [], [b"a"])  # a "virtual" text that is a token
 
 
 @settings(max_examples=200, deadline=None)

@@ -222,7 +222,7 @@ def _tokenize_with(tok):
 def kernel_not_built(monkeypatch):
     """As if setup.py had not built the C modules: importing them fails."""
     monkeypatch.delenv("BPETOK_PURE_PYTHON", raising=False)
-    monkeypatch.setitem(sys.modules, "bpetok.models._bpe", None)
+    monkeypatch.setitem(sys.modules, "bpetok.models.gpt2._kernel", None)
     monkeypatch.setitem(sys.modules, "bpetok.models._symbols", None)
     monkeypatch.setattr(bpetok.compiled, "_warned", False)
 

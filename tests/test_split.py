@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpetok.models import _bpe  # the suite requires the kernel to be built (CI builds it)
+from bpetok.models.gpt2 import _kernel  # the suite requires the kernel to be built (CI builds it)
 from bpetok.plugins import get_registry
 from bpetok.pretok import llama3, qwen2, smollm
 from bpetok.pretok.unicode_data import RANGE_STARTS, WHITESPACE
@@ -31,7 +31,7 @@ def splitter(request):
 
 
 def test_the_build_has_every_twin():
-    assert set(_bpe.SPLITTERS) == set(TWINS)
+    assert set(_kernel.SPLITTERS) == set(TWINS)
 
 
 @pytest.mark.parametrize("cases", ["qwen3", "smollm2", "llama-bpe", "qwen35"])
@@ -40,7 +40,7 @@ def test_every_reference_text(splitter, cases):
     texts = [case["text"] for case in load_cases(cases)]
     assert len(texts) > 200
     for text in texts:
-        assert _bpe.split(name, text) == twin(text), text
+        assert _kernel.split(name, text) == twin(text), text
 
 
 # Codepoints of every class llama.cpp knows: the first of each of its ranges, its whitespace, and
@@ -59,7 +59,7 @@ _ALPHABET = st.one_of(
 @given(text=st.text(_ALPHABET, max_size=60))
 def test_any_text(splitter, text):
     name, twin = splitter
-    assert _bpe.split(name, text) == twin(text)
+    assert _kernel.split(name, text) == twin(text)
 
 
 def _random_texts(seed: int, count: int) -> list[str]:
@@ -72,7 +72,7 @@ def _random_texts(seed: int, count: int) -> list[str]:
 def test_mixed_runs(splitter):
     name, twin = splitter
     for text in _random_texts(0, 3000):
-        assert _bpe.split(name, text) == twin(text), text
+        assert _kernel.split(name, text) == twin(text), text
 
 
 @pytest.mark.parametrize(
@@ -91,17 +91,17 @@ def test_mixed_runs(splitter):
 )
 def test_long_runs(splitter, text):
     name, twin = splitter
-    assert _bpe.split(name, text) == twin(text)
+    assert _kernel.split(name, text) == twin(text)
 
 
 def test_every_spec_that_declares_a_splitter_has_it():
     declared = list({id(row.spec): row.spec for row in get_registry().rows() if row.spec.kernel_split}.values())
-    assert {spec.kernel_split for spec in declared} == set(_bpe.SPLITTERS)
+    assert {spec.kernel_split for spec in declared} == set(_kernel.SPLITTERS)
     texts = _random_texts(1, 300) + [case["text"] for case in load_cases("qwen3")[:500]]
     for spec in declared:
         pretokenizer = spec.factory()
         for text in texts:
-            assert _bpe.split(spec.kernel_split, text) == pretokenizer.split(text), (spec.llama_type, text)
+            assert _kernel.split(spec.kernel_split, text) == pretokenizer.split(text), (spec.llama_type, text)
 
 
 # -- the kernel's whole-text path ----------------------------------------------------------------
@@ -125,7 +125,7 @@ def _kernel_with_split(tok, name, cache_bytes=1 << 20, chunk_bytes=1 << 20):
     bpe = tok.model.bpe
     from bpetok.models.gpt2 import BYTE_TO_CHAR
 
-    return _bpe.Kernel(
+    return _kernel.Kernel(
         bpe.byte_ids, bpe.ranks, bpe.stride, bpe.shift, bpe.n_tokens,
         [bpe._emit([bpe.n_tokens + k]) for k in range(len(bpe.virtual_texts))],
         bpe.token_to_id if bpe.ignore_merges else None,
@@ -195,7 +195,7 @@ _STORAGE_KINDS = {
 def test_every_str_storage_kind_reads_as_its_utf8(qwen3, kind, repeat):
     text = _STORAGE_KINDS[kind] * repeat
     kernel = _kernel_with_split(qwen3, "qwen2")
-    assert "".join(_bpe.split("qwen2", text)) == text  # each piece's UTF-8 decodes back to the text
+    assert "".join(_kernel.split("qwen2", text)) == text  # each piece's UTF-8 decodes back to the text
     expected = _reference(qwen3, text)
     assert kernel.encode_text(text) == expected
     assert kernel.encode_texts([text, "x", text])[0] == [expected, _reference(qwen3, "x"), expected]
@@ -291,7 +291,7 @@ _KERNELS: dict = {}
 
 def test_unknown_splitters_are_refused(qwen3):
     with pytest.raises(ValueError, match="no compiled splitter named 'nope'"):
-        _bpe.split("nope", "text")
+        _kernel.split("nope", "text")
     with pytest.raises(ValueError, match="no compiled splitter named 'nope'"):
         _kernel_with_split(qwen3, "nope")
     with pytest.raises(ValueError, match="needs a kernel built with split"):
@@ -299,4 +299,4 @@ def test_unknown_splitters_are_refused(qwen3):
     with pytest.raises(TypeError):
         _kernel_with_split(qwen3, "qwen2").encode_text(b"bytes")
     with pytest.raises(TypeError):
-        _bpe.split("qwen2", b"bytes")
+        _kernel.split("qwen2", b"bytes")

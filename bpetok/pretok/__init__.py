@@ -72,7 +72,7 @@ class PreTokenizerSpec:
     - ``metaspace_words``: each piece that is not newlines only starts with ``▁`` (added if
       missing) and is cut again before every further ``▁`` (llama.cpp's mmbert words).
     - ``kernel_split``: the name of a splitter compiled into the C kernel (``bpetok/pretok/_split.c``,
-      listed in ``bpetok.models._bpe.SPLITTERS``) that splits exactly as this pre-tokenizer does.
+      listed in ``bpetok.models.gpt2._kernel.SPLITTERS``) that splits exactly as this pre-tokenizer does.
       With the kernel built, the engine then hands whole texts to the kernel (text -> space chunks
       -> pieces -> ids, no Python object per piece); the pre-tokenizer's ``split`` stays the readable
       twin that tests/test_split.py holds it equal to. A name the kernel lacks: the Python path runs.

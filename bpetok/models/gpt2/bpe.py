@@ -25,13 +25,13 @@ __all__ = [
 
 
 def kernel_module():
-    """The compiled kernel (``bpetok/models/_bpe.c``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
-    return compiled_module("bpetok.models._bpe")
+    """The compiled kernel (``bpetok/models/gpt2/kernel/``), or None: not built, or ``BPETOK_PURE_PYTHON=1``."""
+    return compiled_module("bpetok.models.gpt2._kernel")
 
 
 def engine() -> str:
     """Which BPE engine runs: ``"C kernel"``, or ``"pure Python: "`` and why."""
-    reason = pure_python_reason("bpetok.models._bpe")
+    reason = pure_python_reason("bpetok.models.gpt2._kernel")
     return "C kernel" if reason is None else f"pure Python: {reason}"
 
 
@@ -66,7 +66,7 @@ def byte_encode(data: bytes) -> str:
 def merge_symbols(symbols: list[int], ranks: dict[int, int], stride: int, mask: int) -> list[int]:
     """BPE of one piece: merge the adjacent pair of lowest rank, the leftmost on ties, until no
     pair has a merge; returns the symbols left. The pure engine's loop, and the readable twin of
-    the C kernel's (``bpetok/models/_bpe.c``) and the trainer's.
+    the C kernel's (``bpetok/models/gpt2/kernel/merge.c``) and the trainer's.
 
     ``ranks`` maps a pair ``left * stride + right`` to ``rank << shift | merged``: one int that
     orders by rank and carries the merged symbol in its low bits (``mask``). The symbols are a

@@ -3,14 +3,15 @@ around the merge tables of :class:`~bpetok.models.gpt2.bpe.BytePairModel`.
 
 A fragment is split by the pre-tokenizer registered for the vocabulary's (model, pre), and each
 piece merged by BPE. The pure-Python engine does just that, with a cache of pieces (text -> ids);
-it is the readable reference. The speed is the C kernel's (``bpetok/models/_bpe.c``), when built:
+it is the readable reference. The speed is the C kernel's (``bpetok/models/gpt2/kernel/``, module ``_kernel``), when built:
 
 - three caches, each a share of the byte budget (:mod:`bpetok.cache`): pieces, space chunks
   (``" word,"`` -> ids) and text heads; past its share a cache stops growing;
 - space chunks: a pre-tokenizer with ``space_chunks`` lets a fragment be cut at the spaces that
   follow a non-space (:meth:`ByteLevelModel._encode_chunked`), and most of a text is then lookups;
 - with its own splitter (the spec's ``kernel_split``) the kernel takes whole texts, special
-  tokens included, on several threads without the GIL.
+  tokens included, on several threads without the GIL; without one the pre-tokenizer splits here,
+  in Python, and the kernel merges.
 
 :meth:`ByteLevelModel.encode_fragment_reference` is the plain way (no cache, no chunks) that
 tests hold all of it to.
@@ -51,7 +52,7 @@ class ByteLevelModel(TokenizerModel):
         self.space_chunks = bool(spec.space_chunks)
         module = kernel_module()
         if module is None:
-            warn_not_built("bpetok.models._bpe")
+            warn_not_built("bpetok.models.gpt2._kernel")
         self.compiled = module is not None
         # With the kernel's own splitter, whole texts go to C (and run without the GIL).
         self._kernel_split = spec.kernel_split if module is not None and spec.kernel_split in module.SPLITTERS else ""
@@ -121,8 +122,31 @@ class ByteLevelModel(TokenizerModel):
         """
         parts = _SAFE_SPACE.split(text)
         out = self._encode_head(parts[0]) if parts[0] else []
-        out += self._kernel.encode_chunks(parts, 1, self.pretokenizer.split)  # lookups, then the new chunks together
+        out += self._kernel_chunks(parts)  # lookups, then the new chunks together
         return out
+
+    def _kernel_chunks(self, parts: list[str]) -> list[int]:
+        """The ids of ``" " + part`` for each of ``parts[1:]`` (a text cut at :data:`_SAFE_SPACE`)
+        from the kernel's chunk cache; the chunks it lacks are split here and merged in C.
+
+        They are split together, joined back to back (``" a b c"``): each but a text's last part
+        ends in a character that is not whitespace, and a text's last part comes last, so by the
+        ``space_chunks`` promise no piece crosses from one chunk to the next and each chunk splits
+        as it does in its text; the kernel finds each chunk's pieces by their lengths. If a piece
+        crosses a chunk's end all the same, each chunk is split on its own.
+        """
+        kernel, split = self._kernel, self.pretokenizer.split
+        ids, lacking = kernel.encode_chunks(parts, 1)
+        if lacking:
+            ids, lacking = kernel.encode_chunks(parts, 1, lacking, split(" " + " ".join(lacking)))
+        if lacking:  # a piece crossed a chunk's end
+            pieces: list[str] = []
+            stops = []
+            for chunk in lacking:
+                pieces += split(" " + chunk)
+                stops.append(len(pieces))
+            ids, lacking = kernel.encode_chunks(parts, 1, lacking, pieces, stops)
+        return ids
 
     def _encode_head(self, head: str) -> list[int]:
         """The ids of a text's first chunk (no leading space), cached like the others."""
