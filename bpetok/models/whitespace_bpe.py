@@ -19,8 +19,7 @@ from __future__ import annotations
 import re
 from array import array
 from itertools import chain
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from bpetok.cache import LONGEST_KEY, as_ids
 from bpetok.errors import UnsupportedVocabularyError
@@ -29,10 +28,12 @@ from bpetok.models import ModelSpec, TokenizerModel
 from bpetok.pretok.unicode_data import WHITESPACE
 from bpetok.vocab import TokenAttr
 
+if TYPE_CHECKING:
+    import numpy as np  # offsets only: loading a tokenizer does not import numpy
+
 __all__ = ["Gpt2Runs", "Gpt2RunsModel", "WhitespaceModel"]
 
 _WHITESPACE_RUNS = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(WHITESPACE)) + "]+")
-_ASCII_WHITESPACE = np.isin(np.arange(256), [c for c in WHITESPACE if c < 128])  # per byte, for offsets' gaps
 _WHITESPACE_UTF8 = re.compile(b"(?:" + b"|".join(re.escape(chr(c).encode()) for c in sorted(WHITESPACE)) + b")+")
 
 
@@ -139,6 +140,8 @@ class WhitespaceModel(Gpt2RunsModel):
         """Spans with a gap where the dropped whitespace was (no token holds whitespace): the
         tokens spell the rest of the text in order, unless the model dropped more (a character
         without a token), which :meth:`walk_offsets` finds."""
+        import numpy as np
+
         from bpetok.offsets import _added, spans_over_kept_bytes
 
         head, tail = _added(tok, add_special)
@@ -155,11 +158,14 @@ class WhitespaceModel(Gpt2RunsModel):
         """A bool per byte of ``text``'s UTF-8: whitespace, and over raw UTF-8 a character that is
         no token (llama.cpp drops it when no byte token stands in; where one does, the lengths
         do not add up and the walk decides)."""
+        import numpy as np
+
         data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
         index = tok.vocabulary.token_index()
-        if self._ascii_dropped is None:
+        if self._ascii_dropped is None:  # per byte value: ASCII whitespace, or a character with no token
             no_token = [b for b in range(128) if self._raw and bytes((b,)) not in index]
-            self._ascii_dropped = _ASCII_WHITESPACE | np.isin(np.arange(256), no_token)
+            dropped_ascii = [c for c in WHITESPACE if c < 128] + no_token
+            self._ascii_dropped = np.isin(np.arange(256), dropped_ascii)
         dropped = self._ascii_dropped[data]
         leads = np.flatnonzero(data >= 0xC0).tolist()
         if leads:
@@ -178,6 +184,8 @@ class WhitespaceModel(Gpt2RunsModel):
 
     def _spelled_lengths(self, tok, body):
         """Each ordinary token's spelled bytes (:meth:`_spelling`), or None where a special token is among them."""
+        import numpy as np
+
         if self._lengths is None:
             self._lengths = np.full(tok.n_tokens, -1, dtype=np.int64)
         if len(body) and (body.min() < 0 or body.max() >= tok.n_tokens):
