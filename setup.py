@@ -51,6 +51,7 @@ setup(
         Extension(
             "bpetok._train",
             sources=["bpetok/_train.c"],
+            depends=["bpetok/_train_pieces.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

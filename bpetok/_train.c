@@ -12,6 +12,9 @@
  * is checked (ids, frequencies, sizes that fit int32 positions) and every allocation too: a failed
  * one raises MemoryError. A merge that fails half-way leaves the counts inconsistent: the trainer
  * then stops with the error and the object is not used again.
+ *
+ * The words come from a PieceCounts (bpetok/_train_pieces.h: the corpus's unique pieces, read in
+ * place) or any iterable of bytes or id sequences; each pair's position list starts at its exact size.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -195,54 +198,50 @@ static void pop(PairCounts *self)
         sift_down(self->heap, self->nheap, 0);
 }
 
+#include "_train_pieces.h"
+
 /* -- building ---------------------------------------------------------------------------------- */
 
-/* Append one word's symbols (a bytes object, or a sequence of ints below STRIDE). */
-static int add_word(PairCounts *self, PyObject *word, int32_t w)
+/* Make room for `need` positions in the four per-position arrays (they share one capacity). */
+static int reserve_positions(PairCounts *self, size_t need)
 {
-    PyObject *seq = NULL;
-    Py_ssize_t n;
-    const unsigned char *bytes = NULL;
-    if (PyBytes_Check(word)) {
-        n = PyBytes_GET_SIZE(word);
-        bytes = (const unsigned char *)PyBytes_AS_STRING(word);
-    } else {
-        seq = PySequence_Fast(word, "PairCounts: each word is bytes or a sequence of symbol ids");
-        if (seq == NULL)
-            return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
+    if (need <= self->cappos)
+        return 0;
+    size_t cap = self->cappos;
+    if (RESERVE(self->sym, cap, need) < 0)
+        return -1;
+    int32_t **arrays[] = {&self->nxt, &self->prv, &self->word};
+    for (int k = 0; k < 3; k++) {
+        void *p = realloc(*arrays[k], cap * sizeof(int32_t));
+        if (p == NULL)
+            return PyErr_NoMemory(), -1;
+        *arrays[k] = p;
     }
-    int rc = -1;
-    if ((size_t)n > (size_t)INT32_MAX - 1 - self->npos) {
+    self->cappos = cap; /* only once all four have it */
+    return 0;
+}
+
+/* Append word w's n symbols: the bytes `bytes` (ids 0-255) or, when it is NULL, the ints of `seq`. */
+static int add_symbols(PairCounts *self, const unsigned char *bytes, PyObject *seq, size_t n, int32_t w)
+{
+    if (n > (size_t)INT32_MAX - 1 - self->npos) {
         PyErr_SetString(PyExc_MemoryError, "PairCounts: the words have more than 2**31 symbols in all");
-        goto done;
+        return -1;
     }
-    size_t need = self->npos + (size_t)n;
-    if (need > self->cappos) { /* the four arrays share one capacity */
-        size_t cap = self->cappos;
-        if (RESERVE(self->sym, cap, need) < 0)
-            goto done;
-        int32_t **arrays[] = {&self->nxt, &self->prv, &self->word};
-        for (int k = 0; k < 3; k++) {
-            void *p = realloc(*arrays[k], cap * sizeof(int32_t));
-            if (p == NULL)
-                goto nomem;
-            *arrays[k] = p;
-        }
-        self->cappos = cap; /* only once all four have it */
-    }
+    if (reserve_positions(self, self->npos + n) < 0)
+        return -1;
     int32_t base = (int32_t)self->npos;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         long id;
         if (bytes != NULL) {
             id = bytes[i];
         } else {
-            id = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            id = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
             if (id == -1 && PyErr_Occurred())
-                goto done;
+                return -1;
             if (id < 0 || id >= STRIDE) {
                 PyErr_Format(PyExc_ValueError, "PairCounts: symbol id %ld is outside 0..2**24-1", id);
-                goto done;
+                return -1;
             }
         }
         int32_t at = base + (int32_t)i;
@@ -252,14 +251,122 @@ static int add_word(PairCounts *self, PyObject *word, int32_t w)
         self->word[at] = w;
     }
     self->start[w] = n ? base : END;
-    self->npos = need;
-    rc = 0;
-    goto done;
-nomem:
-    PyErr_NoMemory();
-done:
-    Py_XDECREF(seq);
+    self->npos += n;
+    return 0;
+}
+
+/* Append one word (a bytes object, or a sequence of ints below STRIDE). */
+static int add_word(PairCounts *self, PyObject *word, int32_t w)
+{
+    if (PyBytes_Check(word))
+        return add_symbols(self, (const unsigned char *)PyBytes_AS_STRING(word), NULL, (size_t)PyBytes_GET_SIZE(word), w);
+    PyObject *seq = PySequence_Fast(word, "PairCounts: each word is bytes or a sequence of symbol ids");
+    if (seq == NULL)
+        return -1;
+    int rc = add_symbols(self, NULL, seq, (size_t)PySequence_Fast_GET_SIZE(seq), w);
+    Py_DECREF(seq);
     return rc;
+}
+
+/* Read the words' frequencies: an int64 buffer (what PieceCounts.freqs() gives) or a sequence of ints. */
+static int read_freqs(PairCounts *self, PyObject *freqs)
+{
+    Py_buffer view;
+    PyObject *fseq = NULL;
+    size_t n;
+    int buffered = PyObject_CheckBuffer(freqs) && PyObject_GetBuffer(freqs, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0;
+    if (buffered && (view.itemsize != 8 || view.format == NULL || strchr("qlQL", view.format[strlen(view.format) - 1]) == NULL ||
+                     strlen(view.format) > 2)) {
+        PyBuffer_Release(&view);
+        buffered = 0;
+    }
+    PyErr_Clear();
+    if (buffered) {
+        n = (size_t)view.len / 8;
+    } else {
+        if ((fseq = PySequence_Fast(freqs, "PairCounts: freqs is a sequence of ints")) == NULL)
+            return -1;
+        n = (size_t)PySequence_Fast_GET_SIZE(fseq);
+    }
+    int rc = -1;
+    if (n >= INT32_MAX) {
+        PyErr_SetString(PyExc_MemoryError, "PairCounts: more than 2**31 words");
+        goto done;
+    }
+    self->freq = malloc((n ? n : 1) * sizeof(int64_t));
+    self->start = malloc((n ? n : 1) * sizeof(int32_t));
+    if (self->freq == NULL || self->start == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t w = 0; w < n; w++) {
+        long long f;
+        if (buffered) {
+            memcpy(&f, (const char *)view.buf + 8 * w, 8);
+        } else if ((f = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fseq, (Py_ssize_t)w))) == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (f < 0) {
+            PyErr_Format(PyExc_ValueError, "PairCounts: frequency %lld is negative", f);
+            goto done;
+        }
+        self->freq[w] = f;
+    }
+    self->nwords = n;
+    rc = 0;
+done:
+    if (buffered)
+        PyBuffer_Release(&view);
+    Py_XDECREF(fseq);
+    return rc;
+}
+
+/* Add the words: a PieceCounts is read in place (its live pieces, as iterating it gives them). */
+static int read_words(PairCounts *self, PyObject *words)
+{
+    size_t w = 0;
+    if (PyObject_TypeCheck(words, &PieceCountsType)) {
+        const PieceCounts *c = (const PieceCounts *)words;
+        size_t total = 0;
+        for (size_t i = 0; i < c->npieces; i++)
+            if (c->pieces[i].count > 0)
+                total += c->pieces[i].len;
+        if (total < (size_t)INT32_MAX && reserve_positions(self, total) < 0) /* exactly: no slack */
+            return -1;
+        for (size_t i = 0; i < c->npieces; i++) {
+            const Piece *p = &c->pieces[i];
+            if (p->count == 0)
+                continue;
+            if (w == self->nwords) {
+                PyErr_SetString(PyExc_ValueError, "PairCounts: more words than freqs");
+                return -1;
+            }
+            if (add_symbols(self, c->text + p->at, NULL, p->len, (int32_t)w++) < 0)
+                return -1;
+        }
+    } else {
+        PyObject *it = PyObject_GetIter(words), *word;
+        if (it == NULL)
+            return -1;
+        while ((word = PyIter_Next(it)) != NULL) {
+            int rc = w == self->nwords ? -2 : add_word(self, word, (int32_t)w++);
+            Py_DECREF(word);
+            if (rc < 0) {
+                if (rc == -2)
+                    PyErr_SetString(PyExc_ValueError, "PairCounts: more words than freqs");
+                Py_DECREF(it);
+                return -1;
+            }
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    if (w != self->nwords) {
+        PyErr_SetString(PyExc_ValueError, "PairCounts: fewer words than freqs");
+        return -1;
+    }
+    return 0;
 }
 
 static int PairCounts_init(PairCounts *self, PyObject *args, PyObject *kwds)
@@ -273,81 +380,47 @@ static int PairCounts_init(PairCounts *self, PyObject *args, PyObject *kwds)
     self->started = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO", kwlist, &words, &freqs))
         return -1;
-    PyObject *fseq = PySequence_Fast(freqs, "PairCounts: freqs is a sequence of ints");
-    if (fseq == NULL)
+    if (read_freqs(self, freqs) < 0 || read_words(self, words) < 0)
         return -1;
-    int rc = -1;
-    PyObject *it = NULL, *word = NULL;
-    size_t nwords = (size_t)PySequence_Fast_GET_SIZE(fseq);
-    if (nwords >= INT32_MAX) {
-        PyErr_SetString(PyExc_MemoryError, "PairCounts: more than 2**31 words");
-        goto done;
-    }
-    self->freq = malloc((nwords ? nwords : 1) * sizeof(int64_t));
-    self->start = malloc((nwords ? nwords : 1) * sizeof(int32_t));
-    if (self->freq == NULL || self->start == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (size_t w = 0; w < nwords; w++) {
-        long long f = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fseq, (Py_ssize_t)w));
-        if (f == -1 && PyErr_Occurred())
-            goto done;
-        if (f < 0) {
-            PyErr_Format(PyExc_ValueError, "PairCounts: frequency %lld is negative", f);
-            goto done;
-        }
-        self->freq[w] = f;
-    }
-    if ((it = PyObject_GetIter(words)) == NULL)
-        goto done;
-    size_t w = 0;
-    while ((word = PyIter_Next(it)) != NULL) {
-        if (w == nwords) {
-            PyErr_SetString(PyExc_ValueError, "PairCounts: more words than freqs");
-            goto done;
-        }
-        if (add_word(self, word, (int32_t)w) < 0)
-            goto done;
-        Py_CLEAR(word);
-        w++;
-    }
-    if (PyErr_Occurred())
-        goto done;
-    if (w != nwords) {
-        PyErr_SetString(PyExc_ValueError, "PairCounts: fewer words than freqs");
-        goto done;
-    }
-    self->nwords = nwords;
     /* Every count is a sum of these weights: if they fit in int64, no count overflows. */
     int64_t total = 0;
     for (size_t p = 0; p < self->npos; p++)
         if (self->nxt[p] != END && __builtin_add_overflow(total, self->freq[self->word[p]], &total)) {
             PyErr_SetString(PyExc_OverflowError, "PairCounts: the pair counts would pass 2**63");
-            goto done;
+            return -1;
         }
+    /* Two passes, so that each pair's position list is allocated at its exact size: count, then fill. */
     for (size_t p = 0; p < self->npos; p++) {
         int32_t q = self->nxt[p];
         if (q == END)
             continue;
         int32_t i = find_or_add(self, self->sym[p] * STRIDE + self->sym[q]);
-        if (i < 0 || add_position(&self->pairs[i], (int32_t)p) < 0)
-            goto done;
-        self->pairs[i].count += self->freq[self->word[p]];
+        if (i < 0)
+            return -1;
+        self->pairs[i].cap++;
+    }
+    for (size_t i = 0; i < self->npairs; i++)
+        if ((self->pairs[i].pos = malloc(self->pairs[i].cap * sizeof(int32_t))) == NULL) {
+            self->pairs[i].cap = 0;
+            PyErr_NoMemory();
+            return -1;
+        }
+    for (size_t p = 0; p < self->npos; p++) {
+        int32_t q = self->nxt[p];
+        if (q == END)
+            continue;
+        Pair *pair = &self->pairs[lookup(self, self->sym[p] * STRIDE + self->sym[q])];
+        pair->pos[pair->len++] = (int32_t)p;
+        pair->count += self->freq[self->word[p]];
     }
     if (RESERVE(self->heap, self->capheap, self->npairs) < 0)
-        goto done;
+        return -1;
     for (size_t i = 0; i < self->npairs; i++)
         self->heap[i] = (Entry){self->pairs[i].count, self->pairs[i].key, (int32_t)i};
     self->nheap = self->npairs;
     for (size_t i = self->nheap / 2; i-- > 0;)
         sift_down(self->heap, self->nheap, i);
-    rc = 0;
-done:
-    Py_XDECREF(word);
-    Py_XDECREF(it);
-    Py_DECREF(fseq);
-    return rc;
+    return 0;
 }
 
 static void PairCounts_dealloc(PairCounts *self)
@@ -597,7 +670,7 @@ static struct PyModuleDef train_module = {
 
 PyMODINIT_FUNC PyInit__train(void)
 {
-    if (PyType_Ready(&PairCountsType) < 0)
+    if (PyType_Ready(&PairCountsType) < 0 || PyType_Ready(&PieceCountsType) < 0 || PyType_Ready(&PieceIterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&train_module);
     if (m == NULL)
@@ -605,6 +678,12 @@ PyMODINIT_FUNC PyInit__train(void)
     Py_INCREF(&PairCountsType);
     if (PyModule_AddObject(m, "PairCounts", (PyObject *)&PairCountsType) < 0) {
         Py_DECREF(&PairCountsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PieceCountsType);
+    if (PyModule_AddObject(m, "PieceCounts", (PyObject *)&PieceCountsType) < 0) {
+        Py_DECREF(&PieceCountsType);
         Py_DECREF(m);
         return NULL;
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import Counter, defaultdict
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from bpetok.errors import BpetokError
 from bpetok.models.gpt2 import BYTE_TO_CHAR, merge_symbols
@@ -39,7 +39,7 @@ class _PairCounts:
     the pair's current count (lazy deletion: stale entries are fixed when popped).
     """
 
-    def __init__(self, words: Iterable[bytes | list[int]], freqs: list[int]):
+    def __init__(self, words: Iterable[bytes | list[int]], freqs: Sequence[int]):
         sym, nxt, prv, weight = array("i"), array("q"), array("q"), array("q")
         counts: dict[int, int] = defaultdict(int)
         where: dict[int, array] = defaultdict(lambda: array("q"))
@@ -135,7 +135,7 @@ class _RecountedPairs:
     Same interface (``counts``, ``words``, ``best``, ``merge``); for tests only.
     """
 
-    def __init__(self, words: Iterable[bytes | list[int]], freqs: list[int]):
+    def __init__(self, words: Iterable[bytes | list[int]], freqs: Sequence[int]):
         self.words, self.freqs = [list(w) for w in words], list(freqs)
         self._recount()
 

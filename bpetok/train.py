@@ -39,7 +39,7 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from bpetok._args import as_int, check_flag, check_not_text
 from bpetok._extend import ExtendResult, _clean_pins, extend, read_pin_file
@@ -153,40 +153,58 @@ def _split_specials(special_tokens: tuple[str, ...]):
     return re.compile("|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True))))
 
 
-def count_pieces(pre: str, special_tokens: Iterable[str], chunks: Iterable[str]) -> Counter:
-    """How often each piece of ``chunks`` occurs, special tokens cut out first (as at encode time).
+def new_counts():
+    """An empty piece counter: ``bpetok._train.PieceCounts`` (compact arrays, bpetok/_train_pieces.h)
+    when built and ``BPETOK_PURE_PYTHON`` is unset, else its readable twin, a :class:`Counter` of str.
+
+    Both count with ``update(pieces)``, add another counter's counts with ``update(counter)``, and
+    have ``pop``, ``total`` and ``items``; the C one keeps a piece in about 40 bytes (a Counter
+    over 100) and pickles as one flat bytes object, so workers' counts travel and merge cheaply.
+    """
+    compiled = compiled_module("bpetok._train")
+    return compiled.PieceCounts() if compiled is not None else Counter()
+
+
+def count_pieces(pre: str, special_tokens: Iterable[str], chunks: Iterable[str]):
+    """How often each piece of ``chunks`` occurs (a :func:`new_counts` counter), special tokens cut out
+    first (as at encode time).
 
     Runs on a worker too: only the pre-tokenizer's name and the texts travel; each process builds
     the pre-tokenizer once from its registry.
     """
     split = _cached_pretokenizer(pre).split
     cut = _split_specials(tuple(special_tokens))
-    counter: Counter = Counter()
+    counter = new_counts()
     for chunk in chunks:
         for part in cut.split(chunk) if cut else (chunk,):
             counter.update(split(part))
     return counter
 
 
-def _count_corpus(chunks: Iterator[str], pre: str, special_tokens: list[str], workers: int, client) -> Counter:
+def _add_counts(total, part) -> None:
+    """Add counter ``part`` to ``total`` (a Dask worker may run the other engine: then via a dict)."""
+    total.update(part if type(part) is type(total) else dict(part.items()))
+
+
+def _count_corpus(chunks: Iterator[str], pre: str, special_tokens: list[str], workers: int, client):
     """:func:`count_pieces` over every chunk: in this process, on ``workers`` local processes, or on Dask."""
     if client is None and workers == 1:
         return count_pieces(pre, special_tokens, chunks)
     from bpetok.datasets import in_order, process_pool
 
     tasks = _batched(chunks, TASK_CHUNKS)
-    counter: Counter = Counter()
+    counter = new_counts()
     if client is not None:
         from bpetok._dask import result_from_worker
 
         ahead = 2 * max(sum(client.nthreads().values()), 1)
         submit = lambda b: client.submit(count_pieces, pre, special_tokens, b, pure=False)  # noqa: E731
         for part in in_order(submit, tasks, ahead, result_from_worker(client)):
-            counter.update(part)
+            _add_counts(counter, part)
         return counter
     with process_pool(workers) as pool:
         for part in in_order(lambda b: pool.submit(count_pieces, pre, special_tokens, b), tasks, 2 * workers):
-            counter.update(part)
+            _add_counts(counter, part)
     return counter
 
 
@@ -436,19 +454,17 @@ def train(
     bar.start("pre-tokenizing", total, "B")
     counter = _count_corpus(_corpus_chunks(texts, paths, bar), pre, special_tokens, workers, client)
     bar.finish()
-    n_pieces = sum(counter.values())
+    n_pieces = counter.total()
     if n_pieces == 0:
         where = ", ".join(paths) if paths else "the texts given"
         raise BpetokError(f"the corpus is empty: no text in {where}; give at least one non-empty UTF-8 file")
     for form in forms:  # pinned forms become one token whatever happens: keep them out of the counts
         counter.pop(form, None)
 
-    # 2. Words as byte-id lists (id b is byte b), in a fixed order so that nothing depends on hashing.
-    items = sorted(counter.items())
-    counter.clear()  # free the pieces early; the words hold what is needed
-    n_unique = len(items)
-    pairs = _pair_counts((piece.encode("utf-8", "surrogatepass") for piece, _ in items), [f for _, f in items])
-    del items
+    # 2. Words as byte-id sequences (id b is byte b).
+    n_unique = len(counter)
+    pairs = _pair_counts(*_words(counter))
+    del counter  # the merge loop holds what is needed
     vocab = _Vocab()
 
     # 3. Merge, leaving room for the pins' chains; then add the chains; then fill what room is left.
@@ -493,7 +509,22 @@ def train(
     return result
 
 
-def _pair_counts(words: Iterable[bytes], freqs: list[int]) -> _PairCounts:
+def _words(counter) -> tuple[Iterable[bytes], Sequence[int]]:
+    """The counted pieces as UTF-8 words, and their counts, for :func:`_pair_counts`.
+
+    A ``PieceCounts`` is given as it is (iterating it gives the words; the C loop reads it in
+    place) with its counts as an int64 buffer. A Counter's pieces are sorted, so that nothing
+    depends on dict order, though the merges do not depend on the words' order: a pair's count is
+    a sum over words, and a word's own occurrences are merged in its text order either way.
+    """
+    if not isinstance(counter, Counter):
+        return counter, memoryview(counter.freqs()).cast("q")
+    items = sorted(counter.items())
+    counter.clear()  # free the dict early; the items hold the pieces until the words are made
+    return (piece.encode("utf-8", "surrogatepass") for piece, _ in items), [f for _, f in items]
+
+
+def _pair_counts(words: Iterable[bytes], freqs: Sequence[int]) -> _PairCounts:
     """The merge loop over ``words``: ``bpetok._train.PairCounts`` (bpetok/_train.c) when built and
     ``BPETOK_PURE_PYTHON`` is unset, else its readable twin :class:`_PairCounts` (same merges)."""
     compiled = compiled_module("bpetok._train")

@@ -68,6 +68,17 @@ def test_c_loop_is_the_python_loop_step_by_step(data, min_frequency, reuse):
              min_frequency)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_c_loop_is_the_python_loop_on_long_words(seed):
+    # Pair lists of hundreds of positions, most gone stale as merges eat them.
+    import random
+
+    rng = random.Random(seed)
+    words = [[rng.choice([97, 98, 99]) for _ in range(rng.randint(0, 300))] for _ in range(20)]
+    merged = run_both(words, [rng.randint(1, 4) for _ in words], min_frequency=12)
+    assert len(merged) > 50
+
+
 def test_c_loop_merges_overlapping_runs_left_to_right():
     # "aaaaa": (a, a) merges into "aa aa a"; each of the 3 copies counts.
     loop = _train.PairCounts([b"aaaaa"], [3])
