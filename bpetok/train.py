@@ -46,7 +46,7 @@ from bpetok._extend import ExtendResult, _clean_pins, extend, read_pin_file
 from bpetok._train_merge import STRIDE, ChainTooLarge, _add_chain, _PairCounts, _Vocab
 from bpetok.compiled import compiled_module
 from bpetok.errors import BpetokError
-from bpetok.gguf import GGUFValueType
+from bpetok.vocab.gguf import GGUFValueType
 from bpetok.hookspecs import hookimpl
 from bpetok.models.gpt2 import BytePairModel
 from bpetok.vocab import TokenType
@@ -190,12 +190,12 @@ def _count_corpus(chunks: Iterator[str], pre: str, special_tokens: list[str], wo
     """:func:`count_pieces` over every chunk: in this process, on ``workers`` local processes, or on Dask."""
     if client is None and workers == 1:
         return count_pieces(pre, special_tokens, chunks)
-    from bpetok.datasets import in_order, process_pool
+    from bpetok.apps.datasets import in_order, process_pool
 
     tasks = _batched(chunks, TASK_CHUNKS)
     counter = new_counts()
     if client is not None:
-        from bpetok._dask import result_from_worker
+        from bpetok.apps._dask import result_from_worker
 
         ahead = 2 * max(sum(client.nthreads().values()), 1)
         submit = lambda b: client.submit(count_pieces, pre, special_tokens, b, pure=False)  # noqa: E731
@@ -345,7 +345,7 @@ class TrainResult:
 
     def write(self, path: str | os.PathLike) -> None:
         """Write a vocab-only GGUF that bpetok and llama.cpp load."""
-        from bpetok.gguf_writer import write_gguf
+        from bpetok.vocab.gguf_writer import write_gguf
 
         write_gguf(path, self.gguf_items())
 
@@ -568,7 +568,7 @@ def _pins_from_args(args) -> list[str]:
 
 
 def _cmd_train(args) -> int:
-    from bpetok.datasets import connect_dask
+    from bpetok.apps.datasets import connect_dask
 
     client = connect_dask(args.dask) if args.dask else None
     try:
@@ -603,7 +603,7 @@ def _cmd_extend(args) -> int:
 @hookimpl
 def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``bpetok train`` and ``bpetok extend`` (a built-in plugin of the CLI hook)."""
-    from bpetok.cli import positive_int
+    from bpetok.apps.cli import positive_int
 
     p = subparsers.add_parser("train", help="learn a byte-level BPE vocabulary from text files, write a GGUF")
     p.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files (.xz/.gz/.bz2 decompressed)")
