@@ -57,13 +57,15 @@ def check_normalized_spans(tok: bpetok.Tokenizer, text: str, found) -> None:
 @pytest.mark.parametrize("name", sorted(NORMALIZING))
 def test_normalizing_models_spans_on_reference_cases(name, normalizing):
     tok = normalizing[name]
-    cases = reference_cases(DATA / f"{name}.jsonl.gz")
-    for case in cases:
+    # a share of the cases: the spans come from the readable twins (the Python Viterbi for t5)
+    cases = reference_cases(DATA / f"{name}.jsonl.gz")[:: 2 if name == "bert-bge" else 5]
+    for k, case in enumerate(cases):
         text, parse_special = case["text"], case["special"]
         found = tok.encode_with_offsets(text, parse_special=parse_special)
         assert found.ids == case["ids"]  # llama.cpp's
         check_normalized_spans(tok, text, found)
-        assert offsets_of_ids(tok, text, case["ids"]) == found
+        if k % 10 == 0:
+            assert offsets_of_ids(tok, text, case["ids"]) == found
     for text in NORMALIZING_TEXTS:
         for add_special in (False, True):
             found = tok.encode_with_offsets(text, add_special=add_special)
