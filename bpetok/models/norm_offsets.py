@@ -56,6 +56,12 @@ def spans_of_fragments(
             found = None
     if found is None:
         vocab = tok.vocabulary
+        if any(ids == tok.encode(text, parse_special=p, add_special=add_special) for p in (True, False)):
+            # encode's own ids, which the twin does not make: a subclass that normalizes otherwise
+            from bpetok.offsets import refuse_offsets
+
+            refuse_offsets(tok, f"{type(tok.model).__name__} normalizes the text its own way, and bpetok keeps the "
+                           "alignment of llama.cpp's bert and t5 normalizers only")
         raise OffsetsError(
             f"{vocab.path}: cannot derive token offsets for this {vocab.model} model: the ids are not what "
             f"encode(text, add_special={add_special}) gives for this text (with either parse_special); pass the text's own ids"
