@@ -109,6 +109,14 @@ def test_t5_replacement_spans_its_whole_source(normalizing):
     assert found.offsets[-1][1] == 4 and found.byte_offsets[-1][1] == 6
 
 
+def test_t5_token_spans_equal_the_python_viterbi(normalizing):
+    model = normalizing["nomic-bert-moe"].model
+    texts = [c["text"] for c in reference_cases(DATA / "nomic-bert-moe.jsonl.gz")[::7]] + NORMALIZING_TEXTS
+    for text in texts + ["\U00013460 x\U00013461\U00013462", "a\U0001fae8b"]:  # <unk>s: no token starts there
+        normalized = model.normalize_with_sources(text.encode("utf-8", "surrogatepass"))[0]
+        assert model.token_spans(normalized) == model.viterbi_spans(normalized), text
+
+
 @pytest.mark.parametrize("name", sorted(NORMALIZING))
 def test_normalizing_models_refuse_ids_of_another_text(name, normalizing):
     tok = normalizing[name]

@@ -68,6 +68,7 @@ class UnigramModel(CachingModel):
                 "set tokenizer.ggml.unknown_token_id"
             )
         self.unk = unk
+        self.tokens = tokens
         self.pieces, self.unknown_score, user_defined = self.scored_pieces(tokens, attrs, scores)
         self.longest = max(map(len, self.pieces), default=0)
         self.user_defined = sorted(set(user_defined), key=len, reverse=True)
@@ -290,7 +291,24 @@ class UnigramModel(CachingModel):
     def fragment_spans(self, fragment: str) -> list[tuple[int, int, int]]:
         """(id, start, end) of each token of ``fragment`` in its UTF-8 bytes: the reference's cut."""
         normalized, starts, ends = self.normalize_with_sources(fragment.encode("utf-8", "surrogatepass"))
-        return [(token_id, starts[a], ends[b - 1]) for token_id, a, b in self.viterbi_spans(normalized)]
+        return [(token_id, starts[a], ends[b - 1]) for token_id, a, b in self.token_spans(normalized)]
+
+    def token_spans(self, data: bytes) -> list[tuple[int, int, int]]:
+        """:meth:`viterbi_spans` (held equal to it by tests), by the C Viterbi where it can: each of
+        its ids as long as its text, unless an ``<unk>`` is among them (the ids do not say how many
+        bytes it stands for: the Python Viterbi says)."""
+        lattice = self.lattice()
+        if lattice is not None:
+            ids = lattice.viterbi(data)
+            if self.unk not in ids:
+                out, at = [], 0
+                for token_id in ids:
+                    end = at + len(self.tokens[token_id])
+                    out.append((token_id, at, end))
+                    at = end
+                if at == len(data):
+                    return out
+        return self.viterbi_spans(data)
 
     def normalize_with_sources(self, data: bytes) -> tuple[bytes, list[int], list[int]]:
         """:meth:`normalize` of ``data`` with, for each of its bytes, the span of ``data`` it came from."""
