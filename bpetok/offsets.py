@@ -30,8 +30,9 @@ Conventions (the spans are half-open ``(start, end)``):
 
 A model whose pieces are not the text's bytes supplies its own alignment
 (:meth:`~bpetok.models.TokenizerModel.aligns_offsets` says for which texts, ``token_offsets``
-gives them): whitespace and plamo2 walk with gaps, bert and t5 (they normalize) and hybriddna's
-k-mers raise :class:`OffsetsError` saying why.
+gives them): whitespace and plamo2 walk with gaps, bert and t5 (they normalize) follow their
+normalizer's alignment (:mod:`bpetok.models.norm_offsets`), hybriddna's k-mers raise
+:class:`OffsetsError` saying why.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Offsets on the models whose pieces are not simply the text's bytes: bert and t5 normalize (no
-spans, a clear OffsetsError), whitespace and plamo2 drop text (spans with gaps), hybriddna's DNA
+"""Offsets on the models whose pieces are not simply the text's bytes: bert and t5 normalize (spans
+through the normalizer's alignment), whitespace and plamo2 drop text (spans with gaps), hybriddna's DNA
 k-mers stand for upper-cased, padded letters (refused) while its BPE has spans, rwkv's pieces
 are its escapes' bytes. Checked on llama.cpp's reference cases in tests/data."""
 
@@ -15,11 +15,19 @@ from bpetok.offsets import OffsetsError
 from helpers import DATA, LLAMA_TESTS
 from test_more_models import MORE, bpe_variant
 from test_offsets import check_spans, re_encode_between_specials
+from bpetok.offsets import offsets_of_ids
+from bpetok.vocab import TokenAttr
+
+SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 
 NORMALIZING = {
-    "bert-bge": (LLAMA_TESTS / "ggml-vocab-bert-bge.gguf.gz", "bert model: its normalizer lowercases"),
-    "nomic-bert-moe": (LLAMA_TESTS / "ggml-vocab-nomic-bert-moe.gguf.gz", "t5 model: its precompiled character map"),
+    "bert-bge": LLAMA_TESTS / "ggml-vocab-bert-bge.gguf.gz",
+    "nomic-bert-moe": LLAMA_TESTS / "ggml-vocab-nomic-bert-moe.gguf.gz",  # t5
 }
+NORMALIZING_TEXTS = [
+    "Hello World", " Héllo,  wörld! 日本 ﬁ unaffable [SEP] x  [CLS] </s> y <s>", "①②   \u3000 x\t\n",
+    "ÉCOLE e\u0301cole \u0000\u200b\x7f a\U0001f3fb 👍🏽", "x" * 120 + " antidisestablishmentarianism", "", "   ",
+]
 
 
 def reference_cases(path) -> list[dict]:
@@ -27,19 +35,115 @@ def reference_cases(path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+@pytest.fixture(scope="module")
+def normalizing() -> dict[str, bpetok.Tokenizer]:
+    return {name: bpetok.from_gguf(path) for name, path in NORMALIZING.items()}
+
+
+def check_normalized_spans(tok: bpetok.Tokenizer, text: str, found) -> None:
+    """Spans of a normalizing model: in order, within the text, bytes and characters the same
+    span; a special token's is its text (and what it swallowed)."""
+    data = text.encode("utf-8", "surrogatepass")
+    at = (0, 0)
+    for token_id, (s, e), (a, b), partial in zip(found.ids, found.offsets, found.byte_offsets, found.partial):
+        assert at <= (s, e) and 0 <= s <= e <= len(text) and 0 <= a <= b <= len(data)
+        assert text[:s].encode("utf-8", "surrogatepass") == data[:a] or partial
+        assert text[:e].encode("utf-8", "surrogatepass") == data[:b] or partial
+        if tok.vocabulary.attrs[token_id] & SPECIAL and token_id != tok.model.unk and s < e:  # not added, not an unknown word
+            assert text[s:e].strip(" \t\n\v\f\r") == tok.piece(token_id).decode()
+        at = (s, e)
+
+
 @pytest.mark.parametrize("name", sorted(NORMALIZING))
-def test_normalizing_models_refuse_clearly(name):
-    path, says = NORMALIZING[name]
-    tok = bpetok.from_gguf(path)
-    cases = reference_cases(DATA / f"{name}.jsonl.gz")
-    # every text, even one whose pieces happen to spell it ("hello" is one token either way)
-    for text in ["hello", "Hello World", cases[0]["text"], cases[-1]["text"]]:
-        with pytest.raises(OffsetsError, match=f"{path}: bpetok gives no token offsets for a {says}"):
-            tok.encode_with_offsets(text)
-    with pytest.raises(OffsetsError, match="no token offsets"):
-        tok.encode_batch_with_offsets(["a", "b"])
-    # the ids themselves are unaffected
-    assert tok.encode(cases[0]["text"], parse_special=cases[0]["special"]) == cases[0]["ids"]
+def test_normalizing_models_spans_on_reference_cases(name, normalizing):
+    tok = normalizing[name]
+    # a share of the cases: the spans come from the readable twins (the Python Viterbi for t5)
+    cases = reference_cases(DATA / f"{name}.jsonl.gz")[:: 2 if name == "bert-bge" else 5]
+    for k, case in enumerate(cases):
+        text, parse_special = case["text"], case["special"]
+        found = tok.encode_with_offsets(text, parse_special=parse_special)
+        assert found.ids == case["ids"]  # llama.cpp's
+        check_normalized_spans(tok, text, found)
+        if k % 10 == 0:
+            assert offsets_of_ids(tok, text, case["ids"]) == found
+    for text in NORMALIZING_TEXTS:
+        for add_special in (False, True):
+            found = tok.encode_with_offsets(text, add_special=add_special)
+            assert found.ids == tok.encode(text, add_special=add_special)
+            check_normalized_spans(tok, text, found)
+    assert tok.encode_batch_with_offsets(NORMALIZING_TEXTS) == [tok.encode_with_offsets(t) for t in NORMALIZING_TEXTS]
+
+
+def test_bert_spans_spell_the_lowercased_text(normalizing):
+    # on ASCII text the normalizer only lowercases and splits: each token is its span, lowercased
+    tok = normalizing["bert-bge"]
+    texts = [c["text"] for c in reference_cases(DATA / "bert-bge.jsonl.gz") if c["text"].isascii()]
+    texts += ["Hello World! It's a test, isn't it?", "antidisestablishmentarianism $100 + 50% = #x"]
+    checked = 0
+    for text in texts:
+        found = tok.encode_with_offsets(text, parse_special=False)
+        for token_id, (s, e) in zip(found.ids, found.offsets):
+            if token_id != tok.model.unk:
+                assert text[s:e].lower() == tok.vocabulary.tokens[token_id].decode().removeprefix("\u2581")
+                checked += 1
+    assert checked > 100
+
+
+def test_bert_unknown_word_spans_the_word(normalizing):
+    tok = normalizing["bert-bge"]
+    text = "ab \U00013460\U00013461x cd"  # no token starts at those hieroglyphs: the word is [UNK]
+    found = tok.encode_with_offsets(text)
+    assert tok.model.unk in found.ids
+    k = found.ids.index(tok.model.unk)
+    assert text[slice(*found.offsets[k])] == "\U00013460\U00013461x"
+    assert found.byte_offsets[k] == (3, 12)
+
+
+def test_t5_replacement_spans_its_whole_source(normalizing):
+    # the charsmap maps "①" to "1" and "ﬁ" to "fi": a token of part of a replacement spans all of it
+    tok = normalizing["nomic-bert-moe"]
+    normalized, starts, ends = tok.model.normalize_with_sources("ﬁ①".encode())
+    assert normalized == tok.model.normalize("ﬁ①".encode()) == "\u2581fi1".encode()
+    assert list(zip(starts, ends)) == [(0, 0)] * 3 + [(0, 3)] * 2 + [(3, 6)]
+    found = tok.encode_with_offsets("x  ﬁ")
+    assert found.offsets[-1][1] == 4 and found.byte_offsets[-1][1] == 6
+
+
+def test_t5_token_spans_equal_the_python_viterbi(normalizing):
+    model = normalizing["nomic-bert-moe"].model
+    texts = [c["text"] for c in reference_cases(DATA / "nomic-bert-moe.jsonl.gz")[::7]] + NORMALIZING_TEXTS
+    for text in texts + ["\U00013460 x\U00013461\U00013462", "a\U0001fae8b"]:  # <unk>s: no token starts there
+        normalized = model.normalize_with_sources(text.encode("utf-8", "surrogatepass"))[0]
+        assert model.token_spans(normalized) == model.viterbi_spans(normalized), text
+
+
+@pytest.mark.parametrize("name", sorted(NORMALIZING))
+def test_normalizing_models_refuse_ids_of_another_text(name, normalizing):
+    tok = normalizing[name]
+    with pytest.raises(OffsetsError, match="the ids are not what encode"):
+        offsets_of_ids(tok, "hello world", tok.encode("goodbye"))
+
+
+def test_bert_spans_equal_hugging_face_on_ascii(normalizing, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    vocab = {}
+    for i, data in enumerate(normalizing["bert-bge"].vocabulary.tokens):
+        text = data.decode()
+        vocab[text[1:] if text.startswith("\u2581") else text if text.startswith("[") and text.endswith("]") else "##" + text] = i
+    hf = transformers.BertTokenizerFast(vocab=vocab, do_lower_case=True)
+    tok = normalizing["bert-bge"]
+    texts = [c["text"] for c in reference_cases(DATA / "bert-bge.jsonl.gz") if c["text"].isascii() and not c["special"]]
+    texts += ["Hello World! It's a test, isn't it?", "  leading and trailing  \t\n", "$100 + 50% = #hashtag @user <tag>"]
+    compared = 0
+    for text in texts:
+        expected = hf(text, add_special_tokens=True, return_offsets_mapping=True)
+        found = tok.encode_with_offsets(text, parse_special=False, add_special=True)
+        if found.ids != expected["input_ids"]:
+            continue  # HF splits this text otherwise (its own rules): no spans to compare
+        inner = [tuple(span) for span in expected["offset_mapping"][1:-1]]
+        assert found.offsets[1:-1] == inner, text
+        compared += 1
+    assert compared > len(texts) // 2
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,7 @@ class UnigramModel(CachingModel):
                 "set tokenizer.ggml.unknown_token_id"
             )
         self.unk = unk
+        self.tokens = tokens
         self.pieces, self.unknown_score, user_defined = self.scored_pieces(tokens, attrs, scores)
         self.longest = max(map(len, self.pieces), default=0)
         self.user_defined = sorted(set(user_defined), key=len, reverse=True)
@@ -154,19 +155,23 @@ class UnigramModel(CachingModel):
 
     def _map_reference(self, data: bytes) -> bytes:
         """:meth:`_map` prefix by prefix, as llama.cpp's ``normalize_prefix`` walks."""
+        return b"".join(replacement for replacement, _, _ in self._map_steps(data))
+
+    def _map_steps(self, data: bytes) -> list[tuple[bytes, int, int]]:
+        """Each step of :meth:`_map_reference`: (replacement, start, end of the bytes it replaced)."""
         out, i, n = [], 0, len(data)
         user_defined, charsmap = self.user_defined, self.charsmap
         while i < n:
             for text in user_defined:  # longest first
                 if data.startswith(text, i):
-                    out.append(text)
+                    out.append((text, i, i + len(text)))
                     i += len(text)
                     break
             else:
                 replacement, used = charsmap.prefix(data, i)
-                out.append(replacement)
+                out.append((replacement, i, i + used))
                 i += used
-        return b"".join(out)
+        return out
 
     def _spaces(self, data: bytes) -> bytes:
         if self.remove_extra_whitespaces:
@@ -182,6 +187,10 @@ class UnigramModel(CachingModel):
 
     def viterbi(self, data: bytes) -> list[int]:
         """The best-scoring ids of normalized ``data`` (llama.cpp's loop and tie rules)."""
+        return [token_id for token_id, _, _ in self.viterbi_spans(data)]
+
+    def viterbi_spans(self, data: bytes) -> list[tuple[int, int, int]]:
+        """:meth:`viterbi`'s tokens as (id, start, end) in ``data`` (merged unknowns: all their bytes)."""
         n = len(data)
         if not n:
             return []
@@ -210,13 +219,15 @@ class UnigramModel(CachingModel):
                 if score > best_score[end]:
                     best_score[end], best_id[end], best_start[end] = score, unk, i
             i += units
-        out: list[int] = []
+        out: list[tuple[int, int, int]] = []
         at, previous_unknown = n, False
         while True:
             token_id = best_id[at]
             is_unknown = token_id == unk
-            if not (previous_unknown and is_unknown):
-                out.append(token_id)
+            if previous_unknown and is_unknown:
+                out[-1] = (unk, best_start[at], out[-1][2])
+            else:
+                out.append((token_id, best_start[at], at))
             if best_start[at] == 0:
                 break
             previous_unknown = is_unknown
@@ -267,11 +278,67 @@ class UnigramModel(CachingModel):
         return True
 
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
-        """No spans (bpetok.offsets): the text is normalized before it is cut, its map back not kept."""
-        from bpetok.offsets import refuse_offsets
+        """Each token's span (:mod:`bpetok.models.norm_offsets`, in bytes): each normalized byte
+        keeps the input bytes it came from. A charsmap replacement's bytes all come from the
+        whole input it replaced (a token holding part of one spans all of it, as in HF
+        tokenizers); a ``▁`` for a space spans that space; one the model adds (add_space_prefix,
+        remove_extra_whitespaces) has no width, at the start of the word it precedes; text
+        mapped to nothing or spaces removed are in no token's span."""
+        from bpetok.models.norm_offsets import spans_of_fragments
 
-        refuse_offsets(tok, "its precompiled character map rewrites the text (NFKC-like) and spaces become \u2581 "
-                       "before it is cut, and bpetok keeps no map from the normalized text back to yours")
+        return spans_of_fragments(tok, text, ids, add_special, self.fragment_spans, in_bytes=True)
+
+    def fragment_spans(self, fragment: str) -> list[tuple[int, int, int]]:
+        """(id, start, end) of each token of ``fragment`` in its UTF-8 bytes: the reference's cut."""
+        normalized, starts, ends = self.normalize_with_sources(fragment.encode("utf-8", "surrogatepass"))
+        return [(token_id, starts[a], ends[b - 1]) for token_id, a, b in self.token_spans(normalized)]
+
+    def token_spans(self, data: bytes) -> list[tuple[int, int, int]]:
+        """:meth:`viterbi_spans` (held equal to it by tests), by the C Viterbi where it can: each of
+        its ids as long as its text, unless an ``<unk>`` is among them (the ids do not say how many
+        bytes it stands for: the Python Viterbi says)."""
+        lattice = self.lattice()
+        if lattice is not None:
+            ids = lattice.viterbi(data)
+            if self.unk not in ids:
+                out, at = [], 0
+                for token_id in ids:
+                    end = at + len(self.tokens[token_id])
+                    out.append((token_id, at, end))
+                    at = end
+                if at == len(data):
+                    return out
+        return self.viterbi_spans(data)
+
+    def normalize_with_sources(self, data: bytes) -> tuple[bytes, list[int], list[int]]:
+        """:meth:`normalize` of ``data`` with, for each of its bytes, the span of ``data`` it came from."""
+        mapped, starts, ends = bytearray(), [], []
+        for replacement, start, end in self._map_steps(data):
+            mapped += replacement
+            starts += [start] * len(replacement)
+            ends += [end] * len(replacement)
+        out, out_starts, out_ends = bytearray(), [], []
+
+        def put(chunk: bytes, start: int, end: int) -> None:
+            out.extend(chunk)
+            out_starts.extend([start] * len(chunk))
+            out_ends.extend([end] * len(chunk))
+
+        space = ord(" ")
+        if self.remove_extra_whitespaces:
+            for k, byte in enumerate(mapped):
+                if byte == space:
+                    continue
+                if k == 0 or mapped[k - 1] == space:  # a word starts: its ▁, of no width
+                    put(_SPACE_BYTES, starts[k], starts[k])
+                put(bytes((byte,)), starts[k], ends[k])
+        else:
+            lead = len(mapped) - len(mapped.lstrip(b" "))
+            for k, byte in enumerate(mapped):
+                if k == lead and self.add_space_prefix:  # before the first non-space
+                    put(_SPACE_BYTES, starts[k], starts[k])
+                put(_SPACE_BYTES if byte == space else bytes((byte,)), starts[k], ends[k])
+        return bytes(out), out_starts, out_ends
 
 
 @hookimpl

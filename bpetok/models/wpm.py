@@ -43,7 +43,7 @@ from bpetok.models.base import CachingModel
 from bpetok.models import wpm_data
 from bpetok.pretok.unicode_data import WHITESPACE
 
-__all__ = ["WordPieceModel", "preprocess"]
+__all__ = ["WordPieceModel", "preprocess", "preprocess_with_sources"]
 
 SPACE = "\u2581"
 _SPACE_BYTES = SPACE.encode()
@@ -73,25 +73,33 @@ def _nfd(cpt: int) -> int:
 
 def preprocess(text: str, lowercase: bool = True, strip_accents: bool = True) -> list[str]:
     """llama.cpp's ``preprocess``: the words of ``text``, codepoint by codepoint (the reference)."""
-    words = [""]
-    for ch in text:
+    return [word for word, _ in preprocess_with_sources(text, lowercase, strip_accents)]
+
+
+def preprocess_with_sources(text: str, lowercase: bool = True, strip_accents: bool = True) -> list[tuple[str, list[int]]]:
+    """:func:`preprocess`'s words, each with the index in ``text`` of every one of its characters
+    (each comes from exactly one codepoint: the tables map one to one)."""
+    words: list[tuple[str, list[int]]] = [("", [])]
+    for at, ch in enumerate(text):
         cpt = _nfd(ord(ch)) if strip_accents else ord(ch)
         if cpt in WHITESPACE:
-            if words[-1]:
-                words.append("")
+            if words[-1][0]:
+                words.append(("", []))
             continue
         cls = _class_of(cpt)
         if cpt == 0 or cpt == 0xFFFD or cls == _DROPPED or (strip_accents and cls == _MARK):
             continue
         s = chr(wpm_data.LOWERCASE.get(cpt, cpt) if lowercase else cpt)
         if cls == _PUNCT or (cpt < 0x7F and cls == _SYM) or _is_chinese(cpt):
-            if words[-1]:
-                words.append("")
-            words[-1] = s
-            words.append("")
+            if words[-1][0]:
+                words.append(("", []))
+            words[-1] = (s, [at])
+            words.append(("", []))
         else:
-            words[-1] += s
-    if not words[-1]:
+            word, sources = words[-1]
+            sources.append(at)
+            words[-1] = (word + s, sources)
+    if not words[-1][0]:
         words.pop()
     return words
 
@@ -176,6 +184,7 @@ class WordPieceModel(CachingModel):
     def __init__(self, vocabulary, pretokenizer=None):
         self.path = vocabulary.path
         self.ids = vocabulary.token_index()
+        self.tokens = vocabulary.tokens
         unk = vocabulary.special_ids.get("unk")
         self.unk = unk
         self.max_token_len = max(map(len, vocabulary.tokens), default=0)
@@ -283,12 +292,33 @@ class WordPieceModel(CachingModel):
         return True
 
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
-        """No spans (bpetok.offsets): the text is normalized before it is cut, its map back not kept."""
-        from bpetok.offsets import refuse_offsets
+        """Each token's span (:mod:`bpetok.models.norm_offsets`): every normalized character
+        comes from one character of the text; a token spans the characters its text (less
+        ``##``) was made of, and ``[UNK]`` its whole word."""
+        from bpetok.models.norm_offsets import spans_of_fragments
 
-        refuse_offsets(tok, "its normalizer lowercases, strips accents and drops control characters before the text "
-                       "is cut into words, and a word no token starts is one [UNK]; bpetok keeps no map from the "
-                       "normalized words back to the text")
+        return spans_of_fragments(tok, text, ids, add_special, self.fragment_spans, in_bytes=False)
+
+    def fragment_spans(self, fragment: str) -> list[tuple[int, int, int]]:
+        """(id, start, end) of each token of ``fragment`` in its characters: the reference's cut."""
+        out = []
+        for word, sources in preprocess_with_sources(fragment, self.lowercase, self.strip_accents):
+            ids = self.encode_word(word)
+            if ids == [self.unk] and self.tokens[self.unk] != _SPACE_BYTES + word.encode("utf-8", "surrogatepass"):
+                out.append((ids[0], sources[0], sources[-1] + 1))
+                continue
+            # the character each byte of the word is in: the tokens may cut between bytes
+            char_of_byte = [k for k, ch in enumerate(word) for _ in ch.encode("utf-8", "surrogatepass")]
+            at = -len(_SPACE_BYTES)  # the first token's text starts with the word's ▁
+            for token_id in ids:
+                end = at + len(self.tokens[token_id])
+                first = max(at, 0)
+                if end <= first:  # only the ▁: no character of the text
+                    out.append((token_id, sources[0], sources[0]))
+                else:
+                    out.append((token_id, sources[char_of_byte[first]], sources[char_of_byte[end - 1]] + 1))
+                at = end
+        return out
 
 
 @hookimpl
