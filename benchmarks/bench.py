@@ -28,14 +28,17 @@ vocab-only load; and the time of each 1 MB pathological input per engine (a subp
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import lzma
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import bpetok
@@ -134,6 +137,12 @@ def make_hf(path):
 
 def make_llama(path):
     from llama_cpp import Llama
+
+    from llama_cpp_ratio import plain_gguf  # llama.cpp reads plain GGUF files only
+
+    scratch = tempfile.mkdtemp(prefix="bench-gguf-")
+    atexit.register(shutil.rmtree, scratch, True)
+    path = plain_gguf(path, scratch)
 
     def fresh():
         llm = Llama(path, vocab_only=True, verbose=False)
