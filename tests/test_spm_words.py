@@ -172,7 +172,7 @@ def test_encode_text_escapes_as_encode_fragment():
     assert tok.encode("a\ud800b", parse_special=False) == tok.encode_reference("a\ud800b", parse_special=False)
 
 
-RAW_TEXTS = st.text(alphabet=st.sampled_from(["a", "b", "t", "he", " ", "  ", SPACE, "\n", "\t", "é", "日本", "0", "<"]), max_size=40)
+RAW_TEXTS = st.lists(st.sampled_from(["a", "b", "t", "he", " ", "  ", SPACE, "\n", "\t", "é", "日本", "0", "<"]), max_size=20).map("".join)
 
 
 @pytest.mark.parametrize("source", ["llama-spm", "gemma-3-like"])
