@@ -172,6 +172,29 @@ def test_encode_text_escapes_as_encode_fragment():
     assert tok.encode("a\ud800b", parse_special=False) == tok.encode_reference("a\ud800b", parse_special=False)
 
 
+RAW_TEXTS = st.lists(st.sampled_from(["a", "b", "t", "he", " ", "  ", SPACE, "\n", "\t", "é", "日本", "0", "<"]), max_size=20).map("".join)
+
+
+@pytest.mark.parametrize("source", ["llama-spm", "gemma-3-like"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(RAW_TEXTS, min_size=1, max_size=6), prefix=st.booleans())
+def test_words_keyed_before_escaping_share_the_cache_with_escaped_input(source, texts, prefix, gemma3_like):
+    """encode_text keys the word cache by a word's bytes before escaping (a space for its ▁);
+    encode() by the escaped bytes. Both in one cache, twice over (misses, then hits), with literal
+    ▁ and real spaces in the input: each equals the Python twin, and a byte 0x20 given to encode()
+    stays a byte 0x20 (no word cached from a str is taken for it)."""
+    tok = spm_tokenizer(source, gemma3_like)
+    merger = tok.model.build_merger(_symbols)
+    merger.set_cache_budget(1 << 24)
+    for _ in range(2):
+        for text in texts:
+            data = (" " * prefix + text).replace(" ", SPACE).encode()
+            assert merger.encode_text(text, prefix) == python_ids(tok, data)
+            assert merger.encode(data) == python_ids(tok, data)
+            raw = (" " * prefix + text).encode()  # real spaces given as escaped input: plain characters
+            assert merger.encode(raw) == python_ids(tok, raw)
+
+
 def test_bad_spm_tables_are_refused():
     none = [None] * 256
     with pytest.raises(ValueError, match="n_tokens"):

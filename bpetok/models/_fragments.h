@@ -7,48 +7,134 @@
 #ifndef BPETOK_FRAGMENTS_H
 #define BPETOK_FRAGMENTS_H
 
-/* ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front, into ``*data``
- * (``small`` when it fits its ``room`` bytes, else malloc'd: the caller frees it unless it is
- * ``small``) and ``*size``. 0, 1 when the text is no UTF-8 (lone surrogates) or too long (the
- * caller escapes it in Python), -1 with an exception set. */
-static int escape_text(PyObject *text, int prefix, unsigned char *small, size_t room, unsigned char **data, size_t *size)
+static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
+
+/* ``text``'s own UTF-8 (``*utf8``, ``*n``: not copied; valid while the str lives) and the size
+ * of the text escaped (``*escaped``: its spaces as ``▁`` and, where ``prefix``, one in front).
+ * 0, 1 when the text is no UTF-8 (lone surrogates) or too long (the caller escapes it in
+ * Python), -1 with an exception set. */
+static int text_utf8(PyObject *text, int prefix, const unsigned char **utf8, Py_ssize_t *n, size_t *escaped)
 {
-    Py_ssize_t n;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    if (!utf8) {
+    const char *p = PyUnicode_AsUTF8AndSize(text, n);
+    if (!p) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
             return -1;
         PyErr_Clear();
         return 1;
     }
-    if (n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
+    if (*n > LONGEST_INPUT / 3 - 3) /* the escaped text stays below 2 GiB */
         return 1;
-    Py_ssize_t spaces = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        spaces += utf8[i] == ' ';
-    size_t need = (size_t)n + 2 * (size_t)spaces + (prefix ? 3 : 0); /* each space 3 bytes, the prefix 3 */
-    unsigned char *out = need <= room ? small : (unsigned char *)malloc(need + 1);
-    if (!out) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    size_t k = 0;
-    static const unsigned char SPACE_UTF8[3] = {0xE2, 0x96, 0x81};
+    size_t spaces = 0;
+    for (Py_ssize_t i = 0; i < *n; i++)
+        spaces += p[i] == ' ';
+    *utf8 = (const unsigned char *)p;
+    *escaped = (size_t)*n + 2 * spaces + (prefix ? 3 : 0); /* each space 3 bytes, the prefix 3 */
+    return 0;
+}
+
+/* ``text[0..n)`` escaped (as text_utf8 says) into ``out``: how many bytes. */
+static uint32_t escape_into(const unsigned char *text, uint32_t n, int prefix, unsigned char *out)
+{
+    uint32_t k = 0;
     if (prefix) {
         memcpy(out, SPACE_UTF8, 3);
         k = 3;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (utf8[i] == ' ') {
+    for (uint32_t i = 0; i < n; i++) {
+        if (text[i] == ' ') {
             memcpy(out + k, SPACE_UTF8, 3);
             k += 3;
         } else {
-            out[k++] = (unsigned char)utf8[i];
+            out[k++] = text[i];
         }
     }
-    *data = out;
-    *size = k;
-    return 0;
+    return k;
+}
+
+/* One word of encode_raw, ``text[0..n)`` before escaping (``prefix``: a ``▁`` goes in front),
+ * into ``out``: looked up in the word cache by those bytes (a ``' '`` in front for the prefix),
+ * else escaped into ``scratch`` and merged. Returns as encode_word does. */
+static Py_ssize_t raw_word(Merger *m, const unsigned char *text, uint32_t n, int prefix, unsigned char *scratch, Work *w,
+                           int32_t *out, Hold *h)
+{
+    unsigned char prefixed[WORD_CACHE_LONGEST];
+    const unsigned char *key = text;
+    uint32_t key_n = n + (prefix ? 1 : 0);
+    int cached = m->cache.budget > 0 && key_n <= WORD_CACHE_LONGEST;
+    uint64_t hash = 0;
+    if (cached) {
+        if (prefix) {
+            prefixed[0] = ' ';
+            memcpy(prefixed + 1, text, n);
+            key = prefixed;
+        }
+        hash = word_hash(key, key_n);
+        Py_ssize_t found = cache_probe(m, hash, key, key_n, out, h);
+        if (found >= 0)
+            return found;
+    }
+    uint32_t size = escape_into(text, n, prefix, scratch);
+    return merge_word(m, scratch, size, w, out, h, cached, hash, key, key_n);
+}
+
+/* encode_all of ``text[0..n)`` escaped (its spaces as ``▁``, one in front where ``prefix``),
+ * without escaping it all first where ``words`` is set: the words (encode_all's cuts, found in
+ * the raw bytes: ``' '`` and ``▁`` are the space symbols, and no cut falls next to a ``' '``, as
+ * none falls next to a ``▁``) are looked up in the word cache by their raw bytes, and only a
+ * word that is merged is escaped, into ``scratch``. ``scratch`` and ``out`` have room for the
+ * escaped text (text_utf8's size): ``text`` is valid UTF-8. Returns as encode_word does. */
+static Py_ssize_t encode_raw(Merger *m, const unsigned char *text, uint32_t n, int prefix, unsigned char *scratch, Work *w,
+                             int32_t *out)
+{
+    if (!m->words)
+        return encode_all(m, scratch, escape_into(text, n, prefix, scratch), w, out);
+    Py_ssize_t k = 0;
+    uint32_t word = 0;
+    int after_space = prefix;
+    Hold hold = {0, 0};
+    for (uint32_t i = 0; i < n;) {
+        unsigned char c = text[i];
+        uint32_t length = 1;
+        int space = c == ' ';
+        if (c == 0xE2 && n - i >= 3 && text[i + 1] == 0x96 && text[i + 2] == 0x81) {
+            space = 1;
+            length = 3;
+        }
+        int starts = (space && !after_space) || (i > 0 && c != ' ' && text[i - 1] != ' ' && splits(m, text[i - 1], c));
+        if (starts && i > word) {
+            Py_ssize_t got = raw_word(m, text + word, i - word, prefix && word == 0, scratch, w, out + k, &hold);
+            if (got < 0) {
+                hold_release(m, &hold);
+                return got;
+            }
+            k += got;
+            word = i;
+        }
+        after_space = space;
+        i += length;
+    }
+    if (word < n || (prefix && n == 0)) {
+        Py_ssize_t got = raw_word(m, text + word, n - word, prefix && word == 0, scratch, w, out + k, &hold);
+        if (got < 0) {
+            hold_release(m, &hold);
+            return got;
+        }
+        k += got;
+    }
+    hold_release(m, &hold);
+    return k;
+}
+
+/* encode_raw, with the GIL released when the input is long (the caller holds the str). */
+static Py_ssize_t encode_raw_released(Merger *self, const unsigned char *text, uint32_t n, int prefix, unsigned char *scratch,
+                                      Work *w, int32_t *out)
+{
+    Py_ssize_t k;
+    if (n < RELEASE_GIL_BYTES)
+        return encode_raw(self, text, n, prefix, scratch, w, out);
+    Py_BEGIN_ALLOW_THREADS k = encode_raw(self, text, n, prefix, scratch, w, out);
+    Py_END_ALLOW_THREADS
+    return k;
 }
 
 static int merger_ready(Merger *self)
@@ -73,17 +159,37 @@ static PyObject *Merger_encode_text(Merger *self, PyObject *args)
         return NULL;
     if (!merger_ready(self))
         return NULL;
-    unsigned char small[3 * SMALL_INPUT];
-    unsigned char *data;
+    const unsigned char *utf8;
+    Py_ssize_t n;
     size_t size;
-    int escaped = escape_text(text, prefix, small, sizeof small, &data, &size);
-    if (escaped < 0)
+    int ready = text_utf8(text, prefix, &utf8, &n, &size);
+    if (ready < 0)
         return NULL;
-    if (escaped > 0)
+    if (ready > 0)
         Py_RETURN_NONE;
-    PyObject *result = encode_to_list(self, data, (uint32_t)size);
-    if (data != small)
-        free(data);
+    int32_t small_out[SMALL_INPUT + 1];
+    unsigned char small_scratch[SMALL_INPUT + 1];
+    int small = size <= SMALL_INPUT;
+    int32_t *out = small ? small_out : (int32_t *)malloc((size + 1) * sizeof(int32_t));
+    unsigned char *scratch = small ? small_scratch : (unsigned char *)malloc(size + 1);
+    Work w = {0};
+    Py_ssize_t k = FAILED_MEMORY;
+    if (out && scratch)
+        k = encode_raw_released(self, utf8, (uint32_t)n, prefix, scratch, &w, out);
+    work_free(&w);
+    PyObject *result = NULL;
+    if (k == FAILED_MEMORY) {
+        PyErr_NoMemory();
+    } else if (k == FAILED_BYTE) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else {
+        result = ids_to_list(self, out, k);
+    }
+    if (!small) {
+        free(out);
+        free(scratch);
+    }
     return result;
 }
 
@@ -114,6 +220,20 @@ static int ids_reserve(int32_t **out, size_t *capacity, size_t k, size_t more)
     return 0;
 }
 
+/* ``*buffer`` (``*size`` bytes) with room for ``need`` bytes; 0, or -1 when out of memory. */
+static int bytes_reserve(unsigned char **buffer, size_t *size, size_t need)
+{
+    if (need <= *size)
+        return 0;
+    size_t want = need < 1024 ? 1024 : need;
+    unsigned char *bigger = (unsigned char *)realloc(*buffer, want);
+    if (!bigger)
+        return -1;
+    *buffer = bigger;
+    *size = want;
+    return 0;
+}
+
 static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
 {
     PyObject *fragments;
@@ -128,7 +248,8 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
     size_t capacity = 0, k = 0;
     Work w = {0};
     int at_start = 1, status = 0; /* 0: going, 1: None, -1: an exception */
-    unsigned char small[3 * SMALL_INPUT];
+    unsigned char *scratch = NULL; /* room for the escaped fragment (encode_raw) */
+    size_t scratch_size = 0;
     for (Py_ssize_t i = 0; status == 0 && i < PyList_GET_SIZE(fragments); i++) {
         PyObject *item = PyList_GET_ITEM(fragments, i);
         if (PyLong_CheckExact(item)) {
@@ -149,19 +270,20 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
             status = 1;
             break;
         }
-        unsigned char *data;
+        const unsigned char *utf8;
+        Py_ssize_t n;
         size_t size;
-        Py_INCREF(item); /* held while the GIL may be released */
-        int escaped = escape_text(item, prefix && at_start, small, sizeof small, &data, &size);
-        Py_DECREF(item);
-        if (escaped != 0) {
-            status = escaped < 0 ? -2 : 1; /* -2: the exception is already set */
+        int ready = text_utf8(item, prefix && at_start, &utf8, &n, &size);
+        if (ready != 0) {
+            status = ready < 0 ? -2 : 1; /* -2: the exception is already set */
             break;
         }
-        if (ids_reserve(&out, &capacity, k, size + 1) < 0) {
+        if (ids_reserve(&out, &capacity, k, size + 1) < 0 || bytes_reserve(&scratch, &scratch_size, size + 1) < 0) {
             status = -1;
         } else {
-            Py_ssize_t got = encode_all_released(self, data, (uint32_t)size, &w, out + k);
+            Py_INCREF(item); /* its UTF-8 is read while the GIL may be released */
+            Py_ssize_t got = encode_raw_released(self, utf8, (uint32_t)n, prefix && at_start, scratch, &w, out + k);
+            Py_DECREF(item);
             if (got == FAILED_MEMORY)
                 status = -1;
             else if (got == FAILED_BYTE)
@@ -169,10 +291,9 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
             else
                 k += (size_t)got;
         }
-        if (data != small)
-            free(data);
         at_start = 0;
     }
+    free(scratch);
     work_free(&w);
     PyObject *result = NULL;
     if (status == -1) {

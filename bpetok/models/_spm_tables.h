@@ -9,6 +9,8 @@
 
 static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
 {
+    PyObject **spanning = NULL; /* the texts that hold a ▁ after another character */
+    size_t n_spanning = 0, spanning_room = 0;
     Py_ssize_t n = PyDict_Size(index), pos = 0;
     PyObject *key, *value;
     size_t total = 0;
@@ -34,48 +36,76 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
     t->mask = size - 1;
     uint32_t offset = 0;
     pos = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        unsigned long long v = PyLong_AsUnsignedLongLong(value);
-        if (v == (unsigned long long)-1 && PyErr_Occurred())
-            return -1;
-        if (v >= self->n_tokens) {
-            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
-            return -1;
+    /* The texts go in by batches: a batch's slots are fetched ahead, together (the table is far
+     * larger than the CPU's caches), and free slots are found in short_tags (0: free). */
+    enum { BATCH = 32 };
+    struct { PyObject *text; const unsigned char *p; uint32_t len, id; uint64_t hash; } batch[BATCH];
+    for (int more = 1; more;) {
+        int count = 0;
+        while (count < BATCH && (more = PyDict_Next(index, &pos, &key, &value))) {
+            unsigned long long v = PyLong_AsUnsignedLongLong(value);
+            if (v == (unsigned long long)-1 && PyErr_Occurred())
+                goto fail;
+            if (v >= self->n_tokens) {
+                PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
+                goto fail;
+            }
+            const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
+            uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
+            uint64_t hash = word_hash(p, len);
+            PREFETCH(&t->short_tags[(size_t)hash & t->mask]);
+            PREFETCH(&t->slots[(size_t)hash & t->mask]);
+            batch[count].text = key;
+            batch[count].p = p;
+            batch[count].len = len;
+            batch[count].id = (uint32_t)v;
+            batch[count].hash = hash;
+            count++;
         }
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        uint64_t hash = word_hash(p, len);
-        size_t i = (size_t)hash & t->mask;
-        while (t->slots[i].tag)
-            i = (i + 1) & t->mask;
-        uint32_t rest = len > 8 ? len - 8 : 0;
-        memcpy(t->arena + offset, p + 8, rest);
-        t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, (uint32_t)v, text_tag(hash)};
-        t->short_tags[i] = text_short_tag(hash);
-        offset += rest;
-        if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, (uint32_t)v) < 0)
-            goto no_memory;
-    }
-    pos = 0;
-    while (PyDict_Next(index, &pos, &key, &value)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        Py_ssize_t len = PyBytes_GET_SIZE(key);
-        for (Py_ssize_t i = 0; i + 1 < len; i++)
-            if (p[i] < 0x80 && p[i + 1] < 0x80)
-                self->joins[p[i]][p[i + 1] >> 3] |= (uint8_t)(1u << (p[i + 1] & 7));
+        for (int b = 0; b < count; b++) {
+            const unsigned char *p = batch[b].p;
+            uint32_t len = batch[b].len, v = batch[b].id;
+            uint64_t hash = batch[b].hash;
+            size_t i = (size_t)hash & t->mask;
+            while (t->short_tags[i])
+                i = (i + 1) & t->mask;
+            uint32_t rest = len > 8 ? len - 8 : 0;
+            memcpy(t->arena + offset, p + 8, rest);
+            t->slots[i] = (TextSlot){text_head(p, len), priority[v], offset, len, v, text_tag(hash)};
+            t->short_tags[i] = text_short_tag(hash);
+            offset += rest;
+            if (is_one_symbol(p, len) && table_put(&self->units, unit_key(p, len), 0, v) < 0)
+                goto no_memory;
+            for (uint32_t j = 0; j + 1 < len; j++)
+                if (p[j] < 0x80 && p[j + 1] < 0x80)
+                    self->joins[p[j]][p[j + 1] >> 3] |= (uint8_t)(1u << (p[j + 1] & 7));
+            /* Checked once the table is whole (can_form looks the halves up): the few that do. */
+            if (len && spans_a_word_start(p, len)) {
+                if (n_spanning == spanning_room) {
+                    size_t room = spanning_room ? spanning_room * 2 : 64;
+                    PyObject **bigger = (PyObject **)realloc(spanning, room * sizeof(PyObject *));
+                    if (!bigger)
+                        goto no_memory;
+                    spanning = bigger;
+                    spanning_room = room;
+                }
+                spanning[n_spanning++] = batch[b].text;
+            }
+        }
     }
     self->words = 1;
-    pos = 0;
-    while (self->words && PyDict_Next(index, &pos, &key, &value)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        if (len && spans_a_word_start(p, len) && can_form(t, p, len))
+    for (size_t j = 0; self->words && j < n_spanning; j++) {
+        PyObject *text = spanning[j]; /* the index's own key: the index is not changed meanwhile */
+        if (can_form(t, (const unsigned char *)PyBytes_AS_STRING(text), (uint32_t)PyBytes_GET_SIZE(text)))
             self->words = 0;
     }
+    free(spanning);
     fill_ascii(self);
     return 0;
 no_memory:
     PyErr_NoMemory();
+fail:
+    free(spanning);
     return -1;
 }
 

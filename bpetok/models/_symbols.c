@@ -485,27 +485,27 @@ static void hold_release(Merger *m, Hold *h)
     h->held = 0;
 }
 
-/* One word's ids into ``out``: from the cache, or merged (and then cached). Returns how many,
- * FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY. The cache's lock
- * is taken as ``h`` says and may be left held: the caller releases it (hold_release). */
-static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out, Hold *h)
+/* The cached ids of the word keyed ``key[0..n)`` (hash ``hash``) into ``out``: how many, or -1.
+ * The cache's lock is taken as ``h`` says and left held: the caller releases it (hold_release). */
+static Py_ssize_t cache_probe(Merger *m, uint64_t hash, const unsigned char *key, uint32_t n, int32_t *out, Hold *h)
 {
-    int cached = m->cache.budget > 0 && n <= WORD_CACHE_LONGEST;
-    uint64_t hash = 0;
-    if (cached) {
-        hash = word_hash(data, n);
-        if (!h->held || h->hits_left == 0) {
-            hold_release(m, h);
-            PyThread_acquire_lock(m->lock, WAIT_LOCK);
-            h->held = 1;
-            h->hits_left = HITS_PER_LOCK;
-        }
-        Py_ssize_t found = word_cache_get(&m->cache, hash, data, n, out);
-        if (found >= 0) {
-            h->hits_left--;
-            return found;
-        }
+    if (!h->held || h->hits_left == 0) {
+        hold_release(m, h);
+        PyThread_acquire_lock(m->lock, WAIT_LOCK);
+        h->held = 1;
+        h->hits_left = HITS_PER_LOCK;
     }
+    Py_ssize_t found = word_cache_get(&m->cache, hash, key, n, out);
+    if (found >= 0)
+        h->hits_left--;
+    return found;
+}
+
+/* Merge the word ``data[0..n)`` (escaped: its spaces ``▁``) into ``out`` and, where ``cached``,
+ * keep its ids under ``key[0..key_n)`` (hash ``hash``). Returns as encode_word does. */
+static Py_ssize_t merge_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out, Hold *h, int cached,
+                             uint64_t hash, const unsigned char *key, uint32_t key_n)
+{
     hold_release(m, h); /* merging runs without the lock */
     if (merge(m, data, n, w) < 0)
         return FAILED_MEMORY;
@@ -514,11 +514,27 @@ static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, 
         PyThread_acquire_lock(m->lock, WAIT_LOCK); /* kept for the next words' probes */
         h->held = 1;
         h->hits_left = HITS_PER_LOCK;
-        word_cache_put(&m->cache, hash, data, n, out, (uint32_t)k); /* a cache: when full or out of memory, skipped */
+        word_cache_put(&m->cache, hash, key, key_n, out, (uint32_t)k); /* a cache: when full or out of memory, skipped */
     }
     return k < 0 ? FAILED_BYTE : k;
 }
 
+/* One escaped word's ids into ``out``: from the cache, or merged (and then cached). Returns how
+ * many, FAILED_BYTE (a byte without a token, missing_byte_fails) or FAILED_MEMORY; the cache's
+ * lock as cache_probe leaves it. A cache key's byte 0x20 stands for ``▁`` (encode_raw keys words
+ * by their text before escaping), so a word that holds a real one is not cached here. */
+static Py_ssize_t encode_word(Merger *m, const unsigned char *data, uint32_t n, Work *w, int32_t *out, Hold *h)
+{
+    int cached = m->cache.budget > 0 && n <= WORD_CACHE_LONGEST && !memchr(data, ' ', n);
+    uint64_t hash = 0;
+    if (cached) {
+        hash = word_hash(data, n);
+        Py_ssize_t found = cache_probe(m, hash, data, n, out, h);
+        if (found >= 0)
+            return found;
+    }
+    return merge_word(m, data, n, w, out, h, cached, hash, data, n);
+}
 
 /* Whether no merge can join the symbols ``a`` and ``b`` (first bytes of two adjacent symbols,
  * ``a`` a whole one when it is ASCII) and words are cut there (see Merger.joins). */

@@ -169,7 +169,8 @@ class SentencePieceModel(CompiledMergeLoop):
         self.ids = index = vocabulary.token_index()
         self.n_tokens = vocabulary.n_tokens
         scores = vocabulary.scores
-        self.scores: list[float] = list(scores) if scores else [0.0] * self.n_tokens
+        # A tuple: of floats only, the garbage collector stops walking it (a list it walks every time).
+        self.scores: tuple[float, ...] = tuple(scores) if scores else (0.0,) * self.n_tokens
         self.byte_ids = byte_token_ids(index)
         self.add_space_prefix = vocabulary.flags.get("add_space_prefix", ADD_SPACE_PREFIX)
         merger = self.merger()  # the tables are built at load, not by the first encode

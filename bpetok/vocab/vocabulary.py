@@ -205,7 +205,8 @@ def _read_scores(gguf, n: int) -> list[float]:
         raise GGUFError(
             f"{gguf.path}: key {key!r} has {len(values)} entries for {n} tokens; the file is corrupt: re-convert the model"
         )
-    return [float(v) for v in values[:n].tolist()]
+    scores = values[:n].tolist()
+    return scores if elem == GGUFValueType.FLOAT32 else [float(v) for v in scores]  # float32 ones are floats already
 
 
 # tokenizer.ggml.model values that mean the file has no vocabulary at all.
