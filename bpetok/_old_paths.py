@@ -34,6 +34,10 @@ MOVED = {
 }
 
 
+# old path -> the spec of the module at its new path, between create_module and exec_module
+_REAL_SPECS: dict = {}
+
+
 class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old path of :data:`MOVED` and loads it as the module at its new path."""
 
@@ -43,10 +47,14 @@ class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec):
-        return importlib.import_module(MOVED[spec.name])
+        module = importlib.import_module(MOVED[spec.name])
+        _REAL_SPECS[spec.name] = module.__spec__  # the import system is about to set the old path's
+        return module
 
     def exec_module(self, module) -> None:
-        pass  # already run under its new name
+        # Already run under its new name; give it back its own spec (importlib.resources and
+        # pickle read it: the old path's has no package locations).
+        module.__spec__ = _REAL_SPECS.pop(module.__spec__.name)
 
 
 def install() -> None:

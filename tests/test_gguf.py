@@ -309,7 +309,7 @@ def string_array_both_ways(tmp_path, strings: list[bytes]):
 )
 @pytest.mark.parametrize("reader", ["compiled", "struct"])
 def test_fast_string_array_on_awkward_data(tmp_path, strings, reader, monkeypatch):
-    from bpetok import _gguf  # the suite requires the C modules to be built (CI builds them)
+    from bpetok.vocab import _gguf  # the suite requires the C modules to be built (CI builds them)
 
     # Each fast path, whichever engine runs (BPETOK_PURE_PYTHON=1 would pick the struct one).
     monkeypatch.setattr(bpetok.vocab.gguf, "_compiled_reader", lambda: _gguf if reader == "compiled" else None)
@@ -317,7 +317,7 @@ def test_fast_string_array_on_awkward_data(tmp_path, strings, reader, monkeypatc
 
 
 def test_compiled_string_reader_checks_every_bound():
-    from bpetok import _gguf  # the suite requires the C modules to be built (CI builds them)
+    from bpetok.vocab import _gguf  # the suite requires the C modules to be built (CI builds them)
 
     data = b"".join(len(s).to_bytes(8, "little") + s for s in [b"ab", b"", b"cde"])
     assert _gguf.read_strings(data, 0, 3) == ([b"ab", b"", b"cde"], len(data))

@@ -43,3 +43,15 @@ def test_documented_old_imports_work_in_a_fresh_interpreter():
 def test_a_name_that_never_existed_is_still_an_import_error():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("bpetok.no_such_module")
+
+
+def test_importing_an_old_path_first_leaves_the_module_its_own_spec():
+    """The playground's files are found through the package's spec (importlib.resources): importing
+    it by its old path first must not leave it the old path's spec, which has no package locations."""
+    code = (
+        "import bpetok.playground; import bpetok.apps.playground as p; from importlib.resources import files; "
+        "assert p.__spec__.name == 'bpetok.apps.playground'; "
+        "assert (files('bpetok.apps.playground') / 'index.html').is_file(); print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
