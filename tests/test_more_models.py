@@ -234,6 +234,9 @@ def test_the_c_walk_refuses_arrays_out_of_bounds():
     ok = (array("i", [-1, 7]), array("I", [0, 1]), array("I", [1, 0]), b"a", array("I", [1]))
     assert trie.Trie(*ok).encode(b"aa", -1) == [7, 7]
     assert trie.Trie(*ok).encode(b"ab", -1) is None  # no unknown token: the Python twin answers
+    assert trie.Trie(*ok).encode_text("aa", -1) == [7, 7] and trie.Trie(*ok).encode_text("", -1) == []
+    assert trie.Trie(*ok).encode_text("a\ud800", -1) is None  # no UTF-8: the caller encodes it
+    assert trie.Trie(*ok).encode_text("a\xe9", 3) == trie.Trie(*ok).encode("a\xe9".encode(), 3) == [7, 3, 3]
     bad = [
         (ok[0], ok[1], array("I", [2, 0]), ok[3], ok[4]),  # edges past the edge arrays
         (ok[0], ok[1], ok[2], ok[3], array("I", [5])),  # a child out of range
@@ -273,6 +276,15 @@ def test_rwkv_matches_raw_bytes(name, tok):
     # World has a token for every byte (id = byte + 1), so a stray byte is its own token.
     assert tok.encode_bytes(b"\xff\xfe") == [256, 255]
     assert tok.encode_bytes(b"ab\xc3") == tok.encode("ab") + [0xC3 + 1]
+
+
+@pytest.mark.parametrize("name", ["rwkv-world"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None), max_size=60))
+def test_rwkv_str_walk_is_the_byte_walk(name, tok, text):
+    """encode_fragment (the C walk over the str, ASCII without a copy) against llama.cpp's walk over its bytes."""
+    model = tok.model
+    assert model.encode_fragment(text, True) == model.encode_reference(text.encode("utf-8", "surrogatepass"))
 
 
 def test_whitespace_model_with_a_pre_gpt2_lacks_is_refused(tmp_path):

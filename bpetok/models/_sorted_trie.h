@@ -33,10 +33,15 @@ typedef struct {
 } TrieNode;
 
 typedef struct {
+    uint64_t bits[4];  /* the bytes of the node's children */
+    uint8_t before[4]; /* set bits in the words before each (a child's place: no popcount of them) */
+} TrieBitmap;
+
+typedef struct {
     TrieNode *nodes;
     uint32_t n_nodes;
     uint32_t root[256]; /* the root's child per byte, or TRIE_NO_NODE */
-    uint64_t (*bitmaps)[4]; /* per node with many children: the bytes of its children */
+    TrieBitmap *bitmaps; /* per node with many children */
 } SortedTrie;
 
 static inline unsigned popcount64(uint64_t x)
@@ -66,8 +71,11 @@ static inline int sorted_trie_index(SortedTrie *t)
         node->bits = 0;
         if (node->count <= TRIE_SCAN_CHILDREN)
             continue;
+        TrieBitmap *map = &t->bitmaps[at];
         for (uint32_t c = node->first; c < node->first + node->count; c++)
-            t->bitmaps[at][t->nodes[c].byte >> 6] |= 1ULL << (t->nodes[c].byte & 63);
+            map->bits[t->nodes[c].byte >> 6] |= 1ULL << (t->nodes[c].byte & 63);
+        for (unsigned w = 1; w < 4; w++) /* at most 192 */
+            map->before[w] = (uint8_t)(map->before[w - 1] + popcount64(map->bits[w - 1]));
         node->bits = ++at;
     }
     return 0;
@@ -154,14 +162,11 @@ static inline uint32_t sorted_trie_child(const SortedTrie *t, uint32_t node, uin
 {
     const TrieNode *n = &t->nodes[node];
     if (n->bits) { /* many children: the bitmap says whether b is one, and its place */
-        const uint64_t *bits = t->bitmaps[n->bits - 1];
+        const TrieBitmap *map = &t->bitmaps[n->bits - 1];
         unsigned word = b >> 6, bit = b & 63;
-        if (!(bits[word] >> bit & 1))
+        if (!(map->bits[word] >> bit & 1))
             return TRIE_NO_NODE;
-        unsigned rank = popcount64(bits[word] & ((1ULL << bit) - 1));
-        for (unsigned w = 0; w < word; w++)
-            rank += popcount64(bits[w]);
-        return n->first + rank;
+        return n->first + map->before[word] + popcount64(map->bits[word] & ((1ULL << bit) - 1));
     }
     for (uint32_t c = n->first; c < n->first + n->count; c++) /* a few children, side by side */
         if (t->nodes[c].byte == b)

@@ -196,39 +196,29 @@ static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t
     return written;
 }
 
-static PyObject *Trie_encode(Trie *self, PyObject *args)
+/* The walk over data[0..len) as a list of ids; None where the Python twin must answer. The caller
+ * holds a reference to the immutable object data lies in (the GIL is released on long inputs). */
+static PyObject *encode_data(Trie *self, const uint8_t *data, Py_ssize_t len, long long unk)
 {
-    Py_buffer data;
-    long long unk;
-    if (!PyArg_ParseTuple(args, "y*L", &data, &unk))
-        return NULL;
     if (self->values == NULL) {
-        PyBuffer_Release(&data);
         PyErr_SetString(PyExc_TypeError, "Trie is not initialised");
         return NULL;
     }
-    if (data.len == 0) {
-        PyBuffer_Release(&data);
+    if (len == 0)
         return PyList_New(0);
-    }
-    if ((size_t)data.len > SIZE_MAX / sizeof(uint32_t)) {
-        PyBuffer_Release(&data);
+    if ((size_t)len > SIZE_MAX / sizeof(uint32_t))
         return PyErr_NoMemory();
-    }
-    uint32_t *out = malloc((size_t)data.len * sizeof(uint32_t)); /* at most one id per byte */
-    if (out == NULL) {
-        PyBuffer_Release(&data);
+    uint32_t *out = malloc((size_t)len * sizeof(uint32_t)); /* at most one id per byte */
+    if (out == NULL)
         return PyErr_NoMemory();
-    }
     Py_ssize_t written;
-    if (data.len >= RELEASE_GIL_BYTES) {
+    if (len >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        written = walk(self, data.buf, data.len, unk, out);
+        written = walk(self, data, len, unk, out);
         Py_END_ALLOW_THREADS
     } else {
-        written = walk(self, data.buf, data.len, unk, out);
+        written = walk(self, data, len, unk, out);
     }
-    PyBuffer_Release(&data);
     if (written < 0) {
         free(out);
         Py_RETURN_NONE;
@@ -256,6 +246,39 @@ static PyObject *Trie_encode(Trie *self, PyObject *args)
     }
     free(out);
     return list;
+}
+
+static PyObject *Trie_encode(Trie *self, PyObject *args)
+{
+    Py_buffer data;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "y*L", &data, &unk))
+        return NULL;
+    PyObject *result = encode_data(self, data.buf, data.len, unk);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* encode() of a str's UTF-8: an ASCII str's own bytes (no copy), else its encoding; None for a str
+ * that is no UTF-8 (lone surrogates: the caller encodes it with surrogatepass). */
+static PyObject *Trie_encode_text(Trie *self, PyObject *args)
+{
+    PyObject *text;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
+        return NULL;
+    if (PyUnicode_IS_ASCII(text))
+        return encode_data(self, PyUnicode_1BYTE_DATA(text), PyUnicode_GET_LENGTH(text), unk);
+    PyObject *utf8 = PyUnicode_AsUTF8String(text);
+    if (utf8 == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *result = encode_data(self, (const uint8_t *)PyBytes_AS_STRING(utf8), PyBytes_GET_SIZE(utf8), unk);
+    Py_DECREF(utf8);
+    return result;
 }
 
 /* -- plamo2: the best-score path over a sorted dictionary ------------------------------------------
@@ -548,6 +571,8 @@ static PyTypeObject DictionaryType = {
 static PyMethodDef Trie_methods[] = {
     {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
      "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
+    {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS,
+     "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates"},
     {NULL, NULL, 0, NULL},
 };
 

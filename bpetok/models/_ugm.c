@@ -32,10 +32,14 @@
 #define RELEASE_GIL_BYTES 256
 
 typedef struct {
+    double score;
+    int32_t id;
+} Scored;
+
+typedef struct {
     PyObject_HEAD
-    SortedTrie trie; /* node values index token_of / score_of */
-    int32_t *token_of;
-    double *score_of;
+    SortedTrie trie; /* node values index scored */
+    Scored *scored;   /* per distinct text: its score and id side by side (one cache line a candidate) */
     int ready;
     int32_t unk;
     double unknown_score;
@@ -48,6 +52,7 @@ typedef struct {
     size_t cm_n_nodes;
     unsigned char *cm_strings;
     size_t cm_strings_len;
+    uint8_t starts_key[128]; /* per ASCII byte: 1 if some charsmap key starts with it */
 } Lattice;
 
 static void Lattice_dealloc(Lattice *self)
@@ -55,8 +60,7 @@ static void Lattice_dealloc(Lattice *self)
     sorted_trie_free(&self->trie);
     free(self->cm_nodes);
     free(self->cm_strings);
-    free(self->token_of);
-    free(self->score_of);
+    free(self->scored);
     word_cache_free(&self->cache);
     for (size_t k = 0; k < self->n_id_objects; k++)
         Py_XDECREF(self->id_objects[k]);
@@ -96,7 +100,7 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "texts, ids and scores must have the same length");
         return -1;
     }
-    if (self->ready || self->token_of) {
+    if (self->ready || self->scored) {
         PyErr_SetString(PyExc_RuntimeError, "Lattice is already initialised");
         return -1;
     }
@@ -107,13 +111,12 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
     self->unk = unk;
     self->unknown_score = unknown_score;
     Entry *entries = malloc(((size_t)n + 1) * sizeof(Entry));
-    self->token_of = malloc(((size_t)n + 1) * sizeof(int32_t));
-    self->score_of = malloc(((size_t)n + 1) * sizeof(double));
+    self->scored = malloc(((size_t)n + 1) * sizeof(Scored));
     int32_t *values = malloc(((size_t)n + 1) * sizeof(int32_t));
     uint32_t *offsets = malloc(((size_t)n + 2) * sizeof(uint32_t));
     unsigned char *blob = NULL;
     int rc = -1;
-    if (!entries || !self->token_of || !self->score_of || !values || !offsets) {
+    if (!entries || !self->scored || !values || !offsets) {
         PyErr_NoMemory();
         goto done;
     }
@@ -149,8 +152,7 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
         }
         if ((size_t)id >= self->n_id_objects)
             self->n_id_objects = (size_t)id + 1;
-        self->token_of[unique] = (int32_t)id;
-        self->score_of[unique] = score;
+        self->scored[unique] = (Scored){score, (int32_t)id};
         values[unique] = (int32_t)unique;
         entries[unique++] = entries[e];
         total += entries[e].len;
@@ -197,6 +199,29 @@ typedef struct {
     size_t start;
 } Best;
 
+/* The best path read back from the end (consecutive unknowns merged) into out; how many ids. */
+static size_t read_back(const Lattice *t, size_t n, const Best *best, int32_t *out)
+{
+    size_t count = 0, at = n;
+    int previous_unknown = 0;
+    for (;;) {
+        int32_t id = best[at].id;
+        int is_unknown = id == t->unk;
+        if (!(previous_unknown && is_unknown))
+            out[count++] = id;
+        if (best[at].start == 0)
+            break;
+        previous_unknown = is_unknown;
+        at = best[at].start;
+    }
+    for (size_t a = 0, b = count ? count - 1 : 0; a < b; a++, b--) {
+        int32_t x = out[a];
+        out[a] = out[b];
+        out[b] = x;
+    }
+    return count;
+}
+
 /* The Viterbi over data[0..n); writes ids to out (room for n ids) and returns how many. */
 static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Best *best, int32_t *out)
 {
@@ -219,13 +244,13 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
             int32_t value = t->trie.nodes[node].value;
             if (value < 0)
                 continue;
-            int32_t id = t->token_of[value];
             if (end - i == units)
                 whole_found = 1;
-            double score = base + t->score_of[value];
+            const Scored *candidate = &t->scored[value];
+            double score = base + candidate->score;
             if (score > best[end].score) {
                 best[end].score = score;
-                best[end].id = id;
+                best[end].id = candidate->id;
                 best[end].start = i;
             }
         }
@@ -240,24 +265,7 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
         }
         i += units;
     }
-    size_t count = 0, at = n;
-    int previous_unknown = 0;
-    for (;;) {
-        int32_t id = best[at].id;
-        int is_unknown = id == t->unk;
-        if (!(previous_unknown && is_unknown))
-            out[count++] = id;
-        if (best[at].start == 0)
-            break;
-        previous_unknown = is_unknown;
-        at = best[at].start;
-    }
-    for (size_t a = 0, b = count ? count - 1 : 0; a < b; a++, b--) {
-        int32_t x = out[a];
-        out[a] = out[b];
-        out[b] = x;
-    }
-    return count;
+    return read_back(t, n, best, out);
 }
 
 /* ``count`` ids as a list of ints (the kept int objects where there are). */
@@ -476,6 +484,14 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
     Buffer mapped = {0};
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0;) {
+        size_t run = i; /* ASCII that starts no key is itself: copied a run at a time */
+        while (run < n && data[run] < 0x80 && !t->starts_key[data[run]])
+            run++;
+        if (run > i) {
+            rc = put_bytes(&mapped, data + i, run - i);
+            i = run;
+            continue;
+        }
         size_t length;
         uint32_t value_at;
         if ((rc = longest_key(t, data, n, i, &length, &value_at)) < 0)
@@ -563,6 +579,12 @@ static PyObject *Lattice_set_normalizer(Lattice *self, PyObject *args)
     self->cm_nodes = copy_nodes, self->cm_n_nodes = (size_t)nodes.len / 4;
     self->cm_strings = copy_strings, self->cm_strings_len = (size_t)strings.len;
     self->remove_extra_whitespaces = remove_extra, self->add_space_prefix = add_prefix;
+    for (unsigned c = 0; c < 128; c++) { /* longest_key's first step: whether c leads anywhere */
+        uint32_t state = self->cm_n_nodes ? xcda_base(self->cm_nodes[0]) ^ c : 0;
+        /* NUL ends longest_key's walk and is copied as it is; a node past the map must still
+         * reach longest_key, which reports it */
+        self->starts_key[c] = c != 0 && self->cm_n_nodes && (state >= self->cm_n_nodes || (self->cm_nodes[state] & 0x800000FFu) == c);
+    }
     self->has_normalizer = 1;
     result = Py_None;
     Py_INCREF(result);

@@ -116,6 +116,11 @@ class RwkvModel(CachingModel):
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
+        walker = self._walker
+        if walker is not None:  # the C walk over the str's UTF-8 (an ASCII str's own bytes)
+            found = walker.encode_text(text, -1 if self.unk is None else self.unk)
+            if found is not None:
+                return found
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:

@@ -112,11 +112,14 @@ class WhitespaceModel(Gpt2RunsModel):
             found = list(map(cache.get, keys))
             if None in found:  # merge each missing run once, then cache them together
                 fresh: dict[bytes, array] = {}
+                # the C merge loop straight (encode_piece's newline check is off: see __init__)
+                merger = model.merger()
                 for k, ids in enumerate(found):
                     if ids is None:
                         ids = fresh.get(keys[k])
                         if ids is None:
-                            ids = fresh[keys[k]] = as_ids(model.encode_piece(keys[k]))
+                            merged = merger.encode(keys[k]) if merger is not None else None
+                            ids = fresh[keys[k]] = as_ids(merged if merged is not None else model.encode_piece(keys[k]))
                         found[k] = ids
                 kept = [key for key in fresh if len(key) <= LONGEST_KEY]
                 cache.put_many(kept, [fresh[key] for key in kept])
