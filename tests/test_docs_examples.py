@@ -48,10 +48,9 @@ SKIP: dict[tuple[str, str], str] = {
     ("README.md", "python -m pip install -e"): INSTALLS + " and runs the whole test suite",
     ("docs/benchmarks.md", "python3 -m pip install -e '.[dev,bench]'"): INSTALLS,
     ("docs/benchmarks.md", "python3 benchmarks/bench.py VOCAB.gguf"): NEEDS_CORPUS + "; " + LONG,
-    ("docs/benchmarks.md", "python3 benchmarks/pretok_bench.py CORPUS"): NEEDS_CORPUS,
+    ("docs/benchmarks.md", "python3 benchmarks/spm_bench.py"): NEEDS_CORPUS + " and sentencepiece; " + LONG,
     ("docs/benchmarks.md", "python3 benchmarks/specials_bench.py"): NEEDS_CORPUS,
     ("docs/benchmarks.md", "python benchmarks/offsets_bench.py"): NEEDS_CORPUS + "; " + LONG,
-    ("docs/benchmarks.md", "python3 benchmarks/more_models_bench.py"): NEEDS_CORPUS + " and the rwkv sdist's files",
     ("docs/datasets.md", "pip install 'bpetok[jsonl"): INSTALLS,
     ("docs/datasets.md", "# JSONL (the \"text\" field"): "needs the user's MODEL.gguf, inputs (JSONL, text, Parquet) "
                                                            "and a Dask scheduler",
