@@ -255,17 +255,22 @@ static int Wpm_init(Wpm *self, PyObject *args, PyObject *kwds)
 
 /* -- the walk ------------------------------------------------------------------------------------ */
 
+/* A text codepoint: its index, and its UTF-8 bytes' start and end in the text. */
+typedef struct {
+    int64_t at, byte_start, byte_end;
+} Source;
+
 typedef struct {
     uint8_t *word; /* U+2581 then the word's UTF-8 */
     size_t word_len, word_cap;
     uint32_t *ids;
     size_t n_ids, ids_cap;
-    /* with spans: the source codepoint index of each byte of word, and each token's span */
+    /* with spans: where in the text each byte of word comes from, and a row per token */
     int with_spans;
-    int64_t *source;
+    Source *source;
     size_t source_cap;
-    int64_t *starts, *ends;
-    size_t n_spans, spans_cap, spans_cap2;
+    int64_t *rows; /* id, char start, char end, byte start, byte end */
+    size_t n_rows, rows_cap;
 } Out;
 
 static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
@@ -365,35 +370,40 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
     return 0;
 }
 
-/* The source index of the word's bytes from ``from`` on: codepoint ``at`` of the text. */
-static int note_source(Out *o, size_t from, Py_ssize_t at)
+/* The source of the word's bytes from ``from`` on. */
+static int note_source(Out *o, size_t from, Source src)
 {
-    if (grow((void **)&o->source, &o->source_cap, o->word_len, sizeof(int64_t)) < 0)
+    if (grow((void **)&o->source, &o->source_cap, o->word_len, sizeof(Source)) < 0)
         return -1;
     for (size_t b = from; b < o->word_len; b++)
-        o->source[b] = at;
+        o->source[b] = src;
     return 0;
 }
 
-/* flush_word, and with spans each new token's span in the text's codepoints (wpm.py's
- * ``fragment_spans``): from the source of its first byte past the U+2581 to one past the source
- * of its last; a token that is the U+2581 alone is empty at the word's start; the unknown token
- * alone spans the whole word. -3: an id with no known length or past the word (a broken table). */
+static int push_row(Out *o, uint32_t id, const Source *first, const Source *last, int empty)
+{
+    if (grow((void **)&o->rows, &o->rows_cap, 5 * (o->n_rows + 1), sizeof(int64_t)) < 0)
+        return -1;
+    int64_t *r = o->rows + 5 * o->n_rows++;
+    r[0] = id;
+    r[1] = first->at, r[2] = empty ? first->at : last->at + 1;
+    r[3] = first->byte_start, r[4] = empty ? first->byte_start : last->byte_end;
+    return 0;
+}
+
+/* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
+ * of its first byte past the U+2581 to the end of the source of its last; a token that is the
+ * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
+ * -3: an id with no known length or past the word (a broken table). */
 static int end_word(Wpm *w, Out *o, int64_t unk)
 {
     size_t n = o->word_len, first_id = o->n_ids;
     int rc = flush_word(w, o, unk);
     if (rc < 0 || !o->with_spans || n <= 3)
         return rc;
-    size_t count = o->n_ids - first_id;
-    if (grow((void **)&o->starts, &o->spans_cap, o->n_spans + count, sizeof(int64_t)) < 0
-        || grow((void **)&o->ends, &o->spans_cap2, o->n_spans + count, sizeof(int64_t)) < 0)
-        return -1;
-    const int64_t *src = o->source;
-    if (count == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk) {
-        o->starts[o->n_spans] = src[3], o->ends[o->n_spans++] = src[n - 1] + 1;
-        return 0;
-    }
+    const Source *src = o->source;
+    if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk)
+        return push_row(o, o->ids[first_id], &src[3], &src[n - 1], 0);
     size_t at = 0;
     for (size_t k = first_id; k < o->n_ids; k++) {
         uint32_t id = o->ids[k];
@@ -401,11 +411,8 @@ static int end_word(Wpm *w, Out *o, int64_t unk)
         if (len == 0 || len > n - at)
             return -3;
         size_t end = at + len, first = at > 3 ? at : 3;
-        if (end <= first)
-            o->starts[o->n_spans] = o->ends[o->n_spans] = src[3];
-        else
-            o->starts[o->n_spans] = src[first], o->ends[o->n_spans] = src[end - 1] + 1;
-        o->n_spans++;
+        if (push_row(o, id, &src[first], &src[end > first ? end - 1 : first], end <= first) < 0)
+            return -1;
         at = end;
     }
     return at == n ? 0 : -3;
@@ -417,22 +424,25 @@ static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, O
         return -1;
     memcpy(o->word, "\xe2\x96\x81", 3);
     o->word_len = 3;
+    int64_t byte_at = 0; /* of codepoint i in the text's UTF-8 */
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t c = PyUnicode_READ(kind, text, i);
+        Source here = {i, byte_at, byte_at + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4)};
+        byte_at = here.byte_end;
         uint32_t entry = c < 0x10000 ? w->bmp[c] : map_codepoint(w, c);
         int rc = 0;
         size_t before = o->word_len;
         switch (entry >> 24) {
         case JOIN:
             if ((rc = put_utf8(o, entry & 0x1FFFFF)) == 0 && o->with_spans)
-                rc = note_source(o, before, i);
+                rc = note_source(o, before, here);
             break;
         case BOUNDARY:
             rc = end_word(w, o, unk);
             break;
         case OWN:
             if ((rc = end_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
-                && (!o->with_spans || (rc = note_source(o, 3, i)) == 0))
+                && (!o->with_spans || (rc = note_source(o, 3, here)) == 0))
                 rc = end_word(w, o, unk);
             break;
         default: /* DROP */
@@ -524,30 +534,15 @@ static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
     } else if (rc < 0) {
         PyErr_NoMemory();
-    } else if (o.n_spans != o.n_ids) {
+    } else if (o.n_rows != o.n_ids) {
         PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
     } else {
-        int64_t *ids = malloc((o.n_ids ? o.n_ids : 1) * sizeof(int64_t));
-        if (ids == NULL) {
-            PyErr_NoMemory();
-        } else {
-            for (size_t k = 0; k < o.n_ids; k++)
-                ids[k] = o.ids[k];
-            PyObject *a = int64_bytes(ids, o.n_ids), *b = a ? int64_bytes(o.starts, o.n_spans) : NULL;
-            PyObject *c = b ? int64_bytes(o.ends, o.n_spans) : NULL;
-            if (c != NULL)
-                result = PyTuple_Pack(3, a, b, c);
-            Py_XDECREF(a);
-            Py_XDECREF(b);
-            Py_XDECREF(c);
-            free(ids);
-        }
+        result = int64_bytes(o.rows, 5 * o.n_rows);
     }
     free(o.word);
     free(o.ids);
     free(o.source);
-    free(o.starts);
-    free(o.ends);
+    free(o.rows);
     return result;
 }
 
@@ -577,8 +572,8 @@ static PyMethodDef Wpm_methods[] = {
     {"encode", (PyCFunction)Wpm_encode, METH_VARARGS,
      "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0"},
     {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS,
-     "encode_with_spans(text: str, unk: int) -> (ids, starts, ends) | None: encode's ids and each token's span in the "
-     "text's codepoints, as three bytes objects of int64; None as encode"},
+     "encode_with_spans(text: str, unk: int) -> bytes | None: encode's tokens as int64 rows (id, char start, char "
+     "end, byte start, byte end): each one's span in the text; None as encode"},
     {NULL, NULL, 0, NULL},
 };
 
