@@ -126,12 +126,17 @@ def bert_twin_spans(tok: bpetok.Tokenizer, text: str, ids: list[int], add_specia
 
 
 def check_bert_kernel_spans(tok: bpetok.Tokenizer, text: str, add_special: bool = False) -> bool:
-    """The spans bert's token_offsets gives (the kernel's rows where it is built) are the twin's;
-    whether they came from the kernel (arrays first, no lists)."""
+    """The spans bert's token_offsets and encode_with_offsets give (the kernel's rows where it is
+    built) are the twin's; whether they came from the kernel (arrays first, no lists)."""
     ids = tok.encode(text, add_special=add_special)
     found = tok.model.token_offsets(tok, text, ids, add_special)
-    assert found == bert_twin_spans(tok, text, ids, add_special), text
-    return found._lists is None
+    twin = bert_twin_spans(tok, text, ids, add_special)
+    from_kernel = found._lists is None
+    assert found == twin, text
+    one_pass = tok.encode_with_offsets(text, add_special=add_special)  # the kernel's ids, not encode's
+    from_kernel &= one_pass._lists is None
+    assert one_pass == twin and one_pass.ids == ids, text
+    return from_kernel
 
 
 def test_bert_kernel_spans_equal_the_python_walk(normalizing):

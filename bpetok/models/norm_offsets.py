@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from bpetok.offsets import TokenOffsets
     from bpetok.tokenizer import Tokenizer
 
-__all__ = ["spans_of_fragments", "spans_of_fragment_arrays", "Spans"]
+__all__ = ["spans_of_fragments", "spans_of_fragment_arrays", "encode_with_fragment_arrays", "Spans"]
 
 #: (token id, start, end) within one fragment: characters or UTF-8 bytes, as the model says.
 Spans = list[tuple[int, int, int]]
@@ -131,7 +131,7 @@ def spans_of_fragment_arrays(
     array (``fragment_rows``: rows of id, char start, char end, byte start, byte end within the
     fragment; None where it cannot say), so that no Python object is made per token; None where
     the ids are not the text's (the twin then says why)."""
-    from bpetok.offsets import TokenOffsets, _added
+    from bpetok.offsets import _added
 
     head, tail = _added(tok, add_special)
     if len(ids) < len(head) + len(tail) or ids[: len(head)] != head or ids[len(ids) - len(tail) :] != tail:
@@ -141,9 +141,27 @@ def spans_of_fragment_arrays(
         fragments = tok._partition(text, parse_special) if text else []
         rows = _walk_rows(tok, text, fragments, fragment_rows)
         if rows is not None and rows[:, 0].tolist() == body:
-            break
-    else:
-        return None
+            return _of_rows(text, rows, (head, tail))
+    return None
+
+
+def encode_with_fragment_arrays(
+    tok: Tokenizer, text: str, parse_special: bool, add_special: bool, fragment_rows: Callable[[str], np.ndarray | None]
+) -> TokenOffsets | None:
+    """``encode_with_offsets`` in one pass: the ids are the kernel's rows' (``fragment_rows``
+    gives each fragment's ids as encode does, and their spans); None where it cannot say."""
+    from bpetok.offsets import _added
+
+    fragments = tok._partition(text, parse_special) if text else []
+    rows = _walk_rows(tok, text, fragments, fragment_rows)
+    return None if rows is None else _of_rows(text, rows, _added(tok, add_special))
+
+
+def _of_rows(text: str, rows: np.ndarray, added: tuple[list[int], list[int]]) -> TokenOffsets:
+    """The TokenOffsets of ``rows`` (the text's tokens) with what add_special adds around them."""
+    from bpetok.offsets import TokenOffsets
+
+    head, tail = added
     n_chars, n_bytes = len(text), _utf8_size(text)
 
     def around(column, before, after, dtype=np.int64):

@@ -306,6 +306,15 @@ class WordPieceModel(CachingModel):
                 return found
         return spans_of_fragments(tok, text, ids, add_special, self.fragment_spans, in_bytes=False)
 
+    def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
+        """The ids and spans in one pass of the kernel, which gives :meth:`encode_fragment`'s ids
+        (not where a subclass cuts otherwise: encode, then :meth:`token_offsets`)."""
+        if self._kernel is None or type(self).encode_fragment is not WordPieceModel.encode_fragment:
+            return None
+        from bpetok.models.norm_offsets import encode_with_fragment_arrays
+
+        return encode_with_fragment_arrays(tok, text, parse_special, add_special, self.fragment_span_rows)
+
     def fragment_span_rows(self, fragment: str) -> np.ndarray | None:
         """:meth:`fragment_spans` from the kernel: an ``(n, 5)`` int64 array of id, character start
         and end, byte start and end, or None (a word without tokens and no unknown token: the
