@@ -319,7 +319,7 @@ class WordPieceModel(CachingModel):
         """:meth:`fragment_spans` from the kernel: an ``(n, 5)`` int64 array of id, character start
         and end, byte start and end, or None (a word without tokens and no unknown token: the
         twin raises the error)."""
-        found = self._kernel.encode_with_spans(fragment, -1 if self.unk is None else self.unk)  # type: ignore[union-attr]
+        found = self._kernel.encode_with_spans(fragment, -1 if self.unk is None else self.unk)
         return None if found is None else np.frombuffer(found, dtype=np.int64).reshape(-1, 5)
 
     def fragment_spans(self, fragment: str) -> list[tuple[int, int, int]]:
