@@ -9,7 +9,7 @@ and their ratio, and the ratio once the spans are also read as Python lists (``.
 ``byte_spans`` avoid). Process time, best of --repeat, encode and offsets timed in turn in each
 round, caches warm (the second encode of a text is what a server sees for repeated text). The
 per-token tables are filled by a first, untimed call. A model that has no offsets
-says so (bert and t5 have them, from their Python twins: far slower).
+says so (t5's come from its Python twin: far slower).
 """
 
 from __future__ import annotations

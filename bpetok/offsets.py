@@ -214,6 +214,10 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
     """``tok.encode(text, ...)`` with each token's character and byte span (see the module's conventions)."""
     if not isinstance(text, str):
         raise TypeError(f"encode_with_offsets() takes a str, not {type(text).__name__}")
+    if parse_special.__class__ is bool and _own_alignment(tok, text):
+        one_pass = tok.model.encode_with_offsets(tok, text, parse_special, add_special)
+        if one_pass is not None:
+            return one_pass
     body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
     added = _added(tok, add_special)
     if _own_alignment(tok, text):

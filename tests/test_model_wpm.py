@@ -216,6 +216,10 @@ def test_kernel_cuts_bytes_when_tokens_are_not_utf8(tmp_path):
     for text in ("a é aé éa", "Éa b", "\u2581a", "ab ab"):
         assert model.encode_fragment(text, True) == model.encode_fragment_reference(text, True), text
     assert model.encode_fragment("aé", True) == [4, 2, 3]
+    if model.compiled:  # tokens that cut é in two each span all of it (in characters and bytes)
+        rows = model.fragment_span_rows("x aé")
+        assert rows.tolist() == [[0, 0, 1, 0, 1], [4, 2, 3, 2, 3], [2, 3, 4, 3, 5], [3, 3, 4, 3, 5]]
+        assert [tuple(r[:3]) for r in rows.tolist()] == model.fragment_spans("x aé")
 
 
 def test_kernel_cache_is_bounded_and_optional(cases):
@@ -239,6 +243,9 @@ def test_the_kernel_refuses_bad_tables():
     tokens = (b"a\xe2\x96\x81a", array("I", [0, 1, 5]), array("i", [8, 7]))  # "a", "▁a"
     assert wpm.Wpm(*tables, *tokens).encode("A aa", -1) == [7, 7, 8]
     assert wpm.Wpm(*tables, *tokens).encode("b", -1) is None  # no unknown token: the twin raises
+    assert wpm.Wpm(*tables, *tokens).encode_with_spans("b", -1) is None
+    rows = wpm.Wpm(*tables, *tokens).encode_with_spans("A bé", 9)  # an unknown id with no text spans its word
+    assert list(memoryview(rows).cast("q")) == [7, 0, 1, 0, 1, 9, 2, 4, 2, 5]
     bad_tokens = [
         (b"a\xe2\x96\x81a", array("I", [0, 1, 6]), array("i", [8, 7])),  # past the blob
         (b"\xe2\x96\x81aa", array("I", [0, 4, 5]), array("i", [7, 8])),  # not sorted

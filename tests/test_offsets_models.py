@@ -9,6 +9,8 @@ import gzip
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.offsets import OffsetsError
@@ -16,6 +18,7 @@ from helpers import DATA, LLAMA_TESTS
 from test_more_models import MORE, bpe_variant
 from test_offsets import check_spans, re_encode_between_specials
 from bpetok.offsets import offsets_of_ids
+from bpetok.models.norm_offsets import spans_of_fragments
 from bpetok.vocab import TokenAttr
 
 SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
@@ -115,6 +118,49 @@ def test_t5_token_spans_equal_the_python_viterbi(normalizing):
     for text in texts + ["\U00013460 x\U00013461\U00013462", "a\U0001fae8b"]:  # <unk>s: no token starts there
         normalized = model.normalize_with_sources(text.encode("utf-8", "surrogatepass"))[0]
         assert model.token_spans(normalized) == model.viterbi_spans(normalized), text
+
+
+def bert_twin_spans(tok: bpetok.Tokenizer, text: str, ids: list[int], add_special: bool):
+    """The bert spans of the readable twin: the Python normalizer and cut, token by token."""
+    return spans_of_fragments(tok, text, ids, add_special, tok.model.fragment_spans, in_bytes=False)
+
+
+def check_bert_kernel_spans(tok: bpetok.Tokenizer, text: str, add_special: bool = False) -> bool:
+    """The spans bert's token_offsets and encode_with_offsets give (the kernel's rows where it is
+    built) are the twin's; whether they came from the kernel (arrays first, no lists)."""
+    ids = tok.encode(text, add_special=add_special)
+    found = tok.model.token_offsets(tok, text, ids, add_special)
+    twin = bert_twin_spans(tok, text, ids, add_special)
+    from_kernel = found._lists is None
+    assert found == twin, text
+    one_pass = tok.encode_with_offsets(text, add_special=add_special)  # the kernel's ids, not encode's
+    from_kernel &= one_pass._lists is None
+    assert one_pass == twin and one_pass.ids == ids, text
+    return from_kernel
+
+
+def test_bert_kernel_spans_equal_the_python_walk(normalizing):
+    tok = normalizing["bert-bge"]
+    texts = [c["text"] for c in reference_cases(DATA / "bert-bge.jsonl.gz")] + NORMALIZING_TEXTS
+    texts += ["ab \U00013460\U00013461x cd", "[CLS][SEP]  [MASK] x", "\ud800a\udfff 中文字", "é" * 300]
+    from_kernel = sum(check_bert_kernel_spans(tok, text, k % 2 == 1) for k, text in enumerate(texts))
+    assert from_kernel == (len(texts) if tok.model.compiled else 0)
+
+
+bert_texts = st.lists(
+    st.one_of(
+        st.text(alphabet="aAbBeÉéèüßıİ\u0301\u00adxyz\u4e00\u3000\U00020000\U00013460.,'-1 \t\x00\x07\u200b\ufffd😀", max_size=12),
+        st.sampled_from(["[UNK]", "[SEP]", "[CLS]", " [MASK] ", "antidisestablishmentarianism" * 3, "\ud800"]),
+        st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=bert_texts, add_special=st.booleans())
+def test_bert_kernel_spans_equal_the_python_walk_on_any_text(normalizing, text, add_special):
+    check_bert_kernel_spans(normalizing["bert-bge"], text, add_special)
 
 
 @pytest.mark.parametrize("name", sorted(NORMALIZING))

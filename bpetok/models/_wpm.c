@@ -53,6 +53,7 @@ typedef struct {
     /* each token id's int object, made when first returned (ids past 256 are not interned) */
     PyObject **id_objects;
     size_t n_id_objects;
+    uint32_t *id_len; /* each id's text length in bytes (0: no text in the trie), for the spans */
 } Wpm;
 
 static void Wpm_dealloc(Wpm *self)
@@ -68,6 +69,7 @@ static void Wpm_dealloc(Wpm *self)
     for (size_t k = 0; k < self->n_id_objects; k++)
         Py_XDECREF(self->id_objects[k]);
     free(self->id_objects);
+    free(self->id_len);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -205,11 +207,14 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
         return -1;
     }
     self->n_id_objects = (size_t)max_id + 1;
-    if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL) {
+    if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL
+        || (self->id_len = calloc(self->n_id_objects, sizeof(uint32_t))) == NULL) {
         self->n_id_objects = 0;
         PyErr_NoMemory();
         return -1;
     }
+    for (Py_ssize_t k = 0; k < n; k++)
+        self->id_len[ids[k]] = offsets[k + 1] - offsets[k];
     return 0;
 }
 
@@ -250,11 +255,22 @@ static int Wpm_init(Wpm *self, PyObject *args, PyObject *kwds)
 
 /* -- the walk ------------------------------------------------------------------------------------ */
 
+/* A text codepoint: its index, and its UTF-8 bytes' start and end in the text. */
+typedef struct {
+    int64_t at, byte_start, byte_end;
+} Source;
+
 typedef struct {
     uint8_t *word; /* U+2581 then the word's UTF-8 */
     size_t word_len, word_cap;
     uint32_t *ids;
     size_t n_ids, ids_cap;
+    /* with spans: where in the text each byte of word comes from, and a row per token */
+    int with_spans;
+    Source *source;
+    size_t source_cap;
+    int64_t *rows; /* id, char start, char end, byte start, byte end */
+    size_t n_rows, rows_cap;
 } Out;
 
 static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
@@ -354,26 +370,80 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
     return 0;
 }
 
+/* The source of the word's bytes from ``from`` on. */
+static int note_source(Out *o, size_t from, Source src)
+{
+    if (grow((void **)&o->source, &o->source_cap, o->word_len, sizeof(Source)) < 0)
+        return -1;
+    for (size_t b = from; b < o->word_len; b++)
+        o->source[b] = src;
+    return 0;
+}
+
+static int push_row(Out *o, uint32_t id, const Source *first, const Source *last, int empty)
+{
+    if (grow((void **)&o->rows, &o->rows_cap, 5 * (o->n_rows + 1), sizeof(int64_t)) < 0)
+        return -1;
+    int64_t *r = o->rows + 5 * o->n_rows++;
+    r[0] = id;
+    r[1] = first->at, r[2] = empty ? first->at : last->at + 1;
+    r[3] = first->byte_start, r[4] = empty ? first->byte_start : last->byte_end;
+    return 0;
+}
+
+/* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
+ * of its first byte past the U+2581 to the end of the source of its last; a token that is the
+ * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
+ * -3: an id with no known length or past the word (a broken table). */
+static int end_word(Wpm *w, Out *o, int64_t unk)
+{
+    size_t n = o->word_len, first_id = o->n_ids;
+    int rc = flush_word(w, o, unk);
+    if (rc < 0 || !o->with_spans || n <= 3)
+        return rc;
+    const Source *src = o->source;
+    if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk)
+        return push_row(o, o->ids[first_id], &src[3], &src[n - 1], 0);
+    size_t at = 0;
+    for (size_t k = first_id; k < o->n_ids; k++) {
+        uint32_t id = o->ids[k];
+        size_t len = id < w->n_id_objects ? w->id_len[id] : 0;
+        if (len == 0 || len > n - at)
+            return -3;
+        size_t end = at + len, first = at > 3 ? at : 3;
+        if (push_row(o, id, &src[first], &src[end > first ? end - 1 : first], end <= first) < 0)
+            return -1;
+        at = end;
+    }
+    return at == n ? 0 : -3;
+}
+
 static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, Out *o)
 {
     if (grow((void **)&o->word, &o->word_cap, 64, 1) < 0)
         return -1;
     memcpy(o->word, "\xe2\x96\x81", 3);
     o->word_len = 3;
+    int64_t byte_at = 0; /* of codepoint i in the text's UTF-8 */
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t c = PyUnicode_READ(kind, text, i);
+        Source here = {i, byte_at, byte_at + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4)};
+        byte_at = here.byte_end;
         uint32_t entry = c < 0x10000 ? w->bmp[c] : map_codepoint(w, c);
         int rc = 0;
+        size_t before = o->word_len;
         switch (entry >> 24) {
         case JOIN:
-            rc = put_utf8(o, entry & 0x1FFFFF);
+            if ((rc = put_utf8(o, entry & 0x1FFFFF)) == 0 && o->with_spans)
+                rc = note_source(o, before, here);
             break;
         case BOUNDARY:
-            rc = flush_word(w, o, unk);
+            rc = end_word(w, o, unk);
             break;
         case OWN:
-            if ((rc = flush_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0)
-                rc = flush_word(w, o, unk);
+            if ((rc = end_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
+                && (!o->with_spans || (rc = note_source(o, 3, here)) == 0))
+                rc = end_word(w, o, unk);
             break;
         default: /* DROP */
             break;
@@ -381,7 +451,7 @@ static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, O
         if (rc < 0)
             return rc;
     }
-    return flush_word(w, o, unk);
+    return end_word(w, o, unk);
 }
 
 static PyObject *Wpm_encode(Wpm *self, PyObject *args)
@@ -435,6 +505,47 @@ static PyObject *Wpm_encode(Wpm *self, PyObject *args)
     return list;
 }
 
+/* A bytes object of ``n`` int64 items. */
+static PyObject *int64_bytes(const int64_t *values, size_t n)
+{
+    return PyBytes_FromStringAndSize(n ? (const char *)values : "", (Py_ssize_t)(n * sizeof(int64_t)));
+}
+
+static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
+{
+    PyObject *text;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
+        return NULL;
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+        return NULL;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+    Out o = {0};
+    o.with_spans = 1;
+    int rc = walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), unk, &o);
+    PyObject *result = NULL;
+    if (rc == -2) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else if (rc == -3) {
+        PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
+    } else if (rc < 0) {
+        PyErr_NoMemory();
+    } else if (o.n_rows != o.n_ids) {
+        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
+    } else {
+        result = int64_bytes(o.rows, 5 * o.n_rows);
+    }
+    free(o.word);
+    free(o.ids);
+    free(o.source);
+    free(o.rows);
+    return result;
+}
+
 static PyObject *Wpm_set_cache_budget(Wpm *self, PyObject *arg)
 {
     Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
@@ -460,6 +571,9 @@ static PyMethodDef Wpm_methods[] = {
     {"cache_stats", (PyCFunction)Wpm_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
     {"encode", (PyCFunction)Wpm_encode, METH_VARARGS,
      "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0"},
+    {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS,
+     "encode_with_spans(text: str, unk: int) -> bytes | None: encode's tokens as int64 rows (id, char start, char "
+     "end, byte start, byte end): each one's span in the text; None as encode"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -95,6 +95,11 @@ class TokenizerModel(ABC):
         :meth:`aligns_offsets` says so, or None: :mod:`bpetok.offsets`' own after all."""
         return None
 
+    def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
+        """``tok.encode_with_offsets(text, ...)`` in one pass, where the model's kernel gives the
+        ids and their spans together (held equal to encode then :meth:`token_offsets`), or None."""
+        return None
+
     def count_fragment(self, text: str, at_start: bool) -> int:
         """``len(self.encode_fragment(text, at_start))``; a model with cached ids may count
         without building the list."""

@@ -18,13 +18,15 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
 from bpetok.specials import ASCII_SPACE
 
 if TYPE_CHECKING:
     from bpetok.offsets import TokenOffsets
     from bpetok.tokenizer import Tokenizer
 
-__all__ = ["spans_of_fragments", "Spans"]
+__all__ = ["spans_of_fragments", "spans_of_fragment_arrays", "encode_with_fragment_arrays", "Spans"]
 
 #: (token id, start, end) within one fragment: characters or UTF-8 bytes, as the model says.
 Spans = list[tuple[int, int, int]]
@@ -116,3 +118,100 @@ def _walk(tok, text: str, fragments, fragment_spans, in_bytes: bool, char_bytes:
         pos += len(fragment)
     extend_special(n)
     return out
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def spans_of_fragment_arrays(
+    tok: Tokenizer, text: str, ids: list[int], add_special: bool, fragment_rows: Callable[[str], np.ndarray | None]
+) -> TokenOffsets | None:
+    """:func:`spans_of_fragments` with each fragment's spans from a kernel as an ``(n, 5)`` int64
+    array (``fragment_rows``: rows of id, char start, char end, byte start, byte end within the
+    fragment; None where it cannot say), so that no Python object is made per token; None where
+    the ids are not the text's (the twin then says why)."""
+    from bpetok.offsets import _added
+
+    head, tail = _added(tok, add_special)
+    if len(ids) < len(head) + len(tail) or ids[: len(head)] != head or ids[len(ids) - len(tail) :] != tail:
+        return None
+    body = ids[len(head) : len(ids) - len(tail)]
+    for parse_special in (True, False):
+        fragments = tok._partition(text, parse_special) if text else []
+        rows = _walk_rows(tok, text, fragments, fragment_rows)
+        if rows is not None and rows[:, 0].tolist() == body:
+            return _of_rows(text, rows, (head, tail))
+    return None
+
+
+def encode_with_fragment_arrays(
+    tok: Tokenizer, text: str, parse_special: bool, add_special: bool, fragment_rows: Callable[[str], np.ndarray | None]
+) -> TokenOffsets | None:
+    """``encode_with_offsets`` in one pass: the ids are the kernel's rows' (``fragment_rows``
+    gives each fragment's ids as encode does, and their spans); None where it cannot say."""
+    from bpetok.offsets import _added
+
+    fragments = tok._partition(text, parse_special) if text else []
+    rows = _walk_rows(tok, text, fragments, fragment_rows)
+    return None if rows is None else _of_rows(text, rows, _added(tok, add_special))
+
+
+def _of_rows(text: str, rows: np.ndarray, added: tuple[list[int], list[int]]) -> TokenOffsets:
+    """The TokenOffsets of ``rows`` (the text's tokens) with what add_special adds around them."""
+    from bpetok.offsets import TokenOffsets
+
+    head, tail = added
+    n_chars, n_bytes = len(text), _utf8_size(text)
+
+    def around(column, before, after, dtype=np.int64):
+        return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
+
+    all_ids = np.concatenate((np.array(head, dtype=np.int64), rows[:, 0], np.array(tail, dtype=np.int64)))
+    columns = [around(rows[:, k], 0, end) for k, end in ((1, n_chars), (2, n_chars), (3, n_bytes), (4, n_bytes))]
+    char_starts, char_ends, byte_starts, byte_ends = columns
+    return TokenOffsets._of_columns(all_ids, byte_starts, byte_ends, char_starts, char_ends, np.zeros(len(all_ids), dtype=bool))
+
+
+def _walk_rows(tok, text: str, fragments, fragment_rows) -> np.ndarray | None:
+    """:func:`_walk` (spans in characters) as one ``(n, 5)`` array of rows."""
+    pieces = tok.vocabulary.tokens
+    chunks: list[np.ndarray] = []
+    pos, pos_byte, n = 0, 0, len(text)
+    last_special: np.ndarray | None = None  # the row of the special token that may have swallowed spaces
+
+    def advance(to: int) -> None:
+        nonlocal pos, pos_byte
+        pos_byte += _utf8_size(text[pos:to])
+        pos = to
+
+    def extend_special(to: int) -> None:
+        if last_special is not None and to > pos:
+            last_special[0, 2], last_special[0, 4] = to, pos_byte + _utf8_size(text[pos:to])
+
+    for fragment in fragments:
+        if fragment.__class__ is int:
+            special = pieces[fragment].decode("utf-8", "surrogatepass")
+            at = pos
+            while not text.startswith(special, at) and at < n and text[at] in ASCII_SPACE:
+                at += 1  # LSTRIP swallowed it (after another special's RSTRIP: both ways, this one's)
+            start, start_byte = pos, pos_byte
+            advance(at + len(special))
+            last_special = np.array([[fragment, start, pos, start_byte, pos_byte]], dtype=np.int64)
+            chunks.append(last_special)
+            continue
+        at = pos
+        while not text.startswith(fragment, at) and at < n:
+            at += 1  # whitespace the special token before swallowed (RSTRIP)
+        extend_special(at)
+        advance(at)
+        last_special = None
+        rows = fragment_rows(fragment)
+        if rows is None:
+            return None
+        chunks.append(rows + np.array([0, pos, pos, pos_byte, pos_byte], dtype=np.int64) if pos else rows)
+        advance(pos + len(fragment))
+    extend_special(n)
+    if not chunks:
+        return np.zeros((0, 5), dtype=np.int64)
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)

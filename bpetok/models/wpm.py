@@ -34,6 +34,8 @@ from array import array
 from bisect import bisect_right
 from itertools import chain
 
+import numpy as np
+
 from bpetok.cache import as_ids
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
@@ -294,10 +296,31 @@ class WordPieceModel(CachingModel):
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """Each token's span (:mod:`bpetok.models.norm_offsets`): every normalized character
         comes from one character of the text; a token spans the characters its text (less
-        ``##``) was made of, and ``[UNK]`` its whole word."""
-        from bpetok.models.norm_offsets import spans_of_fragments
+        ``##``) was made of, and ``[UNK]`` its whole word. The kernel's spans where it is built
+        (:meth:`fragment_span_rows`), else, or where they do not give ``ids``, the twin's."""
+        from bpetok.models.norm_offsets import spans_of_fragment_arrays, spans_of_fragments
 
+        if self._kernel is not None:
+            found = spans_of_fragment_arrays(tok, text, ids, add_special, self.fragment_span_rows)
+            if found is not None:
+                return found
         return spans_of_fragments(tok, text, ids, add_special, self.fragment_spans, in_bytes=False)
+
+    def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
+        """The ids and spans in one pass of the kernel, which gives :meth:`encode_fragment`'s ids
+        (not where a subclass cuts otherwise: encode, then :meth:`token_offsets`)."""
+        if self._kernel is None or type(self).encode_fragment is not WordPieceModel.encode_fragment:
+            return None
+        from bpetok.models.norm_offsets import encode_with_fragment_arrays
+
+        return encode_with_fragment_arrays(tok, text, parse_special, add_special, self.fragment_span_rows)
+
+    def fragment_span_rows(self, fragment: str) -> np.ndarray | None:
+        """:meth:`fragment_spans` from the kernel: an ``(n, 5)`` int64 array of id, character start
+        and end, byte start and end, or None (a word without tokens and no unknown token: the
+        twin raises the error)."""
+        found = self._kernel.encode_with_spans(fragment, -1 if self.unk is None else self.unk)
+        return None if found is None else np.frombuffer(found, dtype=np.int64).reshape(-1, 5)
 
     def fragment_spans(self, fragment: str) -> list[tuple[int, int, int]]:
         """(id, start, end) of each token of ``fragment`` in its characters: the reference's cut."""
