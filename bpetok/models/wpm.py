@@ -33,8 +33,7 @@ import re
 from array import array
 from bisect import bisect_right
 from itertools import chain
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from bpetok.cache import as_ids
 from bpetok.compiled import compiled_module, warn_not_built
@@ -44,6 +43,9 @@ from bpetok.models import ModelSpec
 from bpetok.models.base import CachingModel
 from bpetok.models import wpm_data
 from bpetok.pretok.unicode_data import WHITESPACE
+
+if TYPE_CHECKING:
+    import numpy as np  # offsets only: loading a tokenizer does not import numpy
 
 __all__ = ["WordPieceModel", "preprocess", "preprocess_with_sources"]
 
@@ -319,6 +321,8 @@ class WordPieceModel(CachingModel):
         """:meth:`fragment_spans` from the kernel: an ``(n, 5)`` int64 array of id, character start
         and end, byte start and end, or None (a word without tokens and no unknown token: the
         twin raises the error)."""
+        import numpy as np
+
         found = self._kernel.encode_with_spans(fragment, -1 if self.unk is None else self.unk)
         return None if found is None else np.frombuffer(found, dtype=np.int64).reshape(-1, 5)
 
