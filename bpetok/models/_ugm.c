@@ -362,21 +362,12 @@ static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
 
 static PyObject *Lattice_set_cache_budget(Lattice *self, PyObject *arg)
 {
-    Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
-    if (budget == -1 && PyErr_Occurred())
-        return NULL;
-    if (budget < 0) {
-        PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
-        return NULL;
-    }
-    word_cache_free(&self->cache);
-    self->cache.budget = (size_t)budget;
-    Py_RETURN_NONE;
+    return word_cache_set_budget(&self->cache, arg);
 }
 
 static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("(nnn)", (Py_ssize_t)self->cache.count, (Py_ssize_t)self->cache.used, (Py_ssize_t)self->cache.budget);
+    return word_cache_stats(&self->cache);
 }
 
 static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)

@@ -125,4 +125,26 @@ static void word_cache_free(WordCache *c)
     c->mask = c->count = c->used = 0;
 }
 
+/* The body of a kernel's set_cache_budget(bytes) method: empty the cache, let it grow to that many
+ * bytes (0: no cache). NULL with an exception set for a value that is no byte count. */
+static inline PyObject *word_cache_set_budget(WordCache *c, PyObject *arg)
+{
+    Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
+        return NULL;
+    }
+    word_cache_free(c);
+    c->budget = (size_t)budget;
+    Py_RETURN_NONE;
+}
+
+/* The body of a kernel's cache_stats() method: (entries, bytes used, budget). */
+static inline PyObject *word_cache_stats(const WordCache *c)
+{
+    return Py_BuildValue("(nnn)", (Py_ssize_t)c->count, (Py_ssize_t)c->used, (Py_ssize_t)c->budget);
+}
+
 #endif

@@ -548,21 +548,12 @@ static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
 
 static PyObject *Wpm_set_cache_budget(Wpm *self, PyObject *arg)
 {
-    Py_ssize_t budget = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
-    if (budget == -1 && PyErr_Occurred())
-        return NULL;
-    if (budget < 0) {
-        PyErr_SetString(PyExc_ValueError, "the cache budget is a number of bytes >= 0");
-        return NULL;
-    }
-    word_cache_free(&self->cache);
-    self->cache.budget = (size_t)budget;
-    Py_RETURN_NONE;
+    return word_cache_set_budget(&self->cache, arg);
 }
 
 static PyObject *Wpm_cache_stats(Wpm *self, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("(nnn)", (Py_ssize_t)self->cache.count, (Py_ssize_t)self->cache.used, (Py_ssize_t)self->cache.budget);
+    return word_cache_stats(&self->cache);
 }
 
 static PyMethodDef Wpm_methods[] = {
