@@ -215,7 +215,8 @@ def _t5_tokenizer_json(tok: Tokenizer) -> dict:
     """The tokenizer.json of a t5 (Unigram) vocabulary (see bpetok_hf.writer_ugm)."""
     why = t5_refusal(tok)
     if why is not None:
-        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 't5' and {why}; it cannot be exported")
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 't5' and {why}; it cannot be exported "
+                          "(for a model from the Hugging Face hub, use its own tokenizer.json, which bpetok reads too)")
     texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
     _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
     return {

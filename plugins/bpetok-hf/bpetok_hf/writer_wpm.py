@@ -8,18 +8,19 @@ first) and classes characters by other tables, so the export spells llama.cpp's 
 codepoint by codepoint, from bpetok's copy of llama.cpp's tables:
 
 - normalizer: ``Replace`` of the dropped codepoints by nothing and of whitespace by a space (both
-  regex classes of explicit codepoints, so Oniguruma's Unicode version does not matter), then a
-  ``Precompiled`` map of each remaining codepoint llama.cpp changes (built by
-  :mod:`bpetok_hf.charsmap_builder`);
+  regex classes of explicit codepoints, so Oniguruma's Unicode version does not matter), a
+  ``Replace`` putting U+0001 after each codepoint the map changes, then a ``Precompiled`` map of
+  each remaining codepoint llama.cpp changes, and of U+0001 to nothing (built by
+  :mod:`bpetok_hf.charsmap_builder`): HF's ``Precompiled`` replaces a grapheme cluster under 6
+  bytes that starts with a key whole (an uppercase letter followed by an emoji modifier would lose
+  the modifier), and the U+0001, a control, ends the cluster after the key;
 - pre-tokenizer: ``WhitespaceSplit``, then a ``Split`` isolating each character that is a word
   of its own;
 - model: ``WordPiece`` over the vocabulary as HF writes it (``▁x`` is ``x``, ``x`` is ``##x``,
   ``[...]`` kept, as llama.cpp's converter read it), no word-length limit (llama.cpp has none).
 
-What HF cannot say: its ``Precompiled`` replaces a short grapheme cluster that starts with a key
-whole (an uppercase letter followed by an emoji modifier loses the modifier; without
-``strip_accents``, a mark after a changed character), and llama.cpp matches a word-initial token
-inside a word after a ``▁`` in the text, HF's WordPiece only ``##`` pieces there.
+What HF cannot say: llama.cpp matches a word-initial token inside a word after a ``▁`` in the
+text, HF's WordPiece only ``##`` pieces there.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def _literal(cp: int) -> str:
     return "\\" + c if c in "\\[]^-&" else c
 
 
+_BREAKER_CP = 0x01
+
+
 def wpm_normalizer_and_pre(tok: Tokenizer) -> tuple[dict, dict]:
     """(normalizer, pre_tokenizer) spelling out llama.cpp's word split."""
     import base64
@@ -142,7 +146,13 @@ def wpm_normalizer_and_pre(tok: Tokenizer) -> tuple[dict, dict]:
         {"type": "Replace", "pattern": {"Regex": _char_class(whitespace)}, "content": " "},
     ]
     if mapping:
-        blob = build_charsmap(mapping)
+        # HF's Precompiled replaces a grapheme cluster under 6 bytes that starts with a key whole (an
+        # uppercase letter's emoji modifier would go with it): a U+0001 after each key character ends
+        # the cluster there (a control: UAX #29 GB5), and the map deletes it. U+0001 from the text is
+        # a control llama.cpp drops, gone with the first Replace (a test holds it in ``dropped``).
+        steps.append({"type": "Replace", "pattern": {"Regex": f"(?<={_char_class({ord(c) for c in mapping})})"},
+                      "content": chr(_BREAKER_CP)})
+        blob = build_charsmap({**mapping, chr(_BREAKER_CP): ""})
         steps.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(blob).decode("ascii")})
     pre = {"type": "Sequence", "pretokenizers": [
         {"type": "WhitespaceSplit"},

@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bpetok
 from bpetok.gguf import GGUFValueType, read_gguf
@@ -61,6 +63,34 @@ def test_transformers_gives_llama_cpp_ids(bert_hf):
 def test_transformers_gives_llama_cpp_ids_on_the_corpus_sample(bert_gguf, bert_hf, corpus):
     differ = [t for t in corpus if bert_hf(t, add_special_tokens=False)["input_ids"] != bert_gguf.encode(t)]
     assert not differ, f"{len(differ)} of {len(corpus)} differ, e.g. {differ[0]!r:.200}"
+
+
+# Letters llama.cpp changes (upper case, accented, fullwidth) next to what HF's grapheme clusters
+# would join to them: combining marks, emoji modifiers, a ZWJ; no U+2581 (llama.cpp's word-initial
+# match after it is HF's known difference, README).
+_CLUSTER_TEXT = st.text(alphabet=st.sampled_from(
+    list("AaEeKkZz ÀÉÅÑéñ.,!中각") + ["\uff21", "\uff4b", "\u0300", "\u0301", "\u0308", "\u0323", "\u20dd",
+                                   "\U0001f3fb", "\U0001f3ff", "\U0001f44d", "\u200d", "\ufe0f", "\u1100", "\u1161"]),
+    max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CLUSTER_TEXT)
+def test_marks_and_modifiers_after_changed_letters_as_llama_cpp(bert_gguf, bert_hf, text):
+    # bpetok's GGUF route stands in for llama.cpp here: it gives llama.cpp's recorded ids on every
+    # reference case (tests/test_model_wpm.py). Without the U+0001 ending HF's cluster after each
+    # changed character, "A" + U+1F3FB is "a" in HF (the modifier goes) and [UNK] in llama.cpp.
+    assert bert_hf(text, add_special_tokens=False)["input_ids"] == bert_gguf.encode(text), ascii(text)
+
+
+def test_the_cluster_breaker_is_a_dropped_control(bert_gguf, bert_folder):
+    from bpetok_hf.writer_wpm import _BREAKER_CP, _classes
+
+    dropped = _classes(bert_gguf)[0]
+    assert _BREAKER_CP in dropped  # gone from the text before the breakers go in
+    steps = json.loads((bert_folder / "tokenizer.json").read_text(encoding="utf-8"))["normalizer"]["normalizers"]
+    assert [s["type"] for s in steps] == ["Replace", "Replace", "Replace", "Precompiled"]
+    assert steps[2]["content"] == "\x01"
 
 
 def test_cls_and_sep_as_llama_cpp(bert_gguf, bert_hf, bert_folder):
