@@ -310,3 +310,26 @@ def test_whitespace_runs_are_whole_pieces_of_the_gpt2_split(name, tok, text):
             assert model.runs.model.splitter.split(run) == [run]
     twice = text + " " + text  # the second time from the cache
     assert model.encode_fragment(twice, True) == model.encode_fragment_reference(twice, True)
+
+
+@pytest.mark.parametrize("name", ["whitespace"])
+def test_whitespace_c_runs_cut_where_the_reference_cuts(name, tok):
+    """The C loop's cut (``Merger.encode_runs``, whitespace as a bitmap of code points) drops
+    exactly llama.cpp's whitespace: each character between two letters, against the reference,
+    the BMP up to past U+3000 and the ends of every plane; then from the word cache (a character
+    that is no token, with no byte token to stand in, is dropped too: the merge's fallback)."""
+    from bpetok.pretok.unicode_data import WHITESPACE
+
+    model = tok.model
+    assert (model._run_merger is not None) == (tok.engine != "pure Python")
+    chars = [c for c in itertools.chain(range(0x3100), range(0xFFF0, 0x110000, 0x10000), range(0x10FFF0, 0x110000))
+             if not 0xD800 <= c < 0xE000]
+    texts = ["x" + chr(c) + "y" for c in chars]
+    for _ in range(2):  # the second time from the cache
+        wrong = [t for t in texts if model.encode_fragment(t, True) != model.encode_fragment_reference(t, True)]
+        assert not wrong, [hex(ord(t[1])) for t in wrong[:5]]
+    dropped = {c for c, t in zip(chars, texts) if tok.encode(t) == tok.encode("x") + tok.encode("y")}
+    assert set(WHITESPACE) <= dropped  # and the others dropped are characters that are no token
+    assert all(tok.id(chr(c)) is None for c in dropped - set(WHITESPACE)), sorted(dropped - set(WHITESPACE))[:5]
+    if model._run_merger is not None:
+        assert tok.cache_info()["pieces"]["entries"] > 1000
