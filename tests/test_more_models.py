@@ -287,6 +287,32 @@ def test_rwkv_str_walk_is_the_byte_walk(name, tok, text):
     assert model.encode_fragment(text, True) == model.encode_reference(text.encode("utf-8", "surrogatepass"))
 
 
+@pytest.fixture(scope="module")
+def small_rwkv(tmp_path_factory) -> bpetok.Tokenizer:
+    """A trie where a walk meets every case: a first byte that is a token or only starts one
+    (``d``), tokens two and three bytes deep, a byte no token starts (``e``: the unknown token)."""
+    tokens = [b"<unk>", b"a", b"ab", b"abc", b"ac", b"bcd", b"b", b"c", b"cc", b"ccd", b"cd", b"dab", b"da"]
+    types = [UNKNOWN] + [NORMAL] * (len(tokens) - 1)
+    path = write(tmp_path_factory.mktemp("rwkv") / "r.gguf", "rwkv", tokens, types,
+                 ("tokenizer.ggml.unknown_token_id", UINT32, 0, None))
+    return bpetok.from_gguf(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=24).map(lambda b: bytes(97 + x % 5 for x in b)))
+def test_rwkv_c_walk_is_the_reference_on_a_small_trie(small_rwkv, data):
+    """The C walk (its first two bytes through a table, then a child at a time) against
+    llama.cpp's walk; None from C where llama.cpp loops (``d`` then neither ``a`` nor ``ab``)."""
+    model = small_rwkv.model
+    if model._walker is None:
+        pytest.skip("the pure-Python engine has no C walk")
+    try:
+        expected = model.encode_reference(data)
+    except InputError:
+        expected = None
+    assert model._walker.encode(data, 0) == expected
+
+
 def test_whitespace_model_with_a_pre_gpt2_lacks_is_refused(tmp_path):
     path = bpe_variant(tmp_path / "w.gguf", "whitespace", "no-such-pre", False)
     with pytest.raises(UnsupportedVocabularyError, match="no-such-pre"):
