@@ -9,9 +9,10 @@ between is encoded on its own. llama.cpp's lower-casing option is off for ``pre 
 The runs go to the gpt2 model itself (:class:`Gpt2Runs`, the model the registry gives a gpt2
 vocabulary with this pre), so the merges, the byte fallback and the pieces are the gpt2 model's.
 With ``pre = whitespace`` (``\\S+``, raw UTF-8) the gpt2 model's split would give each run back
-whole, so the runs are looked up in its piece cache directly, all at once, and only the missing
-ones merged (:meth:`WhitespaceModel.encode_fragment`; ``encode_fragment_reference`` is the plain
-twin, each run through the gpt2 model's reference path).
+whole, so the runs go straight to its merge loop: with the C loop the whole fragment in one call
+(``Merger.encode_runs``: the cut, its word cache, the merges), else looked up in its piece cache
+all at once and only the missing ones merged (:meth:`WhitespaceModel.encode_fragment`;
+``encode_fragment_reference`` is the plain twin, each run through the gpt2 model's reference path).
 """
 
 from __future__ import annotations
