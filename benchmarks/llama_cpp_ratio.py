@@ -1,20 +1,24 @@
 """bpetok's speed as a multiple of llama.cpp's, per vocabulary, with the ids compared.
 
-    python3 benchmarks/llama_cpp_ratio.py CORPUS.txt.xz VOCAB.gguf [VOCAB.gguf ...] [--limit-mb 0.25]
+    python3 benchmarks/llama_cpp_ratio.py CORPUS.txt.xz VOCAB.gguf [VOCAB.gguf ...] [--limit-mb 0.25] [--repeat 3]
 
 For each vocabulary (any ``tokenizer.ggml.model`` both know): the corpus cut to ``--limit-mb`` MB
 of whole paragraphs (``models_bench.read_paragraphs``), each encoded with ``parse_special=False`` by a fresh bpetok tokenizer (cold:
 load not counted) and by llama-cpp-python's ``Llama(path, vocab_only=True).tokenize(...,
-add_bos=False, special=False)``; CPU seconds, MB/s of UTF-8, the ratio, and how many paragraphs
-give different ids (llama.cpp is the reference: this should print 0). Needs the ``llama`` extra.
+add_bos=False, special=False)``, the two in turn ``--repeat`` times (a fresh bpetok tokenizer each
+time; the last pass's garbage collected before each timing); CPU seconds, the median MB/s of UTF-8
+and the median of the repeats' ratios, and how many paragraphs give different ids (llama.cpp is
+the reference: this should print 0). Needs the ``llama`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import os
 import shutil
+import statistics
 import tempfile
 import time
 
@@ -37,6 +41,7 @@ def main() -> None:
     parser.add_argument("corpus")
     parser.add_argument("vocab", nargs="+")
     parser.add_argument("--limit-mb", type=float, default=0.25)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each, in turn (medians)")
     args = parser.parse_args()
     from llama_cpp import Llama
 
@@ -47,17 +52,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for path in args.vocab:
             plain = plain_gguf(path, scratch)
-            tok = bpetok.from_file(plain)
-            start = time.process_time()
-            ours = [tok.encode(t, parse_special=False) for t in texts]
-            ours_s = time.process_time() - start
             llama = Llama(plain, vocab_only=True, verbose=False)
-            start = time.process_time()
-            theirs = [llama.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
-            theirs_s = time.process_time() - start
+            ours_s, theirs_s = [], []
+            for _ in range(max(1, args.repeat)):
+                ours = theirs = []  # the last pass's ids freed here, not in a timing
+                tok = bpetok.from_file(plain)
+                gc.collect()  # the last tokenizer's garbage is not this pass's time
+                start = time.process_time()
+                ours = [tok.encode(t, parse_special=False) for t in texts]
+                ours_s.append(time.process_time() - start)
+                gc.collect()
+                start = time.process_time()
+                theirs = [llama.tokenize(t.encode(), add_bos=False, special=False) for t in texts]
+                theirs_s.append(time.process_time() - start)
             differ = sum(a != b for a, b in zip(ours, theirs))
-            print(f"{os.path.basename(path):<36} {tok.vocabulary.model:<10} {mb / ours_s:>11.2f} "
-                  f"{mb / theirs_s:>14.2f} {theirs_s / ours_s:>6.1f}x {differ:>6}")
+            ratio = statistics.median(t / o for o, t in zip(ours_s, theirs_s))
+            print(f"{os.path.basename(path):<36} {tok.vocabulary.model:<10} {mb / statistics.median(ours_s):>11.2f} "
+                  f"{mb / statistics.median(theirs_s):>14.2f} {ratio:>6.1f}x {differ:>6}")
 
 
 if __name__ == "__main__":

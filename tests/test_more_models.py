@@ -287,6 +287,32 @@ def test_rwkv_str_walk_is_the_byte_walk(name, tok, text):
     assert model.encode_fragment(text, True) == model.encode_reference(text.encode("utf-8", "surrogatepass"))
 
 
+@pytest.fixture(scope="module")
+def small_rwkv(tmp_path_factory) -> bpetok.Tokenizer:
+    """A trie where a walk meets every case: a first byte that is a token or only starts one
+    (``d``), tokens two and three bytes deep, a byte no token starts (``e``: the unknown token)."""
+    tokens = [b"<unk>", b"a", b"ab", b"abc", b"ac", b"bcd", b"b", b"c", b"cc", b"ccd", b"cd", b"dab", b"da"]
+    types = [UNKNOWN] + [NORMAL] * (len(tokens) - 1)
+    path = write(tmp_path_factory.mktemp("rwkv") / "r.gguf", "rwkv", tokens, types,
+                 ("tokenizer.ggml.unknown_token_id", UINT32, 0, None))
+    return bpetok.from_gguf(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=24).map(lambda b: bytes(97 + x % 5 for x in b)))
+def test_rwkv_c_walk_is_the_reference_on_a_small_trie(small_rwkv, data):
+    """The C walk (its first two bytes through a table, then a child at a time) against
+    llama.cpp's walk; None from C where llama.cpp loops (``d`` then neither ``a`` nor ``ab``)."""
+    model = small_rwkv.model
+    if model._walker is None:
+        pytest.skip("the pure-Python engine has no C walk")
+    try:
+        expected = model.encode_reference(data)
+    except InputError:
+        expected = None
+    assert model._walker.encode(data, 0) == expected
+
+
 def test_whitespace_model_with_a_pre_gpt2_lacks_is_refused(tmp_path):
     path = bpe_variant(tmp_path / "w.gguf", "whitespace", "no-such-pre", False)
     with pytest.raises(UnsupportedVocabularyError, match="no-such-pre"):
@@ -310,3 +336,26 @@ def test_whitespace_runs_are_whole_pieces_of_the_gpt2_split(name, tok, text):
             assert model.runs.model.splitter.split(run) == [run]
     twice = text + " " + text  # the second time from the cache
     assert model.encode_fragment(twice, True) == model.encode_fragment_reference(twice, True)
+
+
+@pytest.mark.parametrize("name", ["whitespace"])
+def test_whitespace_c_runs_cut_where_the_reference_cuts(name, tok):
+    """The C loop's cut (``Merger.encode_runs``, whitespace as a bitmap of code points) drops
+    exactly llama.cpp's whitespace: each character between two letters, against the reference,
+    the BMP up to past U+3000 and the ends of every plane; then from the word cache (a character
+    that is no token, with no byte token to stand in, is dropped too: the merge's fallback)."""
+    from bpetok.pretok.unicode_data import WHITESPACE
+
+    model = tok.model
+    assert (model._run_merger is not None) == (tok.engine != "pure Python")
+    chars = [c for c in itertools.chain(range(0x3100), range(0xFFF0, 0x110000, 0x10000), range(0x10FFF0, 0x110000))
+             if not 0xD800 <= c < 0xE000]
+    texts = ["x" + chr(c) + "y" for c in chars]
+    for _ in range(2):  # the second time from the cache
+        wrong = [t for t in texts if model.encode_fragment(t, True) != model.encode_fragment_reference(t, True)]
+        assert not wrong, [hex(ord(t[1])) for t in wrong[:5]]
+    dropped = {c for c, t in zip(chars, texts) if tok.encode(t) == tok.encode("x") + tok.encode("y")}
+    assert set(WHITESPACE) <= dropped  # and the others dropped are characters that are no token
+    assert all(tok.id(chr(c)) is None for c in dropped - set(WHITESPACE)), sorted(dropped - set(WHITESPACE))[:5]
+    if model._run_merger is not None:
+        assert tok.cache_info()["pieces"]["entries"] > 1000

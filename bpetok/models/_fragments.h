@@ -1,7 +1,8 @@
 /* The compiled merge loop's methods on text (bpetok/models/_symbols.c, included after
  * encode_to_list): ``encode_text``, one fragment escaped as SentencePieceModel.encode_fragment
- * escapes it, and ``encode_parts``, a whole partitioned text (fragments and special ids) in one
- * call, as Tokenizer._encode_parts gives it.
+ * escapes it, ``encode_parts``, a whole partitioned text (fragments and special ids) in one
+ * call, as Tokenizer._encode_parts gives it, and ``encode_runs``, the runs between whitespace
+ * (bpetok/models/whitespace_bpe.py).
  */
 
 #ifndef BPETOK_FRAGMENTS_H
@@ -190,6 +191,112 @@ static PyObject *Merger_encode_text(Merger *self, PyObject *args)
         free(out);
         free(scratch);
     }
+    return result;
+}
+
+/* The code point of the UTF-8 character at ``p`` (``length`` bytes, as LENGTH_OF_NIBBLE says;
+ * valid UTF-8: the str's own encoding). */
+static inline uint32_t code_point(const unsigned char *p, uint32_t length)
+{
+    switch (length) {
+    case 1:
+        return p[0];
+    case 2:
+        return (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
+    case 3:
+        return (uint32_t)(p[0] & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F);
+    default:
+        return (uint32_t)(p[0] & 0x07) << 18 | (uint32_t)(p[1] & 0x3F) << 12 | (uint32_t)(p[2] & 0x3F) << 6 | (p[3] & 0x3F);
+    }
+}
+
+/* The ids of the runs of ``text[0..n)`` (valid UTF-8) between the characters ``breaks`` marks
+ * (bit c % 8 of breaks[c / 8]; ``n_breaks`` bytes), which are dropped: each run through
+ * encode_word (the word cache, else merged whole). Returns as encode_word does. */
+static Py_ssize_t encode_runs(Merger *m, const unsigned char *text, uint32_t n, const unsigned char *breaks, size_t n_breaks,
+                              Work *w, int32_t *out)
+{
+    Py_ssize_t k = 0;
+    uint32_t run = 0;
+    Hold hold = {0, 0};
+    for (uint32_t i = 0; i <= n;) {
+        uint32_t length = 1;
+        int cut = i == n;
+        if (!cut) {
+            length = LENGTH_OF_NIBBLE[text[i] >> 4];
+            if (length > n - i)
+                length = n - i;
+            uint32_t c = code_point(text + i, length);
+            cut = c / 8 < n_breaks && (breaks[c / 8] >> (c % 8) & 1);
+        }
+        if (cut) {
+            if (i > run) {
+                Py_ssize_t got = encode_word(m, text + run, i - run, w, out + k, &hold);
+                if (got < 0) {
+                    hold_release(m, &hold);
+                    return got;
+                }
+                k += got;
+            }
+            run = i + length;
+        }
+        i += length;
+    }
+    hold_release(m, &hold);
+    return k;
+}
+
+PyDoc_STRVAR(encode_runs_doc, "encode_runs(text: str, breaks: bytes) -> list[int] | None\n\n"
+                              "The ids of each run of ``text``'s UTF-8 between the characters ``breaks`` marks (bit c % 8\n"
+                              "of byte c // 8: character c is dropped), each run merged whole as encode() merges a\n"
+                              "Merger without ``words`` and kept in the word cache (set_cache_budget): llama.cpp's\n"
+                              "whitespace model. None as encode() gives it, and for a str that is no UTF-8 (lone\n"
+                              "surrogates) or too long: the caller encodes it in Python.");
+
+static PyObject *Merger_encode_runs(Merger *self, PyObject *args)
+{
+    PyObject *text, *breaks;
+    if (!PyArg_ParseTuple(args, "UO!", &text, &PyBytes_Type, &breaks))
+        return NULL;
+    if (!merger_ready(self))
+        return NULL;
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (!utf8) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (n > LONGEST_INPUT)
+        Py_RETURN_NONE;
+    const unsigned char *marks = (const unsigned char *)PyBytes_AS_STRING(breaks);
+    size_t n_marks = (size_t)PyBytes_GET_SIZE(breaks);
+    int32_t small_out[SMALL_INPUT + 1];
+    int small = n <= SMALL_INPUT; /* at most one id a byte (emit) */
+    int32_t *out = small ? small_out : (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    Work w = {0};
+    Py_ssize_t k = FAILED_MEMORY;
+    if (out) { /* the args tuple holds text and breaks while the GIL is released */
+        if (n < RELEASE_GIL_BYTES) {
+            k = encode_runs(self, (const unsigned char *)utf8, (uint32_t)n, marks, n_marks, &w, out);
+        } else {
+            Py_BEGIN_ALLOW_THREADS k = encode_runs(self, (const unsigned char *)utf8, (uint32_t)n, marks, n_marks, &w, out);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    work_free(&w);
+    PyObject *result = NULL;
+    if (k == FAILED_MEMORY) {
+        PyErr_NoMemory();
+    } else if (k == FAILED_BYTE) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else {
+        result = ids_to_list(self, out, k);
+    }
+    if (!small)
+        free(out);
     return result;
 }
 

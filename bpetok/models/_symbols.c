@@ -868,7 +868,8 @@ static PyObject *Merger_spans(Merger *self, PyObject *arg)
 }
 
 PyDoc_STRVAR(set_cache_budget_doc, "set_cache_budget(budget: int) -> None\n\n"
-                                   "Give the word cache ``budget`` bytes (0: none) and empty it.");
+                                   "Give the word cache ``budget`` bytes (0: none) and empty it. An SPM merger\n"
+                                   "without ``words`` keeps no cache (its encode() merges whole inputs).");
 
 static PyObject *Merger_set_cache_budget(Merger *self, PyObject *arg)
 {
@@ -886,7 +887,9 @@ static PyObject *Merger_set_cache_budget(Merger *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
     Py_END_ALLOW_THREADS
     word_cache_free(&self->cache);
-    self->cache.budget = self->words ? (size_t)budget : 0; /* no words, no cache */
+    /* An SPM merger without words merges whole fragments: no cache. A rank merger caches the runs
+     * of encode_runs (its encode() merges whole inputs and never reads the cache). */
+    self->cache.budget = self->words || !self->texts.slots ? (size_t)budget : 0;
     PyThread_release_lock(self->lock);
     Py_RETURN_NONE;
 }
@@ -920,6 +923,7 @@ static PyMethodDef Merger_methods[] = {
     {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
     {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
     {"encode_parts", (PyCFunction)Merger_encode_parts, METH_VARARGS, encode_parts_doc},
+    {"encode_runs", (PyCFunction)Merger_encode_runs, METH_VARARGS, encode_runs_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
     {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
     {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},

@@ -34,6 +34,9 @@ typedef struct {
     uint32_t *edge_child; /* per edge */
     uint32_t root[256];   /* the root's child per byte, or NONE */
     SortedTrie packed;    /* the same trie, one struct a node (the walk reads this) */
+    /* The node two bytes below the root per pair of bytes (b0 << 8 | b1), or NONE: a walk's
+     * second step without a child search (the root's children have the most children). */
+    uint32_t root2[65536];
     PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
     size_t n_id_objects;
 } Trie;
@@ -149,6 +152,16 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
         }
     }
     memcpy(self->packed.root, self->root, sizeof self->root);
+    for (uint32_t k = 0; k < 65536; k++)
+        self->root2[k] = NONE;
+    for (int b = 0; b < 256; b++) {
+        uint32_t node = self->root[b];
+        if (node == NONE)
+            continue;
+        const TrieNode *p = &self->packed.nodes[node]; /* its children: checked consecutive above */
+        for (uint32_t c = p->first; c < p->first + p->count; c++)
+            self->root2[(uint32_t)b << 8 | self->packed.nodes[c].byte] = c;
+    }
     if (sorted_trie_index(&self->packed) < 0)
         return -1;
     if (max_id >= 0 && max_id < (1 << 26)) {
@@ -162,10 +175,12 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-/* The walk; returns the number of ids written, or -1 where the Python twin must answer. */
+/* The walk; returns the number of ids written, or -1 where the Python twin must answer. Each
+ * token's first two bytes are read through root and root2, the rest a child at a time. */
 static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t unk, uint32_t *out)
 {
     Py_ssize_t pos = 0, written = 0;
+    const TrieNode *nodes = t->packed.nodes;
     while (pos < n) {
         uint32_t node = t->root[data[pos]];
         if (node == NONE) {
@@ -175,18 +190,21 @@ static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t
             pos++;
             continue;
         }
-        int32_t token = -1;
-        Py_ssize_t end = 0, at = pos;
-        while (node != NONE) {
-            int32_t value = t->packed.nodes[node].value;
-            if (value >= 0) {
-                token = value;
-                end = at + 1;
+        int32_t token = nodes[node].value;
+        Py_ssize_t end = pos + 1, at = pos + 1;
+        if (at < n) {
+            node = t->root2[(uint32_t)data[pos] << 8 | data[at]];
+            while (node != NONE) {
+                int32_t value = nodes[node].value;
+                if (value >= 0) {
+                    token = value;
+                    end = at + 1;
+                }
+                if (at + 1 >= n)
+                    break;
+                at++;
+                node = sorted_trie_child(&t->packed, node, data[at]);
             }
-            if (at + 1 >= n)
-                break;
-            at++;
-            node = sorted_trie_child(&t->packed, node, data[at]);
         }
         if (token < 0)
             return -1;

@@ -9,9 +9,10 @@ between is encoded on its own. llama.cpp's lower-casing option is off for ``pre 
 The runs go to the gpt2 model itself (:class:`Gpt2Runs`, the model the registry gives a gpt2
 vocabulary with this pre), so the merges, the byte fallback and the pieces are the gpt2 model's.
 With ``pre = whitespace`` (``\\S+``, raw UTF-8) the gpt2 model's split would give each run back
-whole, so the runs are looked up in its piece cache directly, all at once, and only the missing
-ones merged (:meth:`WhitespaceModel.encode_fragment`; ``encode_fragment_reference`` is the plain
-twin, each run through the gpt2 model's reference path).
+whole, so the runs go straight to its merge loop: with the C loop the whole fragment in one call
+(``Merger.encode_runs``: the cut, its word cache, the merges), else looked up in its piece cache
+all at once and only the missing ones merged (:meth:`WhitespaceModel.encode_fragment`;
+``encode_fragment_reference`` is the plain twin, each run through the gpt2 model's reference path).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from array import array
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from bpetok.cache import LONGEST_KEY, as_ids
+from bpetok.cache import LONGEST_KEY, IdCache, as_ids
 from bpetok.errors import UnsupportedVocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec, TokenizerModel
@@ -35,6 +36,12 @@ __all__ = ["Gpt2Runs", "Gpt2RunsModel", "WhitespaceModel"]
 
 _WHITESPACE_RUNS = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(WHITESPACE)) + "]+")
 _WHITESPACE_UTF8 = re.compile(b"(?:" + b"|".join(re.escape(chr(c).encode()) for c in sorted(WHITESPACE)) + b")+")
+# The same code points as the C loop's ``breaks`` (``Merger.encode_runs``): bit c % 8 of byte c // 8.
+_WHITESPACE_BITS = bytearray(max(WHITESPACE) // 8 + 1)
+for _c in WHITESPACE:
+    _WHITESPACE_BITS[_c // 8] |= 1 << (_c % 8)
+_WHITESPACE_BREAKS = bytes(_WHITESPACE_BITS)
+del _c, _WHITESPACE_BITS
 
 
 class Gpt2Runs:
@@ -102,9 +109,33 @@ class WhitespaceModel(Gpt2RunsModel):
             isinstance(model, RawUtf8Model) and self.runs.spec.name == "whitespace"
             and not (model.escape_whitespaces or model.metaspace or model.newline_runs_whole)
         )
+        # The whole fragment in one C call where the runs go straight to the merge loop: the cut at
+        # whitespace, the word cache and the merges (bpetok/models/_fragments.h, encode_runs).
+        merger = model.merger() if self._pieces_whole else None
+        self._run_merger = merger if merger is not None and hasattr(merger, "encode_runs") else None
+
+    def use_cache_budget(self, cache_bytes: int) -> None:
+        """The gpt2 model's caches take the whole budget; where the C loop encodes the runs, its
+        word cache is the pieces cache (one cache, not two)."""
+        super().use_cache_budget(cache_bytes)
+        if self._run_merger is not None:
+            model = self.runs.model
+            self._run_merger.set_cache_budget(model._cache.budget)
+            model._cache = IdCache(0)
+
+    def cache_info(self) -> dict[str, dict[str, int]]:
+        if self._run_merger is not None:
+            return {"pieces": self._run_merger.cache_info()}
+        return super().cache_info()
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens (each run's cached by the gpt2 model)."""
+        merger = self._run_merger
+        if merger is not None:
+            found = merger.encode_runs(text, _WHITESPACE_BREAKS)
+            if found is not None:
+                return found
+            # None: lone surrogates, or a byte without a token (the path below says which)
         if self._pieces_whole:
             model = self.runs.model
             cache = model._cache  # a RawUtf8Model's (see __init__)
