@@ -211,16 +211,39 @@ static void Automaton_dealloc(Automaton *self) {
 }
 
 static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"specials", NULL};
-    PyObject *specials;
+    static char *kwlist[] = {"specials", "ids", "strips", NULL};
+    PyObject *specials, *id_arg = NULL, *strip_arg = NULL, *id_seq = NULL, *strip_seq = NULL;
     if (self->ids) {
         PyErr_SetString(PyExc_TypeError, "Automaton is already built");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Automaton", kwlist, &specials)) return -1;
-    PyObject *seq = PySequence_Fast(specials, "Automaton(specials): a sequence of (bytes, id, strip)");
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:Automaton", kwlist, &specials, &id_arg, &strip_arg)) return -1;
+    if ((id_arg == NULL) != (strip_arg == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "Automaton(texts, ids, strips): give ids and strips together");
+        return -1;
+    }
+    /* columns: three parallel sequences (texts, ids, strips), no tuple per special */
+    int columns = id_arg != NULL;
+    PyObject *seq = PySequence_Fast(specials, columns ? "Automaton(texts, ids, strips): texts must be a sequence of bytes"
+                                                      : "Automaton(specials): a sequence of (bytes, id, strip)");
     if (!seq) return -1;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (columns) {
+        id_seq = PySequence_Fast(id_arg, "Automaton(texts, ids, strips): ids must be a sequence of int");
+        strip_seq = id_seq ? PySequence_Fast(strip_arg, "Automaton(texts, ids, strips): strips must be a sequence of int") : NULL;
+        if (!strip_seq) {
+            Py_XDECREF(id_seq);
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (PySequence_Fast_GET_SIZE(id_seq) != count || PySequence_Fast_GET_SIZE(strip_seq) != count) {
+            PyErr_SetString(PyExc_ValueError, "Automaton(texts, ids, strips): the three sequences differ in length");
+            Py_DECREF(id_seq);
+            Py_DECREF(strip_seq);
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
     Trie t = {0};
     int ok = 0;
     self->ids = PyMem_Calloc(count ? count : 1, sizeof(PyObject *));
@@ -242,7 +265,19 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
         Py_ssize_t size;
         PyObject *token_id;
         int strip;
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "y#O!i", &text, &size, &PyLong_Type, &token_id, &strip)) {
+        if (columns) {
+            PyObject *strip_obj = PySequence_Fast_GET_ITEM(strip_seq, rank);
+            token_id = PySequence_Fast_GET_ITEM(id_seq, rank);
+            long strip_long = PyLong_Check(strip_obj) ? PyLong_AsLong(strip_obj) : -1;
+            if (!PyBytes_Check(item) || !PyLong_Check(token_id) || strip_long < 0 || strip_long > INT_MAX) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "Automaton(texts, ids, strips): special %zd is not bytes, int, int >= 0", rank);
+                goto done;
+            }
+            text = PyBytes_AS_STRING(item);
+            size = PyBytes_GET_SIZE(item);
+            strip = (int)strip_long;
+        } else if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "y#O!i", &text, &size, &PyLong_Type, &token_id, &strip)) {
             if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError, "Automaton(specials): item %zd is not (bytes, int, int)", rank);
@@ -283,6 +318,8 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
 done:
     trie_free(&t);
     Py_DECREF(seq);
+    Py_XDECREF(id_seq);
+    Py_XDECREF(strip_seq);
     return ok ? 0 : -1;
 }
 
@@ -626,7 +663,8 @@ static PyTypeObject AutomatonType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "bpetok._specials.Automaton",
     .tp_doc = "Automaton(specials): the specials, (UTF-8 bytes, id, strip flags) in cutting order "
-              "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP.",
+              "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP. Automaton(texts, ids, strips): the "
+              "same as three parallel sequences (no tuple per special).",
     .tp_basicsize = sizeof(Automaton),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -280,7 +280,6 @@ class Tokenizer(Decoding):
     def _build_special_table(self) -> None:
         # The table and its partition live in bpetok.specials; these names are what the rest reads.
         self._special_table = table = SpecialTable(self.vocabulary)
-        self._specials = table.specials
         self._special_finder = table.finders
         self._special_texts = table.texts  # what the kernel checks a batch of texts for (encode_texts(specials=...))
 
