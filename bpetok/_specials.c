@@ -652,10 +652,90 @@ done:
     return result;
 }
 
+/* cuts() releases the GIL for texts of at least this many characters (partition always does). */
+#define CUTS_RELEASE_GIL_CHARS 256
+/* Texts up to this many characters keep their consumed bits on the stack. */
+#define CUTS_SMALL_WORDS 16
+
+/* partition() without the str objects, for a caller that encodes the fragments from the text's
+ * own UTF-8 (bpetok/models/_fragments.h, Merger.encode_cut): the same fragments, as (start, end,
+ * id) uint32 triples, native byte order: the raw fragment [start, end) in characters (start ==
+ * end: none) and then the special ``id`` (UINT32_MAX after the last fragment). b"" when no
+ * special is cut: the whole text is one fragment. None when the text is too long or an id is no
+ * uint32 below UINT32_MAX: the caller then partitions as usual. */
+static PyObject *Automaton_cuts(Automaton *self, PyObject *text) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "cuts() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    if (!self->nodes) {
+        PyErr_SetString(PyExc_TypeError, "Automaton is not built");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if ((uint64_t)n >= INT32_MAX) Py_RETURN_NONE;
+    Cut c = {self, PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)n, NULL, NULL, NULL, 0, 0};
+    uint64_t small[CUTS_SMALL_WORDS];
+    size_t words = ((size_t)n + 63) / 64 + 1;
+    if (words <= CUTS_SMALL_WORDS) {
+        memset(small, 0, sizeof(small));
+        c.consumed = small;
+    } else if (!(c.consumed = PyMem_RawCalloc(words, sizeof(uint64_t)))) {
+        return PyErr_NoMemory();
+    }
+    int failed;
+    if (n < CUTS_RELEASE_GIL_CHARS) {
+        failed = cut(&c);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        failed = cut(&c);
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *result = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+    } else if (c.n_taken == 0) {
+        result = PyBytes_FromStringAndSize(NULL, 0);
+    } else if (c.n_taken >= (size_t)PY_SSIZE_T_MAX / 12 - 1) {
+        result = PyErr_NoMemory();
+    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((c.n_taken + 1) * 12)))) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+        size_t pos = 0;
+        for (size_t k = 0; k <= c.n_taken; k++) {
+            size_t start = k < c.n_taken ? (size_t)(c.taken[k] >> 32) : (size_t)n;
+            size_t a = pos, b = start;
+            while (a < b && bit(c.consumed, a)) a++;     /* the whitespace the token before ate */
+            while (b > a && bit(c.consumed, b - 1)) b--; /* the whitespace this one ate */
+            uint32_t triple[3] = {(uint32_t)a, (uint32_t)b, UINT32_MAX};
+            if (k < c.n_taken) {
+                uint32_t rank = (uint32_t)(c.taken[k] & 0xFFFFFFFFu);
+                unsigned long id = PyLong_AsUnsignedLong(self->ids[rank]);
+                if ((id == (unsigned long)-1 && PyErr_Occurred()) || id >= UINT32_MAX) {
+                    PyErr_Clear(); /* not a uint32: partition() gives it as it is */
+                    Py_SETREF(result, Py_None);
+                    Py_INCREF(Py_None);
+                    break;
+                }
+                triple[2] = (uint32_t)id;
+                pos = start + self->lengths[rank];
+            }
+            memcpy(out + 12 * k, triple, sizeof(triple));
+        }
+    }
+    if (c.consumed != small) PyMem_RawFree(c.consumed);
+    PyMem_RawFree(c.taken);
+    return result;
+}
+
 static PyMethodDef Automaton_methods[] = {
     {"partition", (PyCFunction)Automaton_partition, METH_VARARGS,
      "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
      "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap."},
+    {"cuts", (PyCFunction)Automaton_cuts, METH_O,
+     "cuts(text) -> bytes | None: partition(text)'s fragments as (start, end, id) uint32 triples, native\n"
+     "byte order: the fragment [start, end) in characters (start == end: none), then the special id\n"
+     "(0xFFFFFFFF after the last). b'' when no special is cut; None when the text is 2**31 characters\n"
+     "or more, or an id is no uint32."},
     {NULL, NULL, 0, NULL},
 };
 

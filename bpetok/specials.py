@@ -102,6 +102,21 @@ class SpecialTable:
         ids, texts, strips = self._columns[parse_special]
         return zip(ids, texts, strips)
 
+    def automata(self) -> tuple[Any, Any] | None:
+        """The C automata of parse_special False and True (None for a mode without specials),
+        built now; None when the C twin does not run."""
+        if self._compiled is None:
+            return None
+        return (self._automaton(False), self._automaton(True))
+
+    def _automaton(self, parse_special: bool) -> Any:
+        automaton = self._automata.get(parse_special)
+        if automaton is None and self.texts[parse_special]:
+            ids, texts, strips = self._columns[parse_special]
+            encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+            automaton = self._automata[parse_special] = self._compiled.Automaton(encoded, ids, strips)
+        return automaton
+
     @property
     def engine(self) -> str:
         """``"C"`` when the Aho-Corasick twin cuts texts, else ``"pure Python"``."""
@@ -121,12 +136,7 @@ class SpecialTable:
         spans = _normalized(protected, len(text)) if protected else []
         if self._compiled is None or len(text) > _FAST_LONGEST_CHARS:
             return partition_reference(text, self.entries(parse_special), spans, self.finders[parse_special])
-        automaton = self._automata.get(parse_special)
-        if automaton is None:
-            ids, texts, strips = self._columns[parse_special]
-            encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
-            automaton = self._automata[parse_special] = self._compiled.Automaton(encoded, ids, strips)
-        return automaton.partition(text, spans)
+        return self._automaton(parse_special).partition(text, spans)
 
     def partition_reference(self, text: str, parse_special: bool, protected: Spans | None = None) -> Fragments:
         """:meth:`partition` by the per-special reference algorithm, whichever engine runs."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -159,7 +160,31 @@ def _both(entries, text, spans=()):
                                     [s for _, _, s in entries])
     cut = automaton.partition(text, spans)
     assert columns.partition(text, spans) == cut
+    if not spans:
+        assert _from_cuts(text, columns.cuts(text)) == cut
     return cut, partition_reference(text, entries, spans)
+
+
+def _from_cuts(text, cuts):
+    """The fragments Automaton.cuts describes (uint32 triples: fragment start, end, then the special id)."""
+    if cuts == b"":
+        return [text]
+    out = []
+    for a, b, token_id in struct.iter_unpack("=III", cuts):
+        if a < b:
+            out.append(text[a:b])
+        if token_id != 0xFFFFFFFF:
+            out.append(token_id)
+    return out
+
+
+def test_cuts_leave_what_they_cannot_give_to_partition():
+    automaton = _compiled().Automaton([b"ab"], [2**32], [0])  # an id no uint32 holds
+    assert automaton.partition("xab") == ["x", 2**32]
+    assert automaton.cuts("xab") is None
+    assert automaton.cuts("xy") == b""
+    with pytest.raises(TypeError, match="takes a str"):
+        automaton.cuts(b"xab")
 
 
 ALPHABET = "ab \né😀\ud800"  # 1-4 UTF-8 bytes a character (the order is by bytes); a lone surrogate

@@ -279,6 +279,72 @@ def test_encode_parts_equals_fragment_by_fragment(source, parts, gemma3_like):
     assert model.encode_parts(parts) in (expected, None)
 
 
+SPECIAL_TEXTS = st.lists(
+    st.sampled_from(list("ab é日\n\t.▁") + ["the", "  ", "    ", "\n\n", "<s>", "</s>", "<start_of_turn>", "<unused7>",
+                                              "<b>", "<unk>", "<table>", "\ud800"]),
+    max_size=24,
+).map("".join)
+
+
+@pytest.mark.parametrize("source", ["llama-spm", "gemma-3-like"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=SPECIAL_TEXTS, flags=st.tuples(st.booleans(), st.booleans(), st.booleans()))
+def test_encode_cut_equals_partition_then_fragments(source, text, flags, gemma3_like):
+    """encode_cut (the automaton's cuts and the fragments read from the text's own UTF-8, in one
+    call) against its readable twin: the per-special Python partition, then the fragments one by
+    one through the Python merge loop, with every combination of the model flags."""
+    tok = spm_tokenizer(source, gemma3_like)
+    merger = tok.model.build_merger(_symbols)
+    automata = tok._special_table.automata()
+    if merger is None or automata is None:
+        return  # BPETOK_PURE_PYTHON: no C loop
+    prefix, after_special, keep_specials = flags
+    model = tok.model
+    if not text:
+        return  # the Tokenizer gives [] without asking the model
+    for parse_special in (False, True):
+        found = merger.encode_cut(prefix, after_special, keep_specials, *automata, text, parse_special)
+        if "\ud800" in text:
+            assert found is None  # no UTF-8: the caller's way
+            continue
+        fragments = tok._special_table.partition_reference(text, parse_special)
+        expected = []
+        at_start = True
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                expected += [fragment] if keep_specials else []
+                at_start = after_special
+            else:
+                expected += model.encode_escaped_reference(
+                    ((" " if prefix and at_start else "") + fragment).replace(" ", SPACE).encode()
+                )
+                at_start = False
+        assert found == expected, (text, parse_special)
+        if flags == (model.add_space_prefix, True, True):
+            assert tok.encode(text, parse_special=parse_special) == expected
+
+
+def test_encode_cut_leaves_what_it_cannot_encode_to_the_caller():
+    tok = bpetok.from_gguf(LLAMA_SPM)
+    merger = tok.model.build_merger(_symbols)
+    plain, special = tok._special_table.automata()
+    assert plain is None and special is not None  # llama-spm: CONTROL and UNKNOWN tokens only
+    assert merger.encode_cut(True, True, True, plain, special, "a\ud800", True) is None
+    assert merger.encode_cut(True, True, True, None, None, "", False) == []
+    with pytest.raises(TypeError, match="7 arguments"):
+        merger.encode_cut(True, True, True, plain, special, "a")
+    with pytest.raises(TypeError, match="takes a str"):
+        merger.encode_cut(True, True, True, plain, special, b"a", False)
+
+    class NoCuts:  # an automaton that has no cuts to give: the caller partitions instead
+        def cuts(self, text):
+            return None
+
+    assert merger.encode_cut(True, True, True, None, NoCuts(), "a</s>", True) is None
+    both = merger.encode_cut(True, True, True, plain, special, "Hello</s> world", True)
+    assert both == tok.encode_reference("Hello</s> world") == tok.encode("Hello</s> world")
+
+
 _TOKENIZERS: dict = {}
 
 
