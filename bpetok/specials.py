@@ -110,8 +110,9 @@ class SpecialTable:
         return (self._automaton(False), self._automaton(True))
 
     def _automaton(self, parse_special: bool) -> Any:
+        """The C automaton of that mode (None: no specials), built on first use; the C twin runs."""
         automaton = self._automata.get(parse_special)
-        if automaton is None and self.texts[parse_special]:
+        if automaton is None and self.texts[parse_special] and self._compiled is not None:
             ids, texts, strips = self._columns[parse_special]
             encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
             automaton = self._automata[parse_special] = self._compiled.Automaton(encoded, ids, strips)
