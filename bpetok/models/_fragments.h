@@ -94,6 +94,15 @@ static Py_ssize_t encode_raw(Merger *m, const unsigned char *text, uint32_t n, i
     Hold hold = {0, 0};
     for (uint32_t i = 0; i < n;) {
         unsigned char c = text[i];
+        if (c > ' ' && c != 0xE2 && (i == 0 || text[i - 1] >= 0x20)) {
+            /* No word starts here nor at the next bytes above ' ' other than 0xE2: none is a
+             * space symbol, and splits() wants a control character on one side. */
+            do
+                i++;
+            while (i < n && text[i] > ' ' && text[i] != 0xE2);
+            after_space = 0;
+            continue;
+        }
         uint32_t length = 1;
         int space = c == ' ';
         if (c == 0xE2 && n - i >= 3 && text[i + 1] == 0x96 && text[i + 2] == 0x81) {
