@@ -21,7 +21,9 @@
  *    there holds it) or its chain is done. So each round touches only its own matches, and a
  *    candidate is touched once per match tried: nested specials cost time, not memory.
  * 3. The fragments are the raw runs between the taken tokens (an eaten run of whitespace is
- *    always next to its token), sliced out of the str by character offsets.
+ *    always next to its token), sliced out of the str by character offsets (partition), or
+ *    given as those offsets (cuts: for bpetok/models/_fragments.h's encode_cut, which reads the
+ *    fragments from the str's own UTF-8).
  *
  * Memory: the candidates (12 bytes per position where a match ends), a round's matches (8 bytes
  * each), two bitmaps (consumed, protected: a bit per character) and the taken tokens (8 bytes

@@ -21,7 +21,9 @@ span of the input is a token; ``rank_merger`` for gemma4: id tables from its mer
 no token that merges can form holds a ``▁`` after another character, checked at load, no merge
 joins two words: the C loop then merges and caches word by word (also cut between two ASCII
 characters, one a control character, that no token holds side by side: a newline in Llama 2), and
-takes a whole partitioned text in one call (:meth:`SentencePieceModel.encode_parts`).
+takes a whole partitioned text in one call (:meth:`SentencePieceModel.encode_parts`), or a whole
+text with the special tokens' C automaton, its fragments read from the text's own UTF-8
+(:meth:`SentencePieceModel.text_encoder`, what ``Tokenizer.encode`` calls).
 tests/test_symbols.py and tests/test_spm_words.py hold it equal to the Python loop. The C one runs
 when it is built and ``BPETOK_PURE_PYTHON`` is unset.
 """
