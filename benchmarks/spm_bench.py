@@ -19,13 +19,16 @@ temporary directory. For each vocabulary and corpus (its first ``--limit-mb`` MB
   (``model.encode_fragment``, no special-token partition; ids not compared): the partition's
   cost, which the Gemma-3-like vocabulary's thousands of specials make large.
 
-Then load + first encode of each engine (and of bpetok on Qwen3's 151k BPE, for scale). CPU time
-(``time.process_time``), the median of ``--repeat`` runs, MB/s of UTF-8.
+Then load + first encode of each engine (and of bpetok on Qwen3's 151k BPE, run beside it, for
+the ratio). CPU time (``time.process_time``), the median of ``--repeat`` runs, MB/s of UTF-8. The
+heap is collected before each timed call (``cpu``): the collections a call's own allocations
+trigger are counted, not those the young garbage of the calls before it made due.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import lzma
 import os
@@ -110,6 +113,11 @@ def sentencepiece_proto(path: str) -> bytes:
 
 
 def cpu(fn, *args, **kwargs):
+    """CPU seconds of one call, and its result. The heap is collected first: a call does not pay
+    for collections that the garbage of earlier calls (another engine's young result lists) makes
+    due, which landed in whichever pass came next; the collections the call's own allocations
+    trigger are counted."""
+    gc.collect()
     start = time.process_time()
     result = fn(*args, **kwargs)
     return time.process_time() - start, result
@@ -184,13 +192,19 @@ def bench_vocab(engines: Engines, text: str, repeat: int) -> dict:
     }
 
 
-def load_times(engines: Engines, repeat: int) -> dict[str, float]:
-    """Load + first encode, CPU seconds (median)."""
+def load_times(engines: Engines, repeat: int, qwen3_path: str) -> dict[str, float]:
+    """Load + first encode, CPU seconds (median); bpetok's on Qwen3's vocabulary too, each run
+    beside this vocabulary's (``bpetok qwen3``), for the ratio."""
     import sentencepiece
 
     sample = "Hello world, this is the first encode."
     out = {}
-    out["bpetok"] = statistics.median(cpu(lambda: bpetok.from_gguf(engines.path).encode(sample))[0] for _ in range(repeat))
+    runs: list[tuple[float, float]] = [
+        (cpu(lambda: bpetok.from_gguf(engines.path).encode(sample))[0], cpu(lambda: bpetok.from_gguf(qwen3_path).encode(sample))[0])
+        for _ in range(repeat)
+    ]
+    out["bpetok"] = statistics.median(own for own, _ in runs)
+    out["bpetok qwen3"] = statistics.median(qwen3 for _, qwen3 in runs)
     out["sentencepiece"] = statistics.median(
         cpu(lambda: sentencepiece.SentencePieceProcessor(model_proto=engines.proto).encode(sample))[0] for _ in range(repeat)
     )
@@ -199,7 +213,7 @@ def load_times(engines: Engines, repeat: int) -> dict[str, float]:
     return out
 
 
-def report(results: dict, loads: dict, qwen3_load: float, llama_cpp: bool) -> str:
+def report(results: dict, loads: dict, llama_cpp: bool) -> str:
     lines = []
     cols = ["bpetok cold", "bpetok warm", "sentencepiece", *(["llama.cpp"] if llama_cpp else []), "cold / sp", "warm / sp"]
     lines.append("| vocabulary | corpus | input | " + " | ".join(cols) + " | ids = sentencepiece |")
@@ -223,7 +237,8 @@ def report(results: dict, loads: dict, qwen3_load: float, llama_cpp: bool) -> st
     lines.append("")
     lines.append("Load + first encode (CPU s): " + "; ".join(
         f"{vocab}: " + ", ".join(f"{engine} {s:.3f}" for engine, s in times.items()) for vocab, times in loads.items()))
-    lines.append(f"bpetok on qwen3 (151k BPE), for scale: {qwen3_load:.3f}")
+    lines.append("bpetok's load + first encode / bpetok's on qwen3 (151k BPE), run beside it: " + ", ".join(
+        f"{vocab} {times['bpetok'] / times['bpetok qwen3']:.2f}x" for vocab, times in loads.items()))
     return "\n".join(lines)
 
 
@@ -255,16 +270,15 @@ def main(argv=None) -> int:
               f"bpetok {bpetok.__version__} ({time.strftime('%Y-%m-%d', time.gmtime())})")
         texts = {pathlib.Path(c).name.split(".")[0]: read_text(c, int(args.limit_mb * MB)) for c in args.corpora}
         results, loads = {}, {}
+        qwen3_path = plain_copy(QWEN3, tmp)
         for vocab, path in vocabs.items():
             engines = Engines(path, sentencepiece_proto(path))
-            loads[vocab] = load_times(engines, args.repeat)
+            loads[vocab] = load_times(engines, args.repeat, qwen3_path)
             for corpus, text in texts.items():
                 results[vocab, corpus] = r = bench_vocab(engines, text, args.repeat)
                 print(f"{vocab} {corpus}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["rates"].items()), flush=True)
-        qwen3_path = plain_copy(QWEN3, tmp)
-        qwen3 = statistics.median(cpu(lambda: bpetok.from_gguf(qwen3_path).encode("Hello world"))[0] for _ in range(args.repeat))
         print()
-        print(report(results, loads, qwen3, llama_cpp))
+        print(report(results, loads, llama_cpp))
     return 0
 
 

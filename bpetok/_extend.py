@@ -130,7 +130,7 @@ def extend(base: str | os.PathLike, *, pins: Iterable[str], output: str | os.Pat
         plain = tok.encode(form, parse_special=False)
         return plain[0] if len(plain) == 1 and plain == tok.encode(form, parse_special=True) else None
 
-    controls = [(i, text) for i, text in tok._specials if tok.vocabulary.attrs[i] & TokenAttr.CONTROL]
+    controls = [(i, text) for i, text in tok._special_table.specials if tok.vocabulary.attrs[i] & TokenAttr.CONTROL]
     for term in pins:
         for form in (term, " " + term):
             _refuse_swallowing(base, form, controls)

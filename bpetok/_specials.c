@@ -21,7 +21,9 @@
  *    there holds it) or its chain is done. So each round touches only its own matches, and a
  *    candidate is touched once per match tried: nested specials cost time, not memory.
  * 3. The fragments are the raw runs between the taken tokens (an eaten run of whitespace is
- *    always next to its token), sliced out of the str by character offsets.
+ *    always next to its token), sliced out of the str by character offsets (partition), or
+ *    given as those offsets (cuts: for bpetok/models/_fragments.h's encode_cut, which reads the
+ *    fragments from the str's own UTF-8).
  *
  * Memory: the candidates (12 bytes per position where a match ends), a round's matches (8 bytes
  * each), two bitmaps (consumed, protected: a bit per character) and the taken tokens (8 bytes
@@ -211,16 +213,39 @@ static void Automaton_dealloc(Automaton *self) {
 }
 
 static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"specials", NULL};
-    PyObject *specials;
+    static char *kwlist[] = {"specials", "ids", "strips", NULL};
+    PyObject *specials, *id_arg = NULL, *strip_arg = NULL, *id_seq = NULL, *strip_seq = NULL;
     if (self->ids) {
         PyErr_SetString(PyExc_TypeError, "Automaton is already built");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Automaton", kwlist, &specials)) return -1;
-    PyObject *seq = PySequence_Fast(specials, "Automaton(specials): a sequence of (bytes, id, strip)");
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:Automaton", kwlist, &specials, &id_arg, &strip_arg)) return -1;
+    if ((id_arg == NULL) != (strip_arg == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "Automaton(texts, ids, strips): give ids and strips together");
+        return -1;
+    }
+    /* columns: three parallel sequences (texts, ids, strips), no tuple per special */
+    int columns = id_arg != NULL;
+    PyObject *seq = PySequence_Fast(specials, columns ? "Automaton(texts, ids, strips): texts must be a sequence of bytes"
+                                                      : "Automaton(specials): a sequence of (bytes, id, strip)");
     if (!seq) return -1;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    if (columns) {
+        id_seq = PySequence_Fast(id_arg, "Automaton(texts, ids, strips): ids must be a sequence of int");
+        strip_seq = id_seq ? PySequence_Fast(strip_arg, "Automaton(texts, ids, strips): strips must be a sequence of int") : NULL;
+        if (!strip_seq) {
+            Py_XDECREF(id_seq);
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (PySequence_Fast_GET_SIZE(id_seq) != count || PySequence_Fast_GET_SIZE(strip_seq) != count) {
+            PyErr_SetString(PyExc_ValueError, "Automaton(texts, ids, strips): the three sequences differ in length");
+            Py_DECREF(id_seq);
+            Py_DECREF(strip_seq);
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
     Trie t = {0};
     int ok = 0;
     self->ids = PyMem_Calloc(count ? count : 1, sizeof(PyObject *));
@@ -242,7 +267,19 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
         Py_ssize_t size;
         PyObject *token_id;
         int strip;
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "y#O!i", &text, &size, &PyLong_Type, &token_id, &strip)) {
+        if (columns) {
+            PyObject *strip_obj = PySequence_Fast_GET_ITEM(strip_seq, rank);
+            token_id = PySequence_Fast_GET_ITEM(id_seq, rank);
+            long strip_long = PyLong_Check(strip_obj) ? PyLong_AsLong(strip_obj) : -1;
+            if (!PyBytes_Check(item) || !PyLong_Check(token_id) || strip_long < 0 || strip_long > INT_MAX) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "Automaton(texts, ids, strips): special %zd is not bytes, int, int >= 0", rank);
+                goto done;
+            }
+            text = PyBytes_AS_STRING(item);
+            size = PyBytes_GET_SIZE(item);
+            strip = (int)strip_long;
+        } else if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "y#O!i", &text, &size, &PyLong_Type, &token_id, &strip)) {
             if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError, "Automaton(specials): item %zd is not (bytes, int, int)", rank);
@@ -283,6 +320,8 @@ static int Automaton_init(Automaton *self, PyObject *args, PyObject *kwds) {
 done:
     trie_free(&t);
     Py_DECREF(seq);
+    Py_XDECREF(id_seq);
+    Py_XDECREF(strip_seq);
     return ok ? 0 : -1;
 }
 
@@ -615,10 +654,90 @@ done:
     return result;
 }
 
+/* cuts() releases the GIL for texts of at least this many characters (partition always does). */
+#define CUTS_RELEASE_GIL_CHARS 256
+/* Texts up to this many characters keep their consumed bits on the stack. */
+#define CUTS_SMALL_WORDS 16
+
+/* partition() without the str objects, for a caller that encodes the fragments from the text's
+ * own UTF-8 (bpetok/models/_fragments.h, Merger.encode_cut): the same fragments, as (start, end,
+ * id) uint32 triples, native byte order: the raw fragment [start, end) in characters (start ==
+ * end: none) and then the special ``id`` (UINT32_MAX after the last fragment). b"" when no
+ * special is cut: the whole text is one fragment. None when the text is too long or an id is no
+ * uint32 below UINT32_MAX: the caller then partitions as usual. */
+static PyObject *Automaton_cuts(Automaton *self, PyObject *text) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "cuts() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    if (!self->nodes) {
+        PyErr_SetString(PyExc_TypeError, "Automaton is not built");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if ((uint64_t)n >= INT32_MAX) Py_RETURN_NONE;
+    Cut c = {self, PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)n, NULL, NULL, NULL, 0, 0};
+    uint64_t small[CUTS_SMALL_WORDS];
+    size_t words = ((size_t)n + 63) / 64 + 1;
+    if (words <= CUTS_SMALL_WORDS) {
+        memset(small, 0, sizeof(small));
+        c.consumed = small;
+    } else if (!(c.consumed = PyMem_RawCalloc(words, sizeof(uint64_t)))) {
+        return PyErr_NoMemory();
+    }
+    int failed;
+    if (n < CUTS_RELEASE_GIL_CHARS) {
+        failed = cut(&c);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        failed = cut(&c);
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *result = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+    } else if (c.n_taken == 0) {
+        result = PyBytes_FromStringAndSize(NULL, 0);
+    } else if (c.n_taken >= (size_t)PY_SSIZE_T_MAX / 12 - 1) {
+        result = PyErr_NoMemory();
+    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((c.n_taken + 1) * 12)))) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+        size_t pos = 0;
+        for (size_t k = 0; k <= c.n_taken; k++) {
+            size_t start = k < c.n_taken ? (size_t)(c.taken[k] >> 32) : (size_t)n;
+            size_t a = pos, b = start;
+            while (a < b && bit(c.consumed, a)) a++;     /* the whitespace the token before ate */
+            while (b > a && bit(c.consumed, b - 1)) b--; /* the whitespace this one ate */
+            uint32_t triple[3] = {(uint32_t)a, (uint32_t)b, UINT32_MAX};
+            if (k < c.n_taken) {
+                uint32_t rank = (uint32_t)(c.taken[k] & 0xFFFFFFFFu);
+                unsigned long id = PyLong_AsUnsignedLong(self->ids[rank]);
+                if ((id == (unsigned long)-1 && PyErr_Occurred()) || id >= UINT32_MAX) {
+                    PyErr_Clear(); /* not a uint32: partition() gives it as it is */
+                    Py_SETREF(result, Py_None);
+                    Py_INCREF(Py_None);
+                    break;
+                }
+                triple[2] = (uint32_t)id;
+                pos = start + self->lengths[rank];
+            }
+            memcpy(out + 12 * k, triple, sizeof(triple));
+        }
+    }
+    if (c.consumed != small) PyMem_RawFree(c.consumed);
+    PyMem_RawFree(c.taken);
+    return result;
+}
+
 static PyMethodDef Automaton_methods[] = {
     {"partition", (PyCFunction)Automaton_partition, METH_VARARGS,
      "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
      "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap."},
+    {"cuts", (PyCFunction)Automaton_cuts, METH_O,
+     "cuts(text) -> bytes | None: partition(text)'s fragments as (start, end, id) uint32 triples, native\n"
+     "byte order: the fragment [start, end) in characters (start == end: none), then the special id\n"
+     "(0xFFFFFFFF after the last). b'' when no special is cut; None when the text is 2**31 characters\n"
+     "or more, or an id is no uint32."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -626,7 +745,8 @@ static PyTypeObject AutomatonType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "bpetok._specials.Automaton",
     .tp_doc = "Automaton(specials): the specials, (UTF-8 bytes, id, strip flags) in cutting order "
-              "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP.",
+              "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP. Automaton(texts, ids, strips): the "
+              "same as three parallel sequences (no tuple per special).",
     .tp_basicsize = sizeof(Automaton),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import compress
 from typing import Any
 
@@ -43,32 +43,43 @@ class SpecialTable:
     unstable; this is the order it gives in practice). ``texts[parse_special]``: the texts cut in
     that mode, what the batch kernel checks texts for. ``finders[parse_special]``: a regex that
     matches any of them (None: no specials), compiled on first use.
+
+    The table is held as flat lists of ids, texts and strip flags, not a tuple per special: a
+    Gemma vocabulary's 6,000+ specials as tuples made the load pay for garbage collections
+    (each one walking the vocabulary's young 262k-entry lists).
     """
 
     def __init__(self, vocabulary: Vocabulary):
         attrs, tokens = vocabulary.attrs, vocabulary.tokens
         # The few distinct attribute values are tested, not 151k TokenAttr members (enum.Flag.__and__).
         special_attrs = {a for a in set(attrs) if a & SPECIAL}
-        order = []
-        for token_id in compress(range(len(attrs)), map(special_attrs.__contains__, attrs)):
+        # Sorted by one int each, longest text first then id (ids are below 2**32), not by tuples.
+        keys = sorted(
+            -len(tokens[token_id]) << 32 | token_id
+            for token_id in compress(range(len(attrs)), map(special_attrs.__contains__, attrs))
+        )
+        ids: list[int] = []
+        texts: list[str] = []
+        for key in keys:
+            token_id = key & 0xFFFFFFFF
             try:
                 text = tokens[token_id].decode("utf-8", "surrogatepass")
             except UnicodeDecodeError:
                 continue  # cannot occur in a str
             if text:  # the loader renames empty tokens; an empty one would never end the cut loop
-                order.append((-len(tokens[token_id]), token_id, text))
-        order.sort()
-        self.specials: list[tuple[int, str]] = [(token_id, text) for _, token_id, text in order]
-        self._by_mode: dict[bool, list[tuple[int, str, int]]] = {}
-        self.texts: dict[bool, tuple[str, ...]] = {}
-        for parse_special in (False, True):
-            entries = [
-                (token_id, text, _strip_of(attrs[token_id]))
-                for token_id, text in self.specials
-                if parse_special or not attrs[token_id] & HIDDEN_WITHOUT_SPECIAL
-            ]
-            self._by_mode[parse_special] = entries
-            self.texts[parse_special] = tuple(text for _, text, _ in entries)
+                ids.append(token_id)
+                texts.append(text)
+        # Per distinct attribute value, not per token: enum.Flag's & costs ~2 µs a call.
+        strip_of = {a: _strip_of(a) for a in special_attrs}
+        shown = {a for a in special_attrs if not a & HIDDEN_WITHOUT_SPECIAL}
+        strips = [strip_of[attrs[token_id]] for token_id in ids]
+        visible = [attrs[token_id] in shown for token_id in ids]
+        # parse_special -> (ids, texts, strip flags) of the specials cut in that mode, in cutting order.
+        self._columns: dict[bool, tuple[list[int], tuple[str, ...], list[int]]] = {
+            True: (ids, tuple(texts), strips),
+            False: (list(compress(ids, visible)), tuple(compress(texts, visible)), list(compress(strips, visible))),
+        }
+        self.texts: dict[bool, tuple[str, ...]] = {mode: columns[1] for mode, columns in self._columns.items()}
         firsts = {mode: tuple({text[0] for text in texts}) for mode, texts in self.texts.items()}
         # One regex search for any of them: a scan per character costs more (a space among them is found late).
         self._first_chars = {
@@ -78,6 +89,34 @@ class SpecialTable:
         self.finders = _LazyFinders(self.texts)
         self._compiled = compiled_module("bpetok._specials")
         self._automata: dict[bool, Any] = {}
+
+    @property
+    def specials(self) -> list[tuple[int, str]]:
+        """(id, text) of every special, in cutting order (built on each access)."""
+        ids, texts, _ = self._columns[True]
+        return list(zip(ids, texts))
+
+    def entries(self, parse_special: bool) -> Iterator[tuple[int, str, int]]:
+        """(id, text, strip flags) of the specials cut in that mode, in cutting order, as
+        :func:`partition_reference` takes them."""
+        ids, texts, strips = self._columns[parse_special]
+        return zip(ids, texts, strips)
+
+    def automata(self) -> tuple[Any, Any] | None:
+        """The C automata of parse_special False and True (None for a mode without specials),
+        built now; None when the C twin does not run."""
+        if self._compiled is None:
+            return None
+        return (self._automaton(False), self._automaton(True))
+
+    def _automaton(self, parse_special: bool) -> Any:
+        """The C automaton of that mode (None: no specials), built on first use; the C twin runs."""
+        automaton = self._automata.get(parse_special)
+        if automaton is None and self.texts[parse_special] and self._compiled is not None:
+            ids, texts, strips = self._columns[parse_special]
+            encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+            automaton = self._automata[parse_special] = self._compiled.Automaton(encoded, ids, strips)
+        return automaton
 
     @property
     def engine(self) -> str:
@@ -90,33 +129,26 @@ class SpecialTable:
         ``protected``: (start, end) spans of ``text`` that no special token may overlap (a chat's
         message text, see bpetok.apps.chat): a match there stays plain text.
         """
-        entries = self._by_mode[parse_special]
-        if not entries or not text:
+        if not self.texts[parse_special] or not text:
             return [text]
         firsts = self._first_chars[parse_special]
         if firsts is not None and not firsts.search(text):
             return [text]
         spans = _normalized(protected, len(text)) if protected else []
         if self._compiled is None or len(text) > _FAST_LONGEST_CHARS:
-            return partition_reference(text, entries, spans, self.finders[parse_special])
-        automaton = self._automata.get(parse_special)
-        if automaton is None:
-            automaton = self._automata[parse_special] = self._compiled.Automaton(
-                [(text.encode("utf-8", "surrogatepass"), token_id, strip) for token_id, text, strip in entries]
-            )
-        return automaton.partition(text, spans)
+            return partition_reference(text, self.entries(parse_special), spans, self.finders[parse_special])
+        return self._automaton(parse_special).partition(text, spans)
 
     def partition_reference(self, text: str, parse_special: bool, protected: Spans | None = None) -> Fragments:
         """:meth:`partition` by the per-special reference algorithm, whichever engine runs."""
-        entries = self._by_mode[parse_special]
-        if not entries or not text:
+        if not self.texts[parse_special] or not text:
             return [text]
         spans = _normalized(protected, len(text)) if protected else []
-        return partition_reference(text, entries, spans, self.finders[parse_special])
+        return partition_reference(text, self.entries(parse_special), spans, self.finders[parse_special])
 
 
 def partition_reference(
-    text: str, entries: list[tuple[int, str, int]], protected: Spans, finder: re.Pattern | None = None
+    text: str, entries: Iterable[tuple[int, str, int]], protected: Spans, finder: re.Pattern | None = None
 ) -> Fragments:
     """llama.cpp's ``tokenizer_st_partition``, one special at a time.
 

@@ -280,7 +280,13 @@ class Tokenizer(Decoding):
     def _build_special_table(self) -> None:
         # The table and its partition live in bpetok.specials; these names are what the rest reads.
         self._special_table = table = SpecialTable(self.vocabulary)
-        self._specials = table.specials
+        # The model's one-call encoder of whole texts, specials cut by the table's C automata
+        # (built here, at load), where it has one: TokenizerModel.text_encoder.
+        self._text_encoder = None
+        if type(self.model).text_encoder is not TokenizerModel.text_encoder:
+            automata = table.automata()
+            if automata is not None:
+                self._text_encoder = self.model.text_encoder(automata)
         self._special_finder = table.finders
         self._special_texts = table.texts  # what the kernel checks a batch of texts for (encode_texts(specials=...))
 
@@ -308,6 +314,11 @@ class Tokenizer(Decoding):
             parse_special = check_flag(parse_special, "encode(parse_special=...)")
         if add_special.__class__ is not bool:
             add_special = check_flag(add_special, "encode(add_special=...)")
+        text_encoder = self._text_encoder
+        if text_encoder is not None and not add_special and text:
+            found = text_encoder(text, parse_special)  # a new list, or None: the way below
+            if found is not None:
+                return found
         ids: list[int] = []  # a new list: a model may return one it keeps
         if add_special and self.add_bos:
             ids.append(self._required_special("bos"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -154,7 +155,36 @@ def _both(entries, text, spans=()):
 
     spans = _normalized(spans, len(text))
     automaton = _compiled().Automaton([(t.encode("utf-8", "surrogatepass"), i, s) for i, t, s in entries])
-    return automaton.partition(text, spans), partition_reference(text, entries, spans)
+    # The form SpecialTable builds: three columns, no tuple per special; it must cut the same.
+    columns = _compiled().Automaton([t.encode("utf-8", "surrogatepass") for _, t, _ in entries], [i for i, _, _ in entries],
+                                    [s for _, _, s in entries])
+    cut = automaton.partition(text, spans)
+    assert columns.partition(text, spans) == cut
+    if not spans:
+        assert _from_cuts(text, columns.cuts(text)) == cut
+    return cut, partition_reference(text, entries, spans)
+
+
+def _from_cuts(text, cuts):
+    """The fragments Automaton.cuts describes (uint32 triples: fragment start, end, then the special id)."""
+    if cuts == b"":
+        return [text]
+    out = []
+    for a, b, token_id in struct.iter_unpack("=III", cuts):
+        if a < b:
+            out.append(text[a:b])
+        if token_id != 0xFFFFFFFF:
+            out.append(token_id)
+    return out
+
+
+def test_cuts_leave_what_they_cannot_give_to_partition():
+    automaton = _compiled().Automaton([b"ab"], [2**32], [0])  # an id no uint32 holds
+    assert automaton.partition("xab") == ["x", 2**32]
+    assert automaton.cuts("xab") is None
+    assert automaton.cuts("xy") == b""
+    with pytest.raises(TypeError, match="takes a str"):
+        automaton.cuts(b"xab")
 
 
 ALPHABET = "ab \né😀\ud800"  # 1-4 UTF-8 bytes a character (the order is by bytes); a lone surrogate
@@ -257,6 +287,26 @@ def test_one_pass_partition_of_nested_runs_equals_the_reference():
 def test_automaton_refuses_a_malformed_table(specials, message):
     with pytest.raises((TypeError, ValueError), match=re.escape(message)):
         _compiled().Automaton(specials)
+
+
+@pytest.mark.parametrize(
+    "texts, ids, strips, message",
+    [
+        ([b"ab", b"abc"], [0, 1], [0, 0], "cutting order"),
+        ([b""], [0], [0], "empty"),
+        (["ab"], [0], [0], "special 0 is not bytes, int, int >= 0"),
+        ([b"ab"], ["0"], [0], "special 0 is not bytes, int, int >= 0"),
+        ([b"ab"], [0], [-1], "special 0 is not bytes, int, int >= 0"),
+        ([b"ab"], [0], [2**70], "special 0 is not bytes, int, int >= 0"),
+        ([b"ab", b"c"], [0], [0, 0], "differ in length"),
+        ([b"ab"], 0, [0], "ids must be a sequence"),
+    ],
+)
+def test_automaton_refuses_malformed_columns(texts, ids, strips, message):
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        _compiled().Automaton(texts, ids, strips)
+    with pytest.raises(TypeError, match="ids and strips together"):
+        _compiled().Automaton(texts, ids)
 
 
 def test_automaton_refuses_malformed_spans():

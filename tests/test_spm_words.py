@@ -24,6 +24,7 @@ import bpetok
 from bpetok.errors import BpetokError
 from bpetok.vocab.gguf import read_gguf
 from bpetok.vocab.gguf_writer import items_of, write_gguf
+from bpetok import _specials
 from bpetok.models import _symbols  # the suite requires the C modules to be built (CI builds them)
 from bpetok.models.llama import SPACE
 from helpers import LLAMA_SPM, PHI3, load_cases
@@ -277,6 +278,82 @@ def test_encode_parts_equals_fragment_by_fragment(source, parts, gemma3_like):
     expected = tok._encode_parts(parts, model.encode_fragment_reference)
     assert merger.encode_parts(parts, model.add_space_prefix, True, True) == expected
     assert model.encode_parts(parts) in (expected, None)
+
+
+def c_automata(tok) -> tuple:
+    """The C automata of the tokenizer's specials (parse_special False, True; None: none), built
+    from its table here, so that the tests run under BPETOK_PURE_PYTHON=1 too."""
+    table = tok._special_table
+    out = []
+    for parse_special in (False, True):
+        ids, texts, strips = table._columns[parse_special]
+        encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+        out.append(_specials.Automaton(encoded, ids, strips) if texts else None)
+    return tuple(out)
+
+
+SPECIAL_TEXTS = st.lists(
+    st.sampled_from(list("ab é日\n\t.▁") + ["the", "  ", "    ", "\n\n", "<s>", "</s>", "<start_of_turn>", "<unused7>",
+                                              "<b>", "<unk>", "<table>", "\ud800"]),
+    max_size=24,
+).map("".join)
+
+
+@pytest.mark.parametrize("source", ["llama-spm", "gemma-3-like"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=SPECIAL_TEXTS, flags=st.tuples(st.booleans(), st.booleans(), st.booleans()))
+def test_encode_cut_equals_partition_then_fragments(source, text, flags, gemma3_like):
+    """encode_cut (the automaton's cuts and the fragments read from the text's own UTF-8, in one
+    call) against its readable twin: the per-special Python partition, then the fragments one by
+    one through the Python merge loop, with every combination of the model flags."""
+    tok = spm_tokenizer(source, gemma3_like)
+    merger = tok.model.build_merger(_symbols)
+    automata = c_automata(tok)
+    prefix, after_special, keep_specials = flags
+    model = tok.model
+    if not text:
+        return  # the Tokenizer gives [] without asking the model
+    for parse_special in (False, True):
+        found = merger.encode_cut(prefix, after_special, keep_specials, *automata, text, parse_special)
+        if "\ud800" in text:
+            assert found is None  # no UTF-8: the caller's way
+            continue
+        fragments = tok._special_table.partition_reference(text, parse_special)
+        expected = []
+        at_start = True
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                expected += [fragment] if keep_specials else []
+                at_start = after_special
+            else:
+                expected += model.encode_escaped_reference(
+                    ((" " if prefix and at_start else "") + fragment).replace(" ", SPACE).encode()
+                )
+                at_start = False
+        assert found == expected, (text, parse_special)
+        if flags == (model.add_space_prefix, True, True):
+            assert tok.encode(text, parse_special=parse_special) == expected
+
+
+def test_encode_cut_leaves_what_it_cannot_encode_to_the_caller():
+    tok = bpetok.from_gguf(LLAMA_SPM)
+    merger = tok.model.build_merger(_symbols)
+    plain, special = c_automata(tok)
+    assert plain is None and special is not None  # llama-spm: CONTROL and UNKNOWN tokens only
+    assert merger.encode_cut(True, True, True, plain, special, "a\ud800", True) is None
+    assert merger.encode_cut(True, True, True, None, None, "", False) == []
+    with pytest.raises(TypeError, match="7 arguments"):
+        merger.encode_cut(True, True, True, plain, special, "a")
+    with pytest.raises(TypeError, match="takes a str"):
+        merger.encode_cut(True, True, True, plain, special, b"a", False)
+
+    class NoCuts:  # an automaton that has no cuts to give: the caller partitions instead
+        def cuts(self, text):
+            return None
+
+    assert merger.encode_cut(True, True, True, None, NoCuts(), "a</s>", True) is None
+    both = merger.encode_cut(True, True, True, plain, special, "Hello</s> world", True)
+    assert both == tok.encode_reference("Hello</s> world") == tok.encode("Hello</s> world")
 
 
 _TOKENIZERS: dict = {}

@@ -95,6 +95,15 @@ static Py_ssize_t encode_raw(Merger *m, const unsigned char *text, uint32_t n, i
     Hold hold = {0, 0};
     for (uint32_t i = 0; i < n;) {
         unsigned char c = text[i];
+        if (c > ' ' && c != 0xE2 && (i == 0 || text[i - 1] >= 0x20)) {
+            /* No word starts here nor at the next bytes above ' ' other than 0xE2: none is a
+             * space symbol, and splits() wants a control character on one side. */
+            do
+                i++;
+            while (i < n && text[i] > ' ' && text[i] != 0xE2);
+            after_space = 0;
+            continue;
+        }
         uint32_t length = 1;
         int space = c == ' ';
         if (c == 0xE2 && n - i >= 3 && text[i + 1] == 0x96 && text[i + 2] == 0x81) {
@@ -412,6 +421,142 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
         result = ids_to_list(self, out, (Py_ssize_t)k);
     }
     free(out);
+    return result;
+}
+
+PyDoc_STRVAR(encode_cut_doc,
+             "encode_cut(prefix: bool, after_special: bool, keep_specials: bool, plain, special, text: str,\n"
+             "           parse_special: bool) -> list[int] | None\n\n"
+             "encode_parts of text's partition in one call, its fragments read from text's own UTF-8 (no str\n"
+             "per fragment): ``special`` where parse_special else ``plain`` is the bpetok._specials.Automaton\n"
+             "of that mode (None: the mode has no specials), whose cuts(text) give the fragments. None where\n"
+             "encode_parts would give None or the automaton gives no cuts: the caller then partitions and\n"
+             "encodes as usual. Only for a Merger with ``words``.");
+
+static PyObject *cuts_name; /* "cuts", interned on first use */
+
+static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int prefix = PyObject_IsTrue(args[0]), after_special = PyObject_IsTrue(args[1]), keep_specials = PyObject_IsTrue(args[2]);
+    int parse_special = PyObject_IsTrue(args[6]);
+    PyObject *text = args[5], *automaton = parse_special ? args[4] : args[3];
+    if (prefix < 0 || after_special < 0 || keep_specials < 0 || parse_special < 0)
+        return NULL;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    if (!merger_ready(self))
+        return NULL;
+    if (!self->words)
+        Py_RETURN_NONE;
+    const unsigned char *utf8;
+    Py_ssize_t n;
+    size_t size;
+    int ready = text_utf8(text, 1, &utf8, &n, &size);
+    if (ready < 0)
+        return NULL;
+    if (ready > 0)
+        Py_RETURN_NONE;
+    Py_ssize_t n_chars = PyUnicode_GET_LENGTH(text);
+    PyObject *cuts = NULL;
+    Py_ssize_t parts = 1;
+    if (automaton != Py_None) {
+        if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
+            return NULL;
+        cuts = PyObject_CallMethodOneArg(automaton, cuts_name, text);
+        if (!cuts)
+            return NULL;
+        if (!PyBytes_Check(cuts) || PyBytes_GET_SIZE(cuts) % 12) {
+            Py_DECREF(cuts);
+            Py_RETURN_NONE; /* None (no cuts to be had), or not the triples: partition instead */
+        }
+        if (PyBytes_GET_SIZE(cuts))
+            parts = PyBytes_GET_SIZE(cuts) / 12;
+    }
+    const unsigned char *triples = cuts && PyBytes_GET_SIZE(cuts) ? (const unsigned char *)PyBytes_AS_STRING(cuts) : NULL;
+    /* ``size`` (text_utf8's, a prefix counted) holds any one fragment escaped; the ids of all of
+     * them, each with its prefix, and the specials fit in size + 4 a part. */
+    int32_t small_out[SMALL_INPUT + 1];
+    unsigned char small_scratch[SMALL_INPUT + 1];
+    size_t room = size + 4 * (size_t)parts + 1, k = 0;
+    int32_t *out = room <= SMALL_INPUT + 1 ? small_out : (int32_t *)malloc(room * sizeof(int32_t));
+    unsigned char *scratch = size + 1 <= SMALL_INPUT + 1 ? small_scratch : (unsigned char *)malloc(size + 1);
+    Work w = {0};
+    int at_start = 1, status = (out && scratch) ? 0 : -1; /* 0: going, 1: None, -1: out of memory */
+    int ascii = PyUnicode_IS_ASCII(text);
+    size_t ci = 0, bi = 0; /* a character offset and its byte offset in utf8 */
+    for (Py_ssize_t part = 0; status == 0 && part < parts; part++) {
+        uint32_t triple[3] = {0, (uint32_t)n_chars, UINT32_MAX};
+        if (triples)
+            memcpy(triple, triples + 12 * part, sizeof(triple));
+        if (triple[0] > triple[1] || triple[1] > (uint64_t)n_chars || triple[0] < ci) {
+            status = 1; /* not cuts of this text: the caller's partition says what it is */
+            break;
+        }
+        size_t begin, end;
+        if (ascii) {
+            begin = triple[0];
+            end = triple[1];
+        } else {
+            while (ci < triple[0]) {
+                bi += LENGTH_OF_NIBBLE[utf8[bi] >> 4]; /* well-formed UTF-8: each length is whole */
+                ci++;
+            }
+            begin = bi;
+            if (triple[1] == (uint64_t)n_chars) { /* the last fragment: no walk to the end */
+                end = (size_t)n;
+            } else {
+                while (ci < triple[1]) {
+                    bi += LENGTH_OF_NIBBLE[utf8[bi] >> 4];
+                    ci++;
+                }
+                end = bi;
+            }
+        }
+        if (begin > end || end > (size_t)n) {
+            status = 1;
+            break;
+        }
+        ci = triple[1];
+        bi = end;
+        if (begin < end) {
+            Py_ssize_t got = encode_raw_released(self, utf8 + begin, (uint32_t)(end - begin), prefix && at_start, scratch, &w, out + k);
+            if (got == FAILED_MEMORY)
+                status = -1;
+            else if (got == FAILED_BYTE)
+                status = 1;
+            else
+                k += (size_t)got;
+            at_start = 0;
+        }
+        if (status == 0 && triple[2] != UINT32_MAX) {
+            if (triple[2] >= self->n_tokens)
+                status = 1; /* not a token: the caller's loop says what it does */
+            else if (keep_specials)
+                out[k++] = (int32_t)triple[2];
+            at_start = after_special;
+        }
+    }
+    work_free(&w);
+    PyObject *result = NULL;
+    if (status == -1) {
+        PyErr_NoMemory();
+    } else if (status == 1) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else {
+        result = ids_to_list(self, out, (Py_ssize_t)k);
+    }
+    if (scratch != small_scratch)
+        free(scratch);
+    if (out != small_out)
+        free(out);
+    Py_XDECREF(cuts);
     return result;
 }
 

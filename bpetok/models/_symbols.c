@@ -924,6 +924,7 @@ static PyMethodDef Merger_methods[] = {
     {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
     {"encode_parts", (PyCFunction)Merger_encode_parts, METH_VARARGS, encode_parts_doc},
     {"encode_runs", (PyCFunction)Merger_encode_runs, METH_VARARGS, encode_runs_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Merger_encode_cut, METH_FASTCALL, encode_cut_doc},
     {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
     {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
     {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},

@@ -18,7 +18,7 @@ import gc
 import re
 from abc import ABC, abstractmethod
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from bpetok.cache import IdCache
 from bpetok.utf8 import BeyondUnicode, decode_llama_utf8
@@ -109,6 +109,14 @@ class TokenizerModel(ABC):
         """The ids of a whole text cut at its special tokens (str fragments and special ids, as
         ``Tokenizer._encode_parts`` takes them) in one call, or None: the Tokenizer then encodes
         fragment by fragment, which is what a model that overrides this must equal."""
+        return None
+
+    def text_encoder(self, automata: tuple[Any, Any]) -> Callable[[str, bool], list[int] | None] | None:
+        """A callable ``(text, parse_special)`` giving a whole text's ids in one C call, special
+        tokens cut by ``automata`` (the ``bpetok._specials.Automaton`` of parse_special False and
+        True, None for a mode without specials); it returns a new list, or None where the
+        Tokenizer must partition and encode as usual, which is what it must equal. None (the
+        default): the model has no such call."""
         return None
 
     def encode_fragments(self, fragments: Sequence[str], *, workers: int = 1) -> list[list[int]]:

@@ -21,13 +21,16 @@ span of the input is a token; ``rank_merger`` for gemma4: id tables from its mer
 no token that merges can form holds a ``▁`` after another character, checked at load, no merge
 joins two words: the C loop then merges and caches word by word (also cut between two ASCII
 characters, one a control character, that no token holds side by side: a newline in Llama 2), and
-takes a whole partitioned text in one call (:meth:`SentencePieceModel.encode_parts`).
+takes a whole partitioned text in one call (:meth:`SentencePieceModel.encode_parts`), or a whole
+text with the special tokens' C automaton, its fragments read from the text's own UTF-8
+(:meth:`SentencePieceModel.text_encoder`, what ``Tokenizer.encode`` calls).
 tests/test_symbols.py and tests/test_spm_words.py hold it equal to the Python loop. The C one runs
 when it is built and ``BPETOK_PURE_PYTHON`` is unset.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 from itertools import accumulate, repeat
 from typing import Any
@@ -223,6 +226,15 @@ class SentencePieceModel(CompiledMergeLoop):
         if self._word_merger is None:
             return None
         return self._word_merger.encode_parts(fragments, self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
+
+    def text_encoder(self, automata):
+        """Where the C loop caches words: its ``encode_cut``, which takes the special tokens'
+        cuts from the automaton (``Automaton.cuts``) and encodes the fragments from the text's
+        own UTF-8, as :meth:`encode_parts` encodes the partition's str fragments."""
+        if self._word_merger is None:
+            return None
+        flags = (self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
+        return functools.partial(self._word_merger.encode_cut, *flags, *automata)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session
