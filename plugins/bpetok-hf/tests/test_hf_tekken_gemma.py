@@ -134,3 +134,15 @@ def test_configs_as_transformers_reads_them(name, folder, loaded):
     for text in ("Hello world", "  two  spaces ", "", "\n\n\nx"):
         assert tok.encode(text, add_special=True) == hf(text)["input_ids"], text
         assert tok.encode(text) == hf(text, add_special_tokens=False)["input_ids"], text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unicode_16_letters_and_digits_follow_hf(name, folder, loaded):
+    # Tekken's case classes and \p{N} on characters newer than llama.cpp's tables (Cyrillic
+    # U+1C89, Todhri, Garay, Tulu-Tigalari, Egyptian, Gurung Khema, Kirat Rai): HF's classes.
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(folder(name) / "tokenizer.json"))
+    for text in ("x\u1c89y \U000105e0\U00010d5e.\U00011386\U00013460\U00010d40\U00016130\u1b4ez",
+                 "Ab\U00016d40c \U00016d70\U00016d71 \U0001e5d0\U0001e5f1 \u1c89\u1c8a"):
+        assert loaded(name).encode(text) == hf.encode(text, add_special_tokens=False).ids, text
