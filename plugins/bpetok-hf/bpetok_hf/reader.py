@@ -314,6 +314,11 @@ def read_tokenizer_json(path: str) -> Vocabulary | None:
         types[token_id_] = TokenType.CONTROL if special else TokenType.USER_DEFINED
         added_info[token_id_] = (special, lstrip, rstrip)
     check_added_tokens(normalizer, normalized_added, path, kind)
+    # HF's ids end at the highest one an entry has (get_vocab_size): no unused ids after it, as an
+    # added token that is also a vocab entry (Tekken's 1,000 control tokens, Gemma's) takes none.
+    n = max((i for i, text in enumerate(tokens) if text is not None), default=-1) + 1
+    size_note = f"the highest id of its {count(len(vocab), 'vocab entry')} and {count(len(added), 'added token')}"
+    del tokens[n:], types[n:]
     texts = [f"[PAD{i}]".encode() if text is None else text for i, text in enumerate(tokens)]
     index: dict[bytes, int] = {}
     for token_id_, text in enumerate(texts):
