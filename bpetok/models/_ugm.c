@@ -22,7 +22,8 @@
  * for each normalized byte, the input bytes it came from (UnigramModel.normalize_with_sources),
  * the Viterbi where each token ends (a cached word's ends from its ids' text lengths), and a
  * token spans from the source of its first byte to the end of the source of its last
- * (UnigramModel.fragment_spans, the twin tests/test_offsets_models.py holds it equal to).
+ * (UnigramModel.fragment_spans, the twin tests/test_offsets_models.py holds it equal to). It
+ * holds the GIL throughout (its word cache is the one viterbi_words guards with it).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -399,21 +400,33 @@ static Py_ssize_t viterbi_words(Lattice *self, const unsigned char *data, size_t
     return (Py_ssize_t)count;
 }
 
-static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+/* viterbi()'s and viterbi_words()' argument: normalized bytes, their length in *n (at most 4 GiB,
+ * which the Viterbi's tables hold); -1 with the error set. */
+static int viterbi_input(Lattice *self, PyObject *arg, const char *name, size_t *n)
 {
     if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "viterbi_words() takes bytes");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s() takes bytes", name);
+        return -1;
     }
     if (!self->ready) {
         PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
-        return NULL;
+        return -1;
     }
-    size_t n = (size_t)PyBytes_GET_SIZE(arg);
+    *n = (size_t)PyBytes_GET_SIZE(arg);
+    if (*n >= SIZE_MAX / sizeof(Best) - 1 || *n > UINT32_MAX) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+{
+    size_t n;
+    if (viterbi_input(self, arg, "viterbi_words", &n) < 0)
+        return NULL;
     if (n == 0)
         return PyList_New(0);
-    if (n >= SIZE_MAX / sizeof(Best) - 1 || n > UINT32_MAX)
-        return PyErr_NoMemory();
     /* at most one id per byte, over all the words together */
     int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
     if (!out)
@@ -436,19 +449,11 @@ static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored)
 
 static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "viterbi() takes bytes");
+    size_t n;
+    if (viterbi_input(self, arg, "viterbi", &n) < 0)
         return NULL;
-    }
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
-        return NULL;
-    }
-    size_t n = (size_t)PyBytes_GET_SIZE(arg);
     if (n == 0)
         return PyList_New(0);
-    if (n >= SIZE_MAX / sizeof(Best) - 1)
-        return PyErr_NoMemory();
     Best *best = malloc((n + 1) * sizeof(Best));
     int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
     if (!best || !out) {
