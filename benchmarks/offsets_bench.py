@@ -3,13 +3,14 @@
     python benchmarks/offsets_bench.py tests/data/ggml-vocab-qwen3.gguf.gz \\
         tests/data/llama.cpp-tests/ggml-vocab-llama-spm.gguf.gz /work/shared/corpus/en.txt.xz --chars 300000
 
-For each model (one process, the same text): tokens, encode's time, encode_with_offsets's time
-and their ratio, and the ratio once the spans are also read as Python lists (``.offsets``,
-``.byte_offsets``, ``.partial``: a tuple per token, which the arrays ``char_spans`` /
-``byte_spans`` avoid). Process time, best of --repeat, encode and offsets timed in turn in each
-round, caches warm (the second encode of a text is what a server sees for repeated text). The
-per-token tables are filled by a first, untimed call. A model that has no offsets
-says so (t5's come from its Python twin: far slower).
+For each model (one process, the same text): tokens, encode's time, and against it what a user
+of ``Tokenizer.encode_with_offsets`` pays: the call and its spans read as the numpy arrays
+``char_spans`` and ``byte_spans`` ("offsets"); that and the ids read as a list, ``.ids``, which
+makes an int per token ("+ids"); everything as Python lists, ``.ids``, ``.offsets``,
+``.byte_offsets`` and ``.partial``, a tuple per span ("+lists"). Process time, best of --repeat,
+the four timed in turn in each round, caches warm (the second encode of a text is what a server
+sees for repeated text). The per-token tables are filled by a first, untimed call. A model that
+has no offsets says so.
 """
 
 from __future__ import annotations
@@ -28,8 +29,16 @@ def timed(fn) -> float:
     return time.process_time() - start
 
 
+def as_arrays(found) -> None:
+    found.char_spans, found.byte_spans
+
+
+def with_ids(found) -> None:
+    found.char_spans, found.byte_spans, found.ids
+
+
 def as_lists(found) -> None:
-    found.offsets, found.byte_offsets, found.partial
+    found.ids, found.offsets, found.byte_offsets, found.partial
 
 
 def main() -> None:
@@ -43,7 +52,7 @@ def main() -> None:
     with opener(args.corpus, "rt", encoding="utf-8") as f:
         text = f.read(args.chars)
     print(f"text: {len(text):,} characters, {len(text.encode()):,} bytes")
-    print(f"{'model':44s} {'engine':11s} {'tokens':>8s} {'encode ms':>10s} {'offsets ms':>11s} {'ratio':>6s} {'+lists':>7s}")
+    print(f"{'model':44s} {'engine':11s} {'tokens':>8s} {'encode ms':>10s} {'offsets ms':>11s} {'ratio':>6s} {'+ids':>7s} {'+lists':>7s}")
     for path in args.models:
         tok = bpetok.from_file(path)
         name = path.rsplit("/", 1)[-1]
@@ -52,13 +61,14 @@ def main() -> None:
         except OffsetsError as e:
             print(f"{name:44s} {tok.engine:11s} no offsets: {str(e).split(': ', 2)[-1][:60]}...")
             continue
-        encode, offsets, lists = [], [], []
+        encode, offsets, ids, lists = [], [], [], []
         for _ in range(args.repeat):
             encode.append(timed(lambda: tok.encode(text)))
-            offsets.append(timed(lambda: tok.encode_with_offsets(text)))
+            offsets.append(timed(lambda: as_arrays(tok.encode_with_offsets(text))))
+            ids.append(timed(lambda: with_ids(tok.encode_with_offsets(text))))
             lists.append(timed(lambda: as_lists(tok.encode_with_offsets(text))))
-        e, o, k = min(encode), min(offsets), min(lists)
-        print(f"{name:44s} {tok.engine:11s} {len(found):8,} {e * 1000:10.1f} {o * 1000:11.1f} {o / e:5.2f}x {k / e:6.2f}x")
+        e, o, i, k = min(encode), min(offsets), min(ids), min(lists)
+        print(f"{name:44s} {tok.engine:11s} {len(found):8,} {e * 1000:10.1f} {o * 1000:11.1f} {o / e:5.2f}x {i / e:6.2f}x {k / e:6.2f}x")
 
 
 if __name__ == "__main__":

@@ -79,25 +79,33 @@ class TokenOffsets:
     token. ``ids``, ``offsets``, ``byte_offsets`` and ``partial`` are the same as lists (of
     tuples), made on first use."""
 
-    __slots__ = ("_lists", "_columns")
+    __slots__ = ("_lists", "_columns", "_ids")
 
     def __init__(self, ids, offsets, byte_offsets, partial):
         self._lists: tuple | None = (list(ids), list(offsets), list(byte_offsets), list(partial))
         self._columns: tuple | None = None
+        self._ids: list[int] | None = self._lists[0]
 
     @classmethod
     def _of_columns(cls, ids, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
         """From one-dimensional arrays, as the fast path makes them."""
         found = cls.__new__(cls)
         found._lists, found._columns = None, (ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+        found._ids = None
         return found
+
+    def _id_list(self) -> list[int]:
+        """The ids alone as a list: reading them does not make the tuple lists of the spans."""
+        if self._ids is None:
+            self._ids = self._lists[0] if self._lists is not None else self._columns[0].tolist()  # type: ignore[index]
+        return self._ids
 
     def _as_lists(self) -> tuple:
         if self._lists is None:
             ids, byte_starts, byte_ends, char_starts, char_ends, partial = self._columns  # type: ignore[misc]
             with gc_paused():  # a tuple per token, which all live on: a collection would only rescan them
                 self._lists = (
-                    ids.tolist(),
+                    self._id_list(),
                     list(zip(char_starts.tolist(), char_ends.tolist())),
                     list(zip(byte_starts.tolist(), byte_ends.tolist())),
                     partial.tolist(),
@@ -112,7 +120,7 @@ class TokenOffsets:
             self._columns = (np.array(ids, dtype=np.int64), spans[:, 0], spans[:, 1], chars[:, 0], chars[:, 1], np.array(partial, dtype=bool))
         return self._columns
 
-    ids = property(lambda self: self._as_lists()[0], doc="The token ids (``Tokenizer.encode``'s list).")
+    ids = property(lambda self: self._id_list(), doc="The token ids (``Tokenizer.encode``'s list).")
     offsets = property(lambda self: self._as_lists()[1], doc="Each token's character span.")
     byte_offsets = property(lambda self: self._as_lists()[2], doc="Each token's byte span in the text's UTF-8.")
     partial = property(lambda self: self._as_lists()[3], doc="Whether the token starts or ends inside a character.")

@@ -316,3 +316,61 @@ def test_the_c_normalizer_leaves_a_corrupt_charsmap_to_the_python_walk(t5):
         module.Lattice([b"a"], [1], [0.0], 0, -1.0).encode(b"a", True)
     with pytest.raises(ValueError):
         lattice.set_normalizer(b"\0\0\0", b"", False, False)
+
+
+def twin_rows(model, data: bytes) -> list[tuple[int, int, int, int, int]]:
+    """The Python twin's spans of ``data`` (valid UTF-8) as the kernel's rows: id, character start
+    and end, byte start and end (normalize_with_sources, then the Python Viterbi's cut)."""
+    normalized, starts, ends = model.normalize_with_sources(data)
+
+    def chars(at: int) -> int:  # the characters before byte ``at`` (each starts a UTF-8 sequence)
+        return sum((b & 0xC0) != 0x80 for b in data[:at])
+
+    rows = []
+    for token_id, a, b in model.viterbi_spans(normalized):
+        rows.append((token_id, chars(starts[a]), chars(ends[b - 1]), starts[a], ends[b - 1]))
+    return rows
+
+
+def kernel_rows(lattice, data: bytes, per_word: bool):
+    found = lattice.encode_with_spans(data, per_word)
+    return None if found is None else [tuple(row) for row in struct.iter_unpack("<5q", found)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(any_text, combining, st.sampled_from(["\U000e0100\U000e0101 x", " \u3000ﬁ① ", "a\U0001fae8b"])))
+def test_the_c_spans_are_the_python_walks(t5, c_lattice, text):
+    """Lattice.encode_with_spans (normalizer with sources, Viterbi with ends, in one pass) against
+    UnigramModel.normalize_with_sources and viterbi_spans, for each combination of the two space
+    options, whole and word by word (twice: the second from the word cache)."""
+    import copy
+    from array import array
+
+    lattice, data = c_lattice, text.encode("utf-8", "surrogatepass")
+    nodes = array("I", t5.model.charsmap.nodes).tobytes()
+    for remove_extra in (False, True):
+        for prefix in (False, True):
+            model = copy.copy(t5.model)
+            model.remove_extra_whitespaces, model.add_space_prefix = remove_extra, prefix
+            lattice.set_normalizer(nodes, model.charsmap.strings, remove_extra, prefix)
+            expected = twin_rows(model, data)
+            for per_word in (True, True, False):
+                assert kernel_rows(lattice, data, per_word) == expected, (text, remove_extra, prefix)
+            assert [row[0] for row in expected] == lattice.encode(data, True)
+
+
+def test_the_c_spans_leave_a_span_inside_a_character_to_the_twin(tmp_path):
+    # the key "\xc3" (the first byte of "é") ends inside a character: its replacement spans that
+    # byte alone, and the continuation byte after it becomes U+FFFD; the kernel says None, the
+    # twin marks both tokens partial
+    tok = bpetok.from_gguf(_tiny_t5(tmp_path / "t.gguf", _charsmap({b"\xc3": b"a"})))
+    lattice = tok.model.lattice()
+    if lattice is not None:
+        assert tok.model._normalizes_in_c
+        assert kernel_rows(lattice, "ab".encode(), True) is not None
+        assert kernel_rows(lattice, "é".encode(), True) is None
+    found = tok.encode_with_offsets("é b")
+    assert found.ids == tok.encode("é b") == [3, 4, 2, 3, 5]
+    assert found.byte_offsets == [(0, 0), (0, 1), (1, 2), (2, 3), (3, 4)]  # "▁" "a" <unk> "▁" (the space) "b"
+    assert found.partial == [False, True, True, False, False]
+    assert found.offsets == [(0, 0), (0, 1), (0, 1), (1, 2), (2, 3)]

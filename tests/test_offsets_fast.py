@@ -91,6 +91,9 @@ def test_spans_arrays_have_no_object_per_token(qwen3):
     found = qwen3.encode_with_offsets("Hello world, " * 100)
     assert found.byte_spans.dtype == np.int64 and found.byte_spans.shape == (len(found), 2)
     assert found.char_spans[-1, 1] == len("Hello world, " * 100)
+    # reading the ids makes no tuple per token either: the span lists are made only when read
+    assert found.ids == qwen3.encode("Hello world, " * 100) and found._lists is None
+    assert found.offsets[-1][1] == len("Hello world, " * 100) and found._lists is not None
 
 
 def special_texts(tok) -> list[str]:

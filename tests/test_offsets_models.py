@@ -163,6 +163,47 @@ def test_bert_kernel_spans_equal_the_python_walk_on_any_text(normalizing, text, 
     check_bert_kernel_spans(normalizing["bert-bge"], text, add_special)
 
 
+def check_t5_kernel_spans(tok: bpetok.Tokenizer, text: str, parse_special: bool = True, add_special: bool = False) -> bool:
+    """The spans t5's token_offsets and encode_with_offsets give (the kernel's rows where it
+    normalizes in C) are the twin's (the Python normalizer with sources and Viterbi); whether
+    they came from the kernel (arrays first, no lists)."""
+    ids = tok.encode(text, parse_special=parse_special, add_special=add_special)
+    twin = spans_of_fragments(tok, text, ids, add_special, tok.model.fragment_spans, in_bytes=True)
+    found = tok.model.token_offsets(tok, text, ids, add_special)
+    from_kernel = found._lists is None
+    assert found == twin, text
+    one_pass = tok.encode_with_offsets(text, parse_special=parse_special, add_special=add_special)
+    from_kernel &= one_pass._lists is None
+    assert one_pass == twin and one_pass.ids == ids, text
+    return from_kernel
+
+
+def test_t5_kernel_spans_equal_the_python_walk_on_every_reference_case(normalizing):
+    tok = normalizing["nomic-bert-moe"]
+    # every case where the kernel is built; on the pure-Python engine (the twin against itself) a share
+    cases = reference_cases(DATA / "nomic-bert-moe.jsonl.gz")[:: 1 if tok.model._normalizes_in_c else 25]
+    texts = [(c["text"], c["special"]) for c in cases] + [(t, True) for t in NORMALIZING_TEXTS]
+    texts += [("\U00013460 x\U00013461\U00013462 \ud800a\udfff", False), ("a\U0001fae8b </s><unk>  x", True)]
+    from_kernel = sum(check_t5_kernel_spans(tok, text, special, k % 2 == 1) for k, (text, special) in enumerate(texts))
+    assert from_kernel == (len(texts) if tok.model.compiled else 0)
+
+
+t5_texts = st.lists(
+    st.one_of(
+        st.text(alphabet="aAeÉé\u0301ｶﾞ①ﬁ\u3000 \t\n\x00.,1\u200b\ufffd\U00013460\U000e0100😀\u2581", max_size=12),
+        st.sampled_from(["</s>", "<unk>", "<s>", " <pad> ", "antidisestablishmentarianism" * 3, "\ud800"]),
+        st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=t5_texts, parse_special=st.booleans(), add_special=st.booleans())
+def test_t5_kernel_spans_equal_the_python_walk_on_any_text(normalizing, text, parse_special, add_special):
+    check_t5_kernel_spans(normalizing["nomic-bert-moe"], text, parse_special, add_special)
+
+
 @pytest.mark.parametrize("name", sorted(NORMALIZING))
 def test_normalizing_models_refuse_ids_of_another_text(name, normalizing):
     tok = normalizing[name]

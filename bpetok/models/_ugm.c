@@ -17,6 +17,13 @@
  * text before the first), for vocabularies where no token holds a ``▁`` past its first byte, so
  * no best path crosses a word start (UnigramModel.per_word); a word's ids are kept in a word cache
  * (_word_cache.h, bounded by its budget) and the call holds the GIL, which guards the cache.
+ *
+ * ``encode_with_spans`` is ``encode`` with each token's span in the input: the normalizer keeps,
+ * for each normalized byte, the input bytes it came from (UnigramModel.normalize_with_sources),
+ * the Viterbi where each token ends (a cached word's ends from its ids' text lengths), and a
+ * token spans from the source of its first byte to the end of the source of its last
+ * (UnigramModel.fragment_spans, the twin tests/test_offsets_models.py holds it equal to). It
+ * holds the GIL throughout (its word cache is the one viterbi_words guards with it).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -46,6 +53,9 @@ typedef struct {
     WordCache cache;
     PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
     size_t n_id_objects;
+    uint8_t *id_len; /* each id's text length in bytes (0: not in the trie, or past 255), for the spans of
+                        cached words (a byte each: the table a quarter the size, fewer cache misses) */
+    size_t n_id_len;
     /* the normalizer (set_normalizer): the charsmap's XCDA nodes and replacement strings */
     int has_normalizer, remove_extra_whitespaces, add_space_prefix;
     uint32_t *cm_nodes;
@@ -61,6 +71,7 @@ static void Lattice_dealloc(Lattice *self)
     free(self->cm_nodes);
     free(self->cm_strings);
     free(self->scored);
+    free(self->id_len);
     word_cache_free(&self->cache);
     for (size_t k = 0; k < self->n_id_objects; k++)
         Py_XDECREF(self->id_objects[k]);
@@ -181,6 +192,15 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto done;
     }
+    /* the same bound: past it (an absurd id) the spans of a cached word come from its Viterbi again */
+    if (self->n_id_objects && !(self->id_len = calloc(self->n_id_objects, 1))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->n_id_len = self->id_len ? self->n_id_objects : 0;
+    for (size_t u = 0; u < unique; u++)
+        if ((size_t)self->scored[u].id < self->n_id_len && entries[u].len <= UINT8_MAX)
+            self->id_len[self->scored[u].id] = (uint8_t)entries[u].len;
     self->ready = 1;
     rc = 0;
 done:
@@ -199,16 +219,20 @@ typedef struct {
     size_t start;
 } Best;
 
-/* The best path read back from the end (consecutive unknowns merged) into out; how many ids. */
-static size_t read_back(const Lattice *t, size_t n, const Best *best, int32_t *out)
+/* The best path read back from the end (consecutive unknowns merged) into out, and where each
+ * id's bytes end into ends unless NULL (a merged unknown: where its last part ends); how many ids. */
+static size_t read_back(const Lattice *t, size_t n, const Best *best, int32_t *out, uint32_t *ends)
 {
     size_t count = 0, at = n;
     int previous_unknown = 0;
     for (;;) {
         int32_t id = best[at].id;
         int is_unknown = id == t->unk;
-        if (!(previous_unknown && is_unknown))
+        if (!(previous_unknown && is_unknown)) {
+            if (ends)
+                ends[count] = (uint32_t)at;
             out[count++] = id;
+        }
         if (best[at].start == 0)
             break;
         previous_unknown = is_unknown;
@@ -218,12 +242,18 @@ static size_t read_back(const Lattice *t, size_t n, const Best *best, int32_t *o
         int32_t x = out[a];
         out[a] = out[b];
         out[b] = x;
+        if (ends) {
+            uint32_t e = ends[a];
+            ends[a] = ends[b];
+            ends[b] = e;
+        }
     }
     return count;
 }
 
-/* The Viterbi over data[0..n); writes ids to out (room for n ids) and returns how many. */
-static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Best *best, int32_t *out)
+/* The Viterbi over data[0..n); writes ids to out (room for n ids), and their ends to ends unless
+ * NULL (read_back), and returns how many. */
+static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Best *best, int32_t *out, uint32_t *ends)
 {
     best[0].score = 0.0;
     best[0].id = t->unk;
@@ -265,7 +295,7 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
         }
         i += units;
     }
-    return read_back(t, n, best, out);
+    return read_back(t, n, best, out, ends);
 }
 
 /* ``count`` ids as a list of ints (the kept int objects where there are). */
@@ -302,60 +332,107 @@ static size_t next_word(const unsigned char *data, size_t n, size_t from)
     return n;
 }
 
-static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+/* Where each of a cached word's ``count`` ids ends in it: the last at the word's end, each other
+ * where its text's length says. -1 where the lengths do not say (an unknown token before the
+ * last, which stands for bytes no text names; an id of no known length; lengths that reach the
+ * word's end early): then the word's Viterbi says. */
+static int ends_of_ids(const Lattice *t, const int32_t *ids, size_t count, uint32_t len, uint32_t *ends)
 {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "viterbi_words() takes bytes");
-        return NULL;
+    uint32_t at = 0;
+    for (size_t k = 0; k + 1 < count; k++) {
+        int32_t id = ids[k];
+        if (id == t->unk || id < 0 || (size_t)id >= t->n_id_len || t->id_len[id] == 0 || t->id_len[id] >= len - at)
+            return -1;
+        at += t->id_len[id];
+        ends[k] = at;
     }
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
-        return NULL;
-    }
-    size_t n = (size_t)PyBytes_GET_SIZE(arg);
-    if (n == 0)
-        return PyList_New(0);
-    if (n >= SIZE_MAX / sizeof(Best) - 1 || n > UINT32_MAX)
-        return PyErr_NoMemory();
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
-    /* at most one id per byte, over all the words together; the Viterbi's table per word */
-    int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
+    if (count)
+        ends[count - 1] = len;
+    return 0;
+}
+
+/* The Viterbi word by word over data[0..n) (n <= UINT32_MAX) with the word cache: the ids to out
+ * (room for n), and where each ends in data to ends unless NULL; how many ids, -1: out of memory. */
+static Py_ssize_t viterbi_words(Lattice *self, const unsigned char *data, size_t n, int32_t *out, uint32_t *ends)
+{
     Best *best = NULL;
     size_t best_cap = 0, count = 0;
-    if (!out)
-        return PyErr_NoMemory();
     for (size_t start = 0; start < n;) {
         int spaced = n - start >= 3 && data[start] == 0xE2 && data[start + 1] == 0x96 && data[start + 2] == 0x81;
         size_t end = next_word(data, n, spaced ? start + 3 : start);
         const unsigned char *word = data + start;
         uint32_t len = (uint32_t)(end - start);
         int32_t *at = out + count;
+        uint32_t *at_ends = ends ? ends + count : NULL;
         int cached = self->cache.budget && len <= WORD_CACHE_LONGEST;
         uint64_t h = cached ? word_hash(word, len) : 0;
         Py_ssize_t found = cached ? word_cache_get(&self->cache, h, word, len, at) : -1;
+        if (found >= 0 && at_ends && ends_of_ids(self, at, (size_t)found, len, at_ends) < 0)
+            found = -1, cached = 0; /* remembered already: only the ends are wanted */
         if (found < 0) {
             if (len + 1 > best_cap) {
                 Best *grown = realloc(best, ((size_t)len + 1) * sizeof(Best));
                 if (!grown) {
                     free(best);
-                    free(out);
-                    return PyErr_NoMemory();
+                    return -1;
                 }
                 best = grown, best_cap = (size_t)len + 1;
             }
-            found = (Py_ssize_t)viterbi(self, word, len, best, at);
+            found = (Py_ssize_t)viterbi(self, word, len, best, at, at_ends);
             if (cached) /* when full or out of memory: not remembered */
                 word_cache_put(&self->cache, h, word, len, at, (uint32_t)found);
         }
+        if (at_ends)
+            for (Py_ssize_t k = 0; k < found; k++)
+                at_ends[k] += (uint32_t)start;
         if (found > 0 && count > 0 && out[count - 1] == self->unk && at[0] == self->unk) {
             memmove(at, at + 1, (size_t)(found - 1) * sizeof(int32_t)); /* consecutive unknowns merge across words */
+            if (at_ends) { /* the merged one ends where this word's first ends */
+                ends[count - 1] = at_ends[0];
+                memmove(at_ends, at_ends + 1, (size_t)(found - 1) * sizeof(uint32_t));
+            }
             found--;
         }
         count += (size_t)found;
         start = end;
     }
     free(best);
-    PyObject *list = ids_to_list(self, out, count);
+    return (Py_ssize_t)count;
+}
+
+/* viterbi()'s and viterbi_words()' argument: normalized bytes, their length in *n (at most 4 GiB,
+ * which the Viterbi's tables hold); -1 with the error set. */
+static int viterbi_input(Lattice *self, PyObject *arg, const char *name, size_t *n)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes bytes", name);
+        return -1;
+    }
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
+        return -1;
+    }
+    *n = (size_t)PyBytes_GET_SIZE(arg);
+    if (*n >= SIZE_MAX / sizeof(Best) - 1 || *n > UINT32_MAX) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+{
+    size_t n;
+    if (viterbi_input(self, arg, "viterbi_words", &n) < 0)
+        return NULL;
+    if (n == 0)
+        return PyList_New(0);
+    /* at most one id per byte, over all the words together */
+    int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
+    if (!out)
+        return PyErr_NoMemory();
+    Py_ssize_t count = viterbi_words(self, (const unsigned char *)PyBytes_AS_STRING(arg), n, out, NULL);
+    PyObject *list = count < 0 ? PyErr_NoMemory() : ids_to_list(self, out, (size_t)count);
     free(out);
     return list;
 }
@@ -372,19 +449,11 @@ static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored)
 
 static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 {
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "viterbi() takes bytes");
+    size_t n;
+    if (viterbi_input(self, arg, "viterbi", &n) < 0)
         return NULL;
-    }
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised");
-        return NULL;
-    }
-    size_t n = (size_t)PyBytes_GET_SIZE(arg);
     if (n == 0)
         return PyList_New(0);
-    if (n >= SIZE_MAX / sizeof(Best) - 1)
-        return PyErr_NoMemory();
     Best *best = malloc((n + 1) * sizeof(Best));
     int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
     if (!best || !out) {
@@ -396,10 +465,10 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
     size_t count;
     if (n >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        count = viterbi(self, data, n, best, out);
+        count = viterbi(self, data, n, best, out, NULL);
         Py_END_ALLOW_THREADS
     } else {
-        count = viterbi(self, data, n, best, out);
+        count = viterbi(self, data, n, best, out, NULL);
     }
     free(best);
     PyObject *list = ids_to_list(self, out, count);
@@ -409,28 +478,88 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 
 /* -- the normalizer (bpetok/models/charsmap.py's CharsMap.prefix and UnigramModel._spaces) ------ */
 
+/* Where a normalized byte came from in the input: its bytes [from, to). */
+typedef struct {
+    uint32_t from, to;
+} Source;
+
+/* Bytes, and with sources (for the spans) where each came from. */
 typedef struct {
     unsigned char *p;
     size_t len, cap;
+    int with_sources;
+    Source *src;
 } Buffer;
 
-static int put_bytes(Buffer *b, const unsigned char *p, size_t n)
+static void free_buffer(Buffer *b)
+{
+    free(b->p);
+    free(b->src);
+}
+
+/* Room for n more bytes (and their sources); -1: out of memory. */
+static int reserve(Buffer *b, size_t n)
+{
+    if (n > SIZE_MAX / 8 - b->len)
+        return -1;
+    if (b->len + n <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n)
+        cap *= 2;
+    unsigned char *grown = realloc(b->p, cap);
+    if (!grown)
+        return -1;
+    b->p = grown; /* cap stays the smaller of the two until both have grown */
+    if (b->with_sources) {
+        Source *src = realloc(b->src, cap * sizeof(Source));
+        if (!src)
+            return -1;
+        b->src = src;
+    }
+    b->cap = cap;
+    return 0;
+}
+
+/* n bytes of p, each (with sources) from the input's [from, to). */
+static int put_bytes(Buffer *b, const unsigned char *p, size_t n, size_t from, size_t to)
 {
     if (n == 0) /* an empty replacement: nothing to copy (the buffer may not exist yet) */
         return 0;
-    if (n > SIZE_MAX / 2 - b->len)
+    if (reserve(b, n) < 0)
         return -1;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        unsigned char *grown = realloc(b->p, cap);
-        if (!grown)
-            return -1;
-        b->p = grown, b->cap = cap;
-    }
     memcpy(b->p + b->len, p, n);
+    if (b->with_sources)
+        for (size_t k = 0; k < n; k++)
+            b->src[b->len + k] = (Source){(uint32_t)from, (uint32_t)to};
     b->len += n;
+    return 0;
+}
+
+/* n bytes of the input from byte ``at`` on, each its own source. */
+static int put_input(Buffer *b, const unsigned char *p, size_t n, size_t at)
+{
+    if (reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, p, n);
+    if (b->with_sources)
+        for (size_t k = 0; k < n; k++)
+            b->src[b->len + k] = (Source){(uint32_t)(at + k), (uint32_t)(at + k + 1)};
+    b->len += n;
+    return 0;
+}
+
+/* Bytes [i, j) of m with their sources. */
+static int put_from(Buffer *b, const Buffer *m, size_t i, size_t j)
+{
+    if (j <= i)
+        return 0;
+    if (reserve(b, j - i) < 0)
+        return -1;
+    memcpy(b->p + b->len, m->p + i, j - i);
+    if (b->with_sources)
+        memcpy(b->src + b->len, m->src + i, (j - i) * sizeof(Source));
+    b->len += j - i;
     return 0;
 }
 
@@ -468,18 +597,24 @@ static int longest_key(const Lattice *t, const unsigned char *data, size_t n, si
 
 static const unsigned char SEQUENCE_LENGTH[16] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 0};
 
-/* llama.cpp's normalize of data (no user-defined tokens): the charsmap, then spaces as U+2581. */
+/* llama.cpp's normalize of data (no user-defined tokens): the charsmap, then spaces as U+2581.
+ * With out->with_sources (n < UINT32_MAX), each byte of out keeps the input bytes it came from,
+ * as UnigramModel.normalize_with_sources does: a replacement's bytes, the whole key it replaced;
+ * a character kept, itself; a U+2581 for a space, that space; one the options add, nothing, at
+ * the start of the word it precedes. */
 static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buffer *out)
 {
     static const unsigned char SPACE[3] = {0xE2, 0x96, 0x81}, FFFD[3] = {0xEF, 0xBF, 0xBD};
     Buffer mapped = {0};
-    int rc = 0;
+    mapped.with_sources = out->with_sources;
+    /* room for the usual case at once (text mostly kept, a U+2581 for about every fifth byte) */
+    int rc = n < SIZE_MAX / 4 ? (reserve(&mapped, n + 16) | reserve(out, n + n / 2 + 16)) : 0;
     for (size_t i = 0; i < n && rc == 0;) {
         size_t run = i; /* ASCII that starts no key is itself: copied a run at a time */
         while (run < n && data[run] < 0x80 && !t->starts_key[data[run]])
             run++;
         if (run > i) {
-            rc = put_bytes(&mapped, data + i, run - i);
+            rc = put_input(&mapped, data + i, run - i, i);
             i = run;
             continue;
         }
@@ -498,7 +633,7 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
                 rc = CORRUPT;
                 break;
             }
-            rc = put_bytes(&mapped, t->cm_strings + offset, (size_t)(nul - (t->cm_strings + offset)));
+            rc = put_bytes(&mapped, t->cm_strings + offset, (size_t)(nul - (t->cm_strings + offset)), i, i + length);
             i += length;
             continue;
         }
@@ -507,15 +642,17 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
         for (size_t k = 1; valid && k < units; k++)
             valid = (data[i + k] & 0xC0) == 0x80;
         if (valid) {
-            rc = put_bytes(&mapped, data + i, units);
+            rc = put_bytes(&mapped, data + i, units, i, i + units);
             i += units;
         } else {
-            rc = put_bytes(&mapped, FFFD, 3);
+            rc = put_bytes(&mapped, FFFD, 3, i, i + 1);
             i += 1;
         }
     }
     const unsigned char *m = mapped.p;
     size_t len = mapped.len;
+#define FROM(i) (mapped.with_sources ? mapped.src[i].from : 0)
+#define TO(i) (mapped.with_sources ? mapped.src[i].to : 0)
     if (rc == 0 && t->remove_extra_whitespaces) { /* each run of non-spaces: U+2581 and the run */
         for (size_t i = 0; i < len && rc == 0;) {
             if (m[i] == ' ') {
@@ -525,8 +662,8 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
             size_t j = i;
             while (j < len && m[j] != ' ')
                 j++;
-            if ((rc = put_bytes(out, SPACE, 3)) == 0)
-                rc = put_bytes(out, m + i, j - i);
+            if ((rc = put_bytes(out, SPACE, 3, FROM(i), FROM(i))) == 0)
+                rc = put_from(out, &mapped, i, j);
             i = j;
         }
     } else if (rc == 0) { /* each space a U+2581; with add_space_prefix one more before the first non-space */
@@ -535,12 +672,14 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
             lead++;
         for (size_t i = 0; i < len && rc == 0; i++) {
             if (i == lead && t->add_space_prefix)
-                rc = put_bytes(out, SPACE, 3);
+                rc = put_bytes(out, SPACE, 3, FROM(i), FROM(i));
             if (rc == 0)
-                rc = m[i] == ' ' ? put_bytes(out, SPACE, 3) : put_bytes(out, m + i, 1);
+                rc = m[i] == ' ' ? put_bytes(out, SPACE, 3, FROM(i), TO(i)) : put_from(out, &mapped, i, i + 1);
         }
     }
-    free(mapped.p);
+#undef FROM
+#undef TO
+    free_buffer(&mapped);
     return rc;
 }
 
@@ -603,7 +742,7 @@ static PyObject *Lattice_encode(Lattice *self, PyObject *args)
     int rc = normalize(self, data.buf, (size_t)data.len, &out);
     PyBuffer_Release(&data);
     if (rc < 0) {
-        free(out.p);
+        free_buffer(&out);
         if (rc == CORRUPT)
             Py_RETURN_NONE;
         return PyErr_NoMemory();
@@ -617,6 +756,131 @@ static PyObject *Lattice_encode(Lattice *self, PyObject *args)
     return result;
 }
 
+/* Counts UTF-8 lead bytes (characters) of data up to a byte, moving forward from where it was. */
+typedef struct {
+    size_t at, chars;
+} Cursor;
+
+static size_t chars_before(Cursor *c, const unsigned char *data, size_t to)
+{
+    if (!data) /* ASCII: a character a byte */
+        return to;
+    if (to < c->at) /* not met: the sources only grow */
+        c->at = 0, c->chars = 0;
+    for (; c->at < to; c->at++)
+        c->chars += (data[c->at] & 0xC0) != 0x80;
+    return c->chars;
+}
+
+/* encode_with_spans(data, per_word): encode's ids, each with its span in data (ugm.py's
+ * ``fragment_spans``: from the source of its first normalized byte to the end of the source of
+ * its last) as int64 rows of id, character start and end, byte start and end; None where the
+ * charsmap is corrupt or a span would start or end inside a character (the Python twin says
+ * which). The same normalizer and Viterbi as encode, in one pass. */
+static PyObject *Lattice_encode_with_spans(Lattice *self, PyObject *args)
+{
+    Py_buffer data;
+    int per_word;
+    if (!PyArg_ParseTuple(args, "y*p", &data, &per_word))
+        return NULL;
+    PyObject *result = NULL;
+    Buffer norm = {0};
+    norm.with_sources = 1;
+    int32_t *ids = NULL;
+    uint32_t *ends = NULL;
+    PyObject *rows_bytes = NULL;
+    int64_t *rows = NULL; /* rows_bytes' contents */
+    Best *best = NULL;
+    const unsigned char *in = data.buf;
+    size_t n = (size_t)data.len, count = 0;
+    if (!self->ready || !self->has_normalizer) {
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
+        goto done;
+    }
+    if (n >= UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "encode_with_spans(): a text past 4 GiB");
+        goto done;
+    }
+    int rc = normalize(self, in, n, &norm);
+    if (rc == CORRUPT) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    size_t m = norm.len;
+    if (rc < 0 || m > UINT32_MAX || m >= SIZE_MAX / sizeof(Best) - 1) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ids = malloc((m + 1) * sizeof(int32_t));
+    ends = malloc((m + 1) * sizeof(uint32_t));
+    if (!ids || !ends) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (m && per_word) {
+        Py_ssize_t found = viterbi_words(self, norm.p, m, ids, ends);
+        if (found < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        count = (size_t)found;
+    } else if (m) {
+        if (!(best = malloc((m + 1) * sizeof(Best)))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        count = viterbi(self, norm.p, m, best, ids, ends);
+    }
+    if (count > (size_t)PY_SSIZE_T_MAX / (5 * sizeof(int64_t))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(rows_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * 5 * sizeof(int64_t)))))
+        goto done;
+    rows = (int64_t *)PyBytes_AS_STRING(rows_bytes);
+    Cursor starts = {0, 0}, stops = {0, 0};
+    size_t continuations = 0;
+    for (size_t k = 0; k < n; k++)
+        continuations += (in[k] & 0xC0) == 0x80;
+    const unsigned char *counted = continuations ? in : NULL; /* none: the byte offsets are the character offsets */
+    size_t a = 0;
+    for (size_t k = 0; k < count; k++) {
+        size_t b = ends[k];
+        if (b <= a || b > m || norm.src[a].from > norm.src[b - 1].to || norm.src[b - 1].to > n) {
+            PyErr_SetString(PyExc_ValueError, "Lattice: a token's bytes outside its text");
+            goto done;
+        }
+        size_t first = norm.src[a].from, last = norm.src[b - 1].to;
+        if ((first < n && (in[first] & 0xC0) == 0x80) || (last < n && (in[last] & 0xC0) == 0x80)) {
+            result = Py_None; /* inside a character (a charsmap key that ends there): the twin marks it */
+            Py_INCREF(result);
+            goto done;
+        }
+        int64_t *row = rows + 5 * k;
+        row[0] = ids[k];
+        row[1] = (int64_t)chars_before(&starts, counted, first);
+        row[2] = (int64_t)chars_before(&stops, counted, last);
+        row[3] = (int64_t)first;
+        row[4] = (int64_t)last;
+        a = b;
+    }
+    if (a != m) {
+        PyErr_SetString(PyExc_ValueError, "Lattice: the tokens do not cover the text");
+        goto done;
+    }
+    result = rows_bytes;
+    rows_bytes = NULL;
+done:
+    PyBuffer_Release(&data);
+    free_buffer(&norm);
+    free(ids);
+    free(ends);
+    Py_XDECREF(rows_bytes);
+    free(best);
+    return result;
+}
+
 static PyMethodDef Lattice_methods[] = {
     {"viterbi", (PyCFunction)Lattice_viterbi, METH_O, "The best-scoring ids of normalized bytes (llama.cpp's UGM Viterbi)."},
     {"viterbi_words", (PyCFunction)Lattice_viterbi_words, METH_O,
@@ -625,6 +889,9 @@ static PyMethodDef Lattice_methods[] = {
      "set_normalizer(nodes: bytes, strings: bytes, remove_extra_whitespaces: bool, add_space_prefix: bool)"},
     {"encode", (PyCFunction)Lattice_encode, METH_VARARGS,
      "encode(data: bytes, per_word: bool) -> list[int] | None: normalized, then the Viterbi; None: a corrupt charsmap"},
+    {"encode_with_spans", (PyCFunction)Lattice_encode_with_spans, METH_VARARGS,
+     "encode_with_spans(data: bytes, per_word: bool) -> bytes | None: encode's tokens as int64 rows (id, char start, "
+     "char end, byte start, byte end): each one's span in data; None: a corrupt charsmap or a span inside a character"},
     {"set_cache_budget", (PyCFunction)Lattice_set_cache_budget, METH_O,
      "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
     {"cache_stats", (PyCFunction)Lattice_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},

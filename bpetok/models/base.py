@@ -16,6 +16,7 @@ import contextlib
 import functools
 import gc
 import re
+from array import array
 from abc import ABC, abstractmethod
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -156,6 +157,8 @@ class TokenizerModel(ABC):
 
         lists, held = self.encode_texts(texts, specials, workers)
         counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        if len(lists) == 1:  # one text (encode_with_offsets): array's conversion, about 3x numpy's
+            return np.frombuffer(array("I", lists[0]), dtype=np.uint32), counts, held
         ids = np.fromiter(chain.from_iterable(lists), dtype=np.uint32, count=int(counts.sum()))
         return ids, counts, held
 

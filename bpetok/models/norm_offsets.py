@@ -165,9 +165,13 @@ def _of_rows(text: str, rows: np.ndarray, added: tuple[list[int], list[int]]) ->
     n_chars, n_bytes = len(text), _utf8_size(text)
 
     def around(column, before, after, dtype=np.int64):
+        if not head and not tail:
+            return column  # a view of rows: no copy
         return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
 
-    all_ids = np.concatenate((np.array(head, dtype=np.int64), rows[:, 0], np.array(tail, dtype=np.int64)))
+    all_ids = around(rows[:, 0], 0, 0)
+    if head or tail:
+        all_ids[: len(head)], all_ids[len(all_ids) - len(tail) :] = head, tail
     columns = [around(rows[:, k], 0, end) for k, end in ((1, n_chars), (2, n_chars), (3, n_bytes), (4, n_bytes))]
     char_starts, char_ends, byte_starts, byte_ends = columns
     return TokenOffsets._of_columns(all_ids, byte_starts, byte_ends, char_starts, char_ends, np.zeros(len(all_ids), dtype=bool))

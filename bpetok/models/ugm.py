@@ -23,6 +23,13 @@ or in pure Python; otherwise over the whole normalized fragment. (Per word, a wo
 from the text so far; both are exact in doubles for float32 scores short of ~10^8 tokens.)
 :meth:`UnigramModel.encode_fragment_reference` runs the Python Viterbi over the whole fragment
 after the byte-by-byte charsmap walk: the readable twin tests hold both fast paths equal to.
+
+Token offsets: each normalized byte keeps the input bytes it came from
+(:meth:`UnigramModel.normalize_with_sources`), and a token spans from the source of its first
+byte to the end of the source of its last (:meth:`UnigramModel.fragment_spans`, the readable
+twin). Where the normalizer runs in C, the kernel carries the same sources through its
+normalizer and Viterbi and gives the ids with their spans in one pass
+(:meth:`UnigramModel.fragment_span_rows`, ``Lattice.encode_with_spans``), held equal to the twin.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from __future__ import annotations
 import re
 import struct
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import VocabularyError
@@ -39,6 +46,9 @@ from bpetok.models import ModelSpec
 from bpetok.models.base import CachingModel
 from bpetok.models.charsmap import CharsMap
 from bpetok.vocab import CHARSMAP_KEY, TokenAttr
+
+if TYPE_CHECKING:
+    import numpy as np  # offsets only: loading a tokenizer does not import numpy
 
 __all__ = ["UnigramModel"]
 
@@ -288,10 +298,35 @@ class UnigramModel(CachingModel):
         whole input it replaced (a token holding part of one spans all of it, as in HF
         tokenizers); a ``▁`` for a space spans that space; one the model adds (add_space_prefix,
         remove_extra_whitespaces) has no width, at the start of the word it precedes; text
-        mapped to nothing or spaces removed are in no token's span."""
-        from bpetok.models.norm_offsets import spans_of_fragments
+        mapped to nothing or spaces removed are in no token's span. The kernel's spans where it
+        normalizes (:meth:`fragment_span_rows`), else, or where they do not give ``ids``, the
+        twin's (:meth:`fragment_spans`)."""
+        from bpetok.models.norm_offsets import spans_of_fragment_arrays, spans_of_fragments
 
+        if self._normalizes_in_c:
+            found = spans_of_fragment_arrays(tok, text, ids, add_special, self.fragment_span_rows)
+            if found is not None:
+                return found
         return spans_of_fragments(tok, text, ids, add_special, self.fragment_spans, in_bytes=True)
+
+    def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
+        """The ids and spans in one pass of the kernel (normalizer and Viterbi), which gives
+        :meth:`encode_fragment`'s ids (not where a subclass cuts otherwise: encode, then
+        :meth:`token_offsets`)."""
+        if not self._normalizes_in_c or type(self).encode_fragment is not UnigramModel.encode_fragment:
+            return None
+        from bpetok.models.norm_offsets import encode_with_fragment_arrays
+
+        return encode_with_fragment_arrays(tok, text, parse_special, add_special, self.fragment_span_rows)
+
+    def fragment_span_rows(self, fragment: str) -> np.ndarray | None:
+        """:meth:`fragment_spans` from the kernel, in characters and bytes: an ``(n, 5)`` int64
+        array of id, character start and end, byte start and end; None where the charsmap is
+        corrupt or a span would start or end inside a character (the twin says so)."""
+        import numpy as np
+
+        found = self._lattice.encode_with_spans(fragment.encode("utf-8", "surrogatepass"), self.per_word)
+        return None if found is None else np.frombuffer(found, dtype=np.int64).reshape(-1, 5)
 
     def fragment_spans(self, fragment: str) -> list[tuple[int, int, int]]:
         """(id, start, end) of each token of ``fragment`` in its UTF-8 bytes: the reference's cut."""
