@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_module.h"
 #include "_word_cache.h"
 
 #define NO_SYMBOL UINT32_MAX /* a character that is no token and takes part in no merge */
@@ -933,17 +934,8 @@ PyDoc_STRVAR(Merger_doc, "Merger(units, left, right, priority, merged, n_symbols
                          "gives each byte's fallback token or None (a byte without one is dropped, or makes\n"
                          "encode() return None when missing_byte_fails is true).");
 
-static PyTypeObject MergerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok.models._symbols.Merger",
-    .tp_basicsize = sizeof(Merger),
-    .tp_dealloc = (destructor)Merger_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = Merger_doc,
-    .tp_methods = Merger_methods,
-    .tp_getset = Merger_getset,
-    .tp_init = (initproc)Merger_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyTypeObject MergerType = {BPETOK_TYPE(Merger, "bpetok.models._symbols.Merger", Merger_doc),
+                                  .tp_getset = Merger_getset};
 
 #include "_spm_tables.h"
 #include "_rank_tables.h"
@@ -954,23 +946,11 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef symbols_module = {
-    PyModuleDef_HEAD_INIT, "_symbols", "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
-    -1, module_methods,
-};
-
-PyMODINIT_FUNC PyInit__symbols(void)
+static int symbols_exec(PyObject *m)
 {
-    if (PyType_Ready(&MergerType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&symbols_module);
-    if (!m)
-        return NULL;
-    Py_INCREF(&MergerType);
-    if (PyModule_AddObject(m, "Merger", (PyObject *)&MergerType) < 0) {
-        Py_DECREF(&MergerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    PyTypeObject *types[] = {&MergerType, NULL};
+    return add_types(m, types);
 }
+
+BPETOK_MODULE(_symbols, "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
+              module_methods, symbols_exec)
