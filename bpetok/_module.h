@@ -29,8 +29,8 @@ static inline int add_types(PyObject *m, PyTypeObject *const *types)
 }
 
 /* The module ``name``: its PyInit_``name``, its functions ``methods`` (a PyMethodDef table, or
- * NULL) and ``exec``, the function ``int exec(PyObject *module)`` that adds its types. */
-#define BPETOK_MODULE(name, doc, methods, exec)                                                               \
+ * NULL) and ``exec``, the function ``int exec(PyObject *module)`` that fills it. */
+#define BPETOK_MODULE_EXEC(name, doc, methods, exec)                                                          \
     static PyModuleDef_Slot name##_slots[] = {{Py_mod_exec, (void *)(exec)}, {0, NULL}};                      \
     static struct PyModuleDef name##_module = {                                                               \
         PyModuleDef_HEAD_INIT, #name, (doc), 0, (methods), name##_slots, NULL, NULL, NULL,                    \
@@ -39,5 +39,17 @@ static inline int add_types(PyObject *m, PyTypeObject *const *types)
     {                                                                                                         \
         return PyModuleDef_Init(&name##_module);                                                              \
     }
+
+/* The module ``name`` as BPETOK_MODULE_EXEC makes it, filled with the types that follow:
+ *
+ *     BPETOK_MODULE(_trie, "The rwkv model's compiled walk.", NULL, &TrieType, &DictionaryType)
+ */
+#define BPETOK_MODULE(name, doc, methods, ...)                                                                \
+    static int name##_exec(PyObject *m)                                                                       \
+    {                                                                                                         \
+        PyTypeObject *types[] = {__VA_ARGS__, NULL};                                                          \
+        return add_types(m, types);                                                                           \
+    }                                                                                                         \
+    BPETOK_MODULE_EXEC(name, doc, methods, name##_exec)
 
 #endif

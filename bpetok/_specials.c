@@ -628,11 +628,5 @@ static PyTypeObject AutomatonType = {BPETOK_TYPE(Automaton, "bpetok._specials.Au
     "Automaton(specials): the specials, (UTF-8 bytes, id, strip flags) in cutting order "
     "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP.")};
 
-static int specials_exec(PyObject *m)
-{
-    PyTypeObject *types[] = {&AutomatonType, NULL};
-    return add_types(m, types);
-}
-
 BPETOK_MODULE(_specials, "llama.cpp's special-token partition in one Aho-Corasick pass (C twin of bpetok.specials).", NULL,
-              specials_exec)
+              &AutomatonType)

@@ -665,4 +665,4 @@ static int train_exec(PyObject *m)
     return PyType_Ready(&PieceIterType) < 0 ? -1 : add_types(m, types);
 }
 
-BPETOK_MODULE(_train, "bpetok's compiled merge loop for the trainer (see bpetok/_train_merge.py).", NULL, train_exec)
+BPETOK_MODULE_EXEC(_train, "bpetok's compiled merge loop for the trainer (see bpetok/_train_merge.py).", NULL, train_exec)

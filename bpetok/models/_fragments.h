@@ -160,15 +160,7 @@ static PyObject *Merger_encode_text(Merger *self, PyObject *args)
     if (out && scratch)
         k = encode_raw_released(self, utf8, (uint32_t)n, prefix, scratch, &w, out);
     work_free(&w);
-    PyObject *result = NULL;
-    if (k == FAILED_MEMORY) {
-        PyErr_NoMemory();
-    } else if (k == FAILED_BYTE) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else {
-        result = ids_to_list(self, out, k);
-    }
+    PyObject *result = result_of(self, out, k);
     if (!small) {
         free(out);
         free(scratch);

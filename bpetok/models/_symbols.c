@@ -809,6 +809,17 @@ static PyObject *ids_to_list(Merger *self, const int32_t *out, Py_ssize_t k)
     return result;
 }
 
+/* encode_all's result ``k`` for Python: the ids out[0..k) as a list, None for FAILED_BYTE, NULL
+ * with MemoryError for FAILED_MEMORY. */
+static PyObject *result_of(Merger *self, const int32_t *out, Py_ssize_t k)
+{
+    if (k == FAILED_MEMORY)
+        return PyErr_NoMemory();
+    if (k == FAILED_BYTE)
+        Py_RETURN_NONE;
+    return ids_to_list(self, out, k);
+}
+
 /* encode_all, with the GIL released when the input is long. */
 static Py_ssize_t encode_all_released(Merger *self, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
 {
@@ -830,15 +841,7 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     if (out)
         k = encode_all_released(self, data, n, &w, out);
     work_free(&w);
-    PyObject *result = NULL;
-    if (k == FAILED_MEMORY) {
-        PyErr_NoMemory();
-    } else if (k == FAILED_BYTE) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else {
-        result = ids_to_list(self, out, k);
-    }
+    PyObject *result = result_of(self, out, k);
     if (out != small)
         free(out);
     return result;
@@ -965,11 +968,5 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static int symbols_exec(PyObject *m)
-{
-    PyTypeObject *types[] = {&MergerType, NULL};
-    return add_types(m, types);
-}
-
 BPETOK_MODULE(_symbols, "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
-              module_methods, symbols_exec)
+              module_methods, &MergerType)

@@ -520,10 +520,4 @@ static PyMethodDef Trie_methods[] = {
 static PyTypeObject TrieType = {BPETOK_TYPE(Trie, "bpetok.models._trie.Trie",
     "A byte trie for llama.cpp's rwkv longest-match walk (bpetok/models/rwkv.py).")};
 
-static int trie_exec(PyObject *m)
-{
-    PyTypeObject *types[] = {&TrieType, &DictionaryType, NULL};
-    return add_types(m, types);
-}
-
-BPETOK_MODULE(_trie, "The rwkv model's compiled longest-match walk and plamo2's best path.", NULL, trie_exec)
+BPETOK_MODULE(_trie, "The rwkv model's compiled longest-match walk and plamo2's best path.", NULL, &TrieType, &DictionaryType)

@@ -636,10 +636,4 @@ static PyMethodDef Lattice_methods[] = {
 static PyTypeObject LatticeType = {
     BPETOK_TYPE(Lattice, "bpetok.models._ugm.Lattice", "A unigram vocabulary's token trie and its Viterbi.")};
 
-static int ugm_exec(PyObject *m)
-{
-    PyTypeObject *types[] = {&LatticeType, NULL};
-    return add_types(m, types);
-}
-
-BPETOK_MODULE(_ugm, "The compiled Viterbi of bpetok's t5 (Unigram) model.", NULL, ugm_exec)
+BPETOK_MODULE(_ugm, "The compiled Viterbi of bpetok's t5 (Unigram) model.", NULL, &LatticeType)

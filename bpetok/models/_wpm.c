@@ -520,10 +520,4 @@ static PyMethodDef Wpm_methods[] = {
 static PyTypeObject WpmType = {
     BPETOK_TYPE(Wpm, "bpetok.models._wpm.Wpm", "llama.cpp's WPM word split and WordPiece walk (bpetok/models/wpm.py).")};
 
-static int wpm_exec(PyObject *m)
-{
-    PyTypeObject *types[] = {&WpmType, NULL};
-    return add_types(m, types);
-}
-
-BPETOK_MODULE(_wpm, "The bert model's compiled word split and WordPiece walk.", NULL, wpm_exec)
+BPETOK_MODULE(_wpm, "The bert model's compiled word split and WordPiece walk.", NULL, &WpmType)

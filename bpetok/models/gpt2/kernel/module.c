@@ -748,5 +748,5 @@ static int module_exec(PyObject *m)
     return 0;
 }
 
-BPETOK_MODULE(_kernel, "bpetok's compiled byte-level BPE kernel (see bpetok/models/gpt2/model.py).", module_methods,
+BPETOK_MODULE_EXEC(_kernel, "bpetok's compiled byte-level BPE kernel (see bpetok/models/gpt2/model.py).", module_methods,
               module_exec)
