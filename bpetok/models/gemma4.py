@@ -100,15 +100,7 @@ class RawBytePairModel(CompiledMergeLoop):
         return self._encode_escaped(text.encode("utf-8", "surrogatepass"))
 
     def _encode_escaped(self, data: bytes) -> list[int]:
-        ids: list[int] = []
-        cache, encode_piece = self._cache, self.encode_piece
-        for piece in _NEWLINE_RUNS.findall(data):
-            found = cache.get(piece)
-            if found is None:
-                found = encode_piece(piece)
-                cache.keep(piece, found)
-            ids += found
-        return ids
+        return self._cache.ids_of(_NEWLINE_RUNS.findall(data), self.encode_piece)
 
     def encode_piece(self, data: bytes) -> list[int]:
         """Ids of one newline run, or one run without newlines, its spaces already ``▁``."""

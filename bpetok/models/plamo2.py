@@ -145,15 +145,7 @@ class Plamo2Model(CachingModel):
             text = text[1:]
         if self._dictionary is not None:  # the C path, whole: faster than cutting and caching
             return self._dictionary.best_path(text.encode("utf-8", "surrogatepass"))
-        cache, best_path = self._cache, self._best_path
-        out: list[int] = []
-        for chunk in self._space_cut.split(text):
-            found = cache.get(chunk)
-            if found is None:
-                found = best_path(chunk)
-                cache.keep(chunk, found)
-            out += found
-        return out
+        return self._cache.ids_of(self._space_cut.split(text), self._best_path)
 
     @cached_property
     def _space_cut(self) -> re.Pattern:
