@@ -142,15 +142,15 @@ class RawBytePairModel(CompiledMergeLoop):
         return out
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="gemma4", factory=RawBytePairModel, pretokenized=False,
+    description="BPE by merge rank over raw UTF-8 lines, ▁ for spaces, <0xXX> fallback (Gemma 4)",
+    pre="gemma4",  # llama.cpp sets tokenizer_pre = "gemma4" for this model, whatever the file says
+    clean_spaces=True,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="gemma4",
-            factory=RawBytePairModel,
-            pretokenized=False,
-            pre="gemma4",  # llama.cpp sets tokenizer_pre = "gemma4" for this model, whatever the file says
-            clean_spaces=True,
-            description="BPE by merge rank over raw UTF-8 lines, ▁ for spaces, <0xXX> fallback (Gemma 4)",
-        )
-    )
+    register(MODEL_SPEC)

@@ -231,16 +231,14 @@ class Plamo2Model(CachingModel):
         return found.end() if found else at
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="plamo2", factory=Plamo2Model, pretokenized=False,
+    description="PLaMo-2: best-score path over code points (suffix-table DP), <0xXX> byte fallback",
+    special_ids={"bos": 1, "eos": 2, "unk": 0, "pad": 3}, add_bos=False, clean_spaces=False,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="plamo2",
-            factory=Plamo2Model,
-            pretokenized=False,
-            special_ids={"bos": 1, "eos": 2, "unk": 0, "pad": 3},
-            add_bos=False,
-            clean_spaces=False,
-            description="PLaMo-2: best-score path over code points (suffix-table DP), <0xXX> byte fallback",
-        )
-    )
+    register(MODEL_SPEC)
