@@ -487,15 +487,8 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
         free(out);
         return PyErr_NoMemory();
     }
-    PyObject *list = PyList_New(written);
-    for (Py_ssize_t i = 0; list != NULL && i < written; i++) {
-        PyObject *id = PyLong_FromUnsignedLong(out[i]);
-        if (id == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, id);
-    }
+    IdInts fresh = {NULL, 0}; /* no ints kept: each id's int made anew */
+    PyObject *list = id_ints_list(&fresh, out, (size_t)written);
     free(out);
     return list;
 }
