@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_module.h"
+
 #define STRIP_LEFT 1
 #define STRIP_RIGHT 2
 
@@ -741,34 +743,10 @@ static PyMethodDef Automaton_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject AutomatonType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpetok._specials.Automaton",
-    .tp_doc = "Automaton(specials): the specials, (UTF-8 bytes, id, strip flags) in cutting order "
-              "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP. Automaton(texts, ids, strips): the "
-              "same as three parallel sequences (no tuple per special).",
-    .tp_basicsize = sizeof(Automaton),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Automaton_init,
-    .tp_dealloc = (destructor)Automaton_dealloc,
-    .tp_methods = Automaton_methods,
-};
+static PyTypeObject AutomatonType = {BPETOK_TYPE(Automaton, "bpetok._specials.Automaton",
+    "Automaton(specials): the specials, (UTF-8 bytes, id, strip flags) in cutting order "
+    "(longest first, ties by id); strip: 1 LSTRIP, 2 RSTRIP. Automaton(texts, ids, strips): the "
+    "same as three parallel sequences (no tuple per special).")};
 
-static struct PyModuleDef specials_module = {
-    PyModuleDef_HEAD_INIT, "bpetok._specials",
-    "llama.cpp's special-token partition in one Aho-Corasick pass (C twin of bpetok.specials).", -1, NULL,
-};
-
-PyMODINIT_FUNC PyInit__specials(void) {
-    if (PyType_Ready(&AutomatonType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&specials_module);
-    if (!m) return NULL;
-    Py_INCREF(&AutomatonType);
-    if (PyModule_AddObject(m, "Automaton", (PyObject *)&AutomatonType) < 0) {
-        Py_DECREF(&AutomatonType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+BPETOK_MODULE(_specials, "llama.cpp's special-token partition in one Aho-Corasick pass (C twin of bpetok.specials).", NULL,
+              &AutomatonType)

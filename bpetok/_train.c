@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_module.h"
+
 #define STRIDE ((int64_t)1 << 24)
 #define END (-1)
 
@@ -651,41 +653,16 @@ static PyMappingMethods PairCounts_mapping = {
 };
 
 static PyTypeObject PairCountsType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok._train.PairCounts",
-    .tp_basicsize = sizeof(PairCounts),
-    .tp_dealloc = (destructor)PairCounts_dealloc,
+    BPETOK_TYPE(PairCounts, "bpetok._train.PairCounts", "PairCounts(words, freqs): the C twin of bpetok._train_merge._PairCounts."),
     .tp_as_mapping = &PairCounts_mapping,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "PairCounts(words, freqs): the C twin of bpetok._train_merge._PairCounts.",
-    .tp_methods = PairCounts_methods,
     .tp_getset = PairCounts_getset,
-    .tp_init = (initproc)PairCounts_init,
-    .tp_new = PyType_GenericNew,
 };
 
-static struct PyModuleDef train_module = {
-    PyModuleDef_HEAD_INIT, "_train", "bpetok's compiled merge loop for the trainer (see bpetok/_train_merge.py).", -1,
-    NULL,
-};
-
-PyMODINIT_FUNC PyInit__train(void)
+static int train_exec(PyObject *m)
 {
-    if (PyType_Ready(&PairCountsType) < 0 || PyType_Ready(&PieceCountsType) < 0 || PyType_Ready(&PieceIterType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&train_module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&PairCountsType);
-    if (PyModule_AddObject(m, "PairCounts", (PyObject *)&PairCountsType) < 0) {
-        Py_DECREF(&PairCountsType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&PieceCountsType);
-    if (PyModule_AddObject(m, "PieceCounts", (PyObject *)&PieceCountsType) < 0) {
-        Py_DECREF(&PieceCountsType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    PyTypeObject *types[] = {&PairCountsType, &PieceCountsType, NULL};
+    /* PieceIter is made only by PieceCounts' __iter__: readied, not exported */
+    return PyType_Ready(&PieceIterType) < 0 ? -1 : add_types(m, types);
 }
+
+BPETOK_MODULE_EXEC(_train, "bpetok's compiled merge loop for the trainer (see bpetok/_train_merge.py).", NULL, train_exec)

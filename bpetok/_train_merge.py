@@ -100,6 +100,14 @@ class _PairCounts:
         grown: set[int] = set()
         # subtle: in text order, so that overlapping occurrences (a == b, "a a a") merge left to
         # right without overlap ("aa a"): the second one is then stale (its left symbol is gone).
+
+        def move(f: int, old: int, key: int, at: int) -> None:
+            """An occurrence of weight ``f`` turns pair ``old`` into pair ``key``, recorded at ``at``."""
+            counts[old] -= f
+            counts[key] += f
+            where[key].append(at)
+            grown.add(key)
+
         for p in sorted(where.pop(pair, ())):
             q = nxt[p]
             if sym[p] != a or q == END or sym[q] != b:
@@ -108,18 +116,10 @@ class _PairCounts:
             left, right = prv[p], nxt[q]
             if left != END:
                 x = sym[left]
-                counts[x * STRIDE + a] -= f
-                key = x * STRIDE + new
-                counts[key] += f
-                where[key].append(left)
-                grown.add(key)
+                move(f, x * STRIDE + a, x * STRIDE + new, left)
             if right != END:
                 y = sym[right]
-                counts[b * STRIDE + y] -= f
-                key = new * STRIDE + y
-                counts[key] += f
-                where[key].append(p)
-                grown.add(key)
+                move(f, b * STRIDE + y, new * STRIDE + y, p)
                 prv[right] = p
             sym[p], sym[q], nxt[p] = new, -1, right
         counts.pop(pair, None)

@@ -94,6 +94,18 @@ class IdCache(dict):
         if len(key) <= LONGEST_KEY and not self.full:
             self.put(key, ids if ids.__class__ is array else as_ids(ids))
 
+    def ids_of(self, keys, encode) -> list[int]:
+        """The ids of ``keys`` one after the other: each key's from the cache, else
+        ``encode(key)``'s, then :meth:`keep`-ed."""
+        out: list[int] = []
+        for key in keys:
+            found = self.get(key)
+            if found is None:
+                found = encode(key)
+                self.keep(key, found)
+            out += found
+        return out
+
     def put_many(self, keys, values) -> None:
         """:meth:`put` each pair that fits, in order."""
         keys, values = list(keys), list(values)

@@ -21,6 +21,8 @@ OTHER, WHITESPACE = 0xD0, 0x0B
 C_WHITESPACE = 6
 # The C table is two-stage: codepoint >> 7 picks a block of 128 classes (identical blocks shared).
 C_BLOCK_BITS = 7
+# Values a line of the C tables.
+PER_LINE = 128
 
 
 def write_c_header(starts: list[int], classes: list[int], whitespace: list[int]) -> pathlib.Path:
@@ -36,8 +38,29 @@ def write_c_header(starts: list[int], classes: list[int], whitespace: list[int])
     stage1 = [blocks.setdefault(bytes(table[i : i + size]), len(blocks)) for i in range(0, 0x110000, size)]
     assert len(blocks) <= 256, "stage 1 holds block numbers in one byte"
 
-    def rows(values, per_line=32):
-        return ",\n".join("    " + ", ".join(map(str, values[i : i + per_line])) for i in range(0, len(values), per_line))
+    def rows(values, per_line=PER_LINE, long_run=64):
+        """The values as C initializer lines, ``per_line`` a line, but a run of ``long_run`` or more
+        equal values on a line of its own, as UCLASS_RUN32/UCLASS_RUN1024 calls (a long run of one
+        value would otherwise be many lines alike)."""
+        lines, loose, i = [], [], 0
+        while i < len(values):
+            end = i
+            while end < len(values) and values[end] == values[i]:
+                end += 1
+            if end - i < long_run:
+                loose += values[i:end]
+            else:
+                lines += [", ".join(map(str, loose[k : k + per_line])) for k in range(0, len(loose), per_line)]
+                loose = []
+                v, n = values[i], end - i
+                calls = [f"UCLASS_RUN1024({v})"] * (n // 1024) + [f"UCLASS_RUN32({v})"] * (n % 1024 // 32)
+                lines.append(", ".join(calls + [str(v)] * (n % 32)))
+            i = end
+        lines += [", ".join(map(str, loose[k : k + per_line])) for k in range(0, len(loose), per_line)]
+        return ",\n".join("    " + line for line in lines)
+
+    run32 = ", ".join(["v"] * 32)
+    run1024 = ", ".join(["UCLASS_RUN32(v)"] * 32)
 
     stage2 = [b for block in blocks for b in block]
     out = pathlib.Path(__file__).resolve().parent.parent / "bpetok" / "pretok" / "_unicode_classes.h"
@@ -48,8 +71,13 @@ def write_c_header(starts: list[int], classes: list[int], whitespace: list[int])
         f" * UNICODE_CLASS_BLOCKS[UNICODE_CLASS_STAGE1[c >> {C_BLOCK_BITS}] << {C_BLOCK_BITS} | (c & {size - 1})]:\n"
         " * 0 other, 1 number, 2 letter, 3 punctuation, 4 mark, 5 symbol, 6 whitespace. */\n\n"
         f"#define UNICODE_CLASS_BLOCK_BITS {C_BLOCK_BITS}\n\n"
+        "/* A run of one value: 32 of it, 1024 of it. */\n"
+        f"#define UCLASS_RUN32(v) {run32}\n"
+        f"#define UCLASS_RUN1024(v) {run1024}\n\n"
         f"static const unsigned char UNICODE_CLASS_STAGE1[{len(stage1)}] = {{\n{rows(stage1)}\n}};\n\n"
-        f"static const unsigned char UNICODE_CLASS_BLOCKS[{len(stage2)}] = {{\n{rows(stage2)}\n}};\n"
+        f"static const unsigned char UNICODE_CLASS_BLOCKS[{len(stage2)}] = {{\n{rows(stage2)}\n}};\n\n"
+        "#undef UCLASS_RUN32\n"
+        "#undef UCLASS_RUN1024\n"
     )
     return out
 

@@ -51,10 +51,15 @@ def _cmd_list_pretokenizers(args) -> int:
         }
         for row in get_registry().rows()
     ]
-    if args.json:
+    return _print_rows(rows, ("name", "model", "pretokenizer", "llama_type", "plugin", "distribution", "version"), args.json)
+
+
+def _print_rows(rows: list[dict], headers: tuple[str, ...], as_json: bool) -> int:
+    """The rows as JSON (``--json``: every field) or as a table of ``headers``; the exit status."""
+    if as_json:
         print(json.dumps(rows, indent=2))
-        return 0
-    _print_table(rows, ("name", "model", "pretokenizer", "llama_type", "plugin", "distribution", "version"))
+    else:
+        _print_table(rows, headers)
     return 0
 
 
@@ -80,11 +85,7 @@ def _cmd_list_models(args) -> int:
         }
         for row in get_model_registry().rows()
     ]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    _print_table(rows, ("name", "plugin", "distribution", "version", "description"))
-    return 0
+    return _print_rows(rows, ("name", "plugin", "distribution", "version", "description"), args.json)
 
 
 def _engine_of(tok) -> str:

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Callable, TypeVar
 
 import bpetok
 from bpetok.errors import BpetokError
@@ -39,6 +40,8 @@ from bpetok.apps.server import (
 
 __all__ = ["bpetok_register_commands"]
 
+T = TypeVar("T", int, float)
+
 
 def _served_paths(args) -> list[tuple[str, str]]:
     """(name, absolute path) of every vocabulary to serve: the positional files (named after
@@ -61,21 +64,23 @@ def _served_paths(args) -> list[tuple[str, str]]:
 # -- the command ------------------------------------------------------------------------------------------
 
 
-def _port(text: str) -> int:
+def _number(text: str, convert: Callable[[str], T], what: str) -> T:
+    """``convert(text)``, or the argparse error that says ``text`` is not ``what``."""
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def _port(text: str) -> int:
+    value = _number(text, int, "a port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0..65535)")
     return value
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    value = _number(text, float, "a number of seconds")
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 86400 seconds")
     return value

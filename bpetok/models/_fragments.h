@@ -89,48 +89,22 @@ static Py_ssize_t encode_raw(Merger *m, const unsigned char *text, uint32_t n, i
 {
     if (!m->words)
         return encode_all(m, scratch, escape_into(text, n, prefix, scratch), w, out);
+    if (n == 0 && !prefix)
+        return 0;
     Py_ssize_t k = 0;
-    uint32_t word = 0;
     int after_space = prefix;
     Hold hold = {0, 0};
-    for (uint32_t i = 0; i < n;) {
-        unsigned char c = text[i];
-        if (c > ' ' && c != 0xE2 && (i == 0 || text[i - 1] >= 0x20)) {
-            /* No word starts here nor at the next bytes above ' ' other than 0xE2: none is a
-             * space symbol, and splits() wants a control character on one side. */
-            do
-                i++;
-            while (i < n && text[i] > ' ' && text[i] != 0xE2);
-            after_space = 0;
-            continue;
-        }
-        uint32_t length = 1;
-        int space = c == ' ';
-        if (c == 0xE2 && n - i >= 3 && text[i + 1] == 0x96 && text[i + 2] == 0x81) {
-            space = 1;
-            length = 3;
-        }
-        int starts = (space && !after_space) || (i > 0 && c != ' ' && text[i - 1] != ' ' && splits(m, text[i - 1], c));
-        if (starts && i > word) {
-            Py_ssize_t got = raw_word(m, text + word, i - word, prefix && word == 0, scratch, w, out + k, &hold);
-            if (got < 0) {
-                hold_release(m, &hold);
-                return got;
-            }
-            k += got;
-            word = i;
-        }
-        after_space = space;
-        i += length;
-    }
-    if (word < n || (prefix && n == 0)) {
-        Py_ssize_t got = raw_word(m, text + word, n - word, prefix && word == 0, scratch, w, out + k, &hold);
+    uint32_t word = 0;
+    do { /* with the prefix, an empty text is one word: the ``▁`` */
+        uint32_t end = word_end(m, text, n, word, 1, &after_space);
+        Py_ssize_t got = raw_word(m, text + word, end - word, prefix && word == 0, scratch, w, out + k, &hold);
         if (got < 0) {
-            hold_release(m, &hold);
-            return got;
+            k = got;
+            break;
         }
         k += got;
-    }
+        word = end;
+    } while (word < n);
     hold_release(m, &hold);
     return k;
 }
@@ -187,15 +161,7 @@ static PyObject *Merger_encode_text(Merger *self, PyObject *args)
     if (out && scratch)
         k = encode_raw_released(self, utf8, (uint32_t)n, prefix, scratch, &w, out);
     work_free(&w);
-    PyObject *result = NULL;
-    if (k == FAILED_MEMORY) {
-        PyErr_NoMemory();
-    } else if (k == FAILED_BYTE) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else {
-        result = ids_to_list(self, out, k);
-    }
+    PyObject *result = result_of(self, out, k);
     if (!small) {
         free(out);
         free(scratch);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_module.h"
 #include "_word_cache.h"
 
 #define NO_SYMBOL UINT32_MAX /* a character that is no token and takes part in no merge */
@@ -322,6 +323,30 @@ static inline int queue_pair(const Merger *m, const unsigned char *data, Work *w
     return heap_push(&w->heap, p);
 }
 
+/* The neighbours of a symbol that has just grown, and (by text only) the hashes of its pairs with them. */
+typedef struct {
+    uint32_t before, after; /* UINT32_MAX: none before; count or more: none after */
+    uint64_t hash_before, hash_after;
+} Neighbours;
+
+/* Symbol ``right`` joined into its left neighbour ``left``, which becomes ``merged``, ``size``
+ * bytes long; returns the neighbours whose pairs with ``left`` changed. */
+static inline Neighbours join(const Merger *m, const unsigned char *data, Work *w, uint32_t left, uint32_t right,
+                              uint32_t merged, uint32_t size, int by_text)
+{
+    w->id[left] = merged;
+    w->size[left] = size;
+    w->size[right] = 0;
+    Neighbours n = {w->prev[left], w->next[left] = w->next[right], 0, 0};
+    if (n.after < w->count)
+        w->prev[n.after] = left;
+    if (by_text && n.before != UINT32_MAX)
+        n.hash_before = pair_hash(m, data, w, n.before, left);
+    if (by_text && n.after < w->count)
+        n.hash_after = pair_hash(m, data, w, left, n.after);
+    return n;
+}
+
 /* Words of at most this many symbols merge by scanning their pairs (merge_short), not by heap. */
 #define SHORT_SYMBOLS 24
 
@@ -352,21 +377,10 @@ static void merge_short(const Merger *m, const unsigned char *data, Work *w)
         if (best == NO_PAIR)
             return;
         uint32_t right = w->next[left];
-        w->id[left] = into[left];
-        w->size[left] += w->size[right];
-        w->size[right] = 0;
-        uint32_t after = w->next[left] = w->next[right];
-        if (after < count)
-            w->prev[after] = left;
-        uint32_t before = w->prev[left];
-        uint64_t hash_before = 0, hash_after = 0;
-        if (by_text && before != UINT32_MAX)
-            hash_before = pair_hash(m, data, w, before, left);
-        if (by_text && after < count)
-            hash_after = pair_hash(m, data, w, left, after);
-        if (before != UINT32_MAX)
-            pair[before] = find_pair(m, data, w, before, left, hash_before, &into[before]);
-        pair[left] = after < count ? find_pair(m, data, w, left, after, hash_after, &into[left]) : NO_PAIR;
+        Neighbours n = join(m, data, w, left, right, into[left], w->size[left] + w->size[right], by_text);
+        if (n.before != UINT32_MAX)
+            pair[n.before] = find_pair(m, data, w, n.before, left, n.hash_before, &into[n.before]);
+        pair[left] = n.after < count ? find_pair(m, data, w, left, n.after, n.hash_after, &into[left]) : NO_PAIR;
     }
 }
 
@@ -424,21 +438,10 @@ static int merge(const Merger *m, const unsigned char *data, uint32_t n, Work *w
         /* Stale: one side was merged away, or a side grew since this pair was queued. */
         if (!w->size[left] || !w->size[right] || w->size[left] + w->size[right] != p.size)
             continue;
-        w->id[left] = p.merged;
-        w->size[left] = p.size;
-        w->size[right] = 0;
-        uint32_t after = w->next[left] = w->next[right];
-        if (after < count)
-            w->prev[after] = left;
-        uint32_t before = w->prev[left];
-        uint64_t hash_before = 0, hash_after = 0;
-        if (by_text && before != UINT32_MAX)
-            hash_before = pair_hash(m, data, w, before, left);
-        if (by_text && after < count)
-            hash_after = pair_hash(m, data, w, left, after);
-        if (before != UINT32_MAX && queue_pair(m, data, w, before, left, hash_before) < 0)
+        Neighbours n = join(m, data, w, left, right, p.merged, p.size, by_text);
+        if (n.before != UINT32_MAX && queue_pair(m, data, w, n.before, left, n.hash_before) < 0)
             return -1;
-        if (after < count && queue_pair(m, data, w, left, after, hash_after) < 0)
+        if (n.after < count && queue_pair(m, data, w, left, n.after, n.hash_after) < 0)
             return -1;
     }
     return 0;
@@ -543,6 +546,50 @@ static inline int splits(const Merger *m, unsigned char a, unsigned char b)
     return a < 0x80 && b < 0x80 && (a < 0x20 || b < 0x20) && !(m->joins[a][b >> 3] & (1u << (b & 7)));
 }
 
+/* The end of the word that starts at ``start`` in ``t[0..n)``, n for the last: encode_all's cuts.
+ * A word starts at a space symbol that follows no space symbol (``*after_space``: whether the
+ * symbol before ``start`` is one; updated as the word is read), and between two characters no
+ * token holds side by side (splits). ``raw``: ``t`` is text before escaping (encode_raw), where
+ * ``' '`` and ``▁`` are the space symbols and no cut falls next to a ``' '``, as none falls next to
+ * a ``▁``; else ``t`` is escaped and read a UTF-8 character at a time. */
+static inline uint32_t word_end(const Merger *m, const unsigned char *t, uint32_t n, uint32_t start, int raw,
+                                int *after_space)
+{
+    for (uint32_t i = start; i < n;) {
+        uint32_t length;
+        int space, cut;
+        if (raw && t[i] > ' ' && t[i] != 0xE2 && (i == 0 || t[i - 1] >= 0x20)) {
+            /* No word starts here nor at the next bytes above ' ' other than 0xE2: none is a
+             * space symbol, and splits() wants a control character on one side. */
+            do
+                i++;
+            while (i < n && t[i] > ' ' && t[i] != 0xE2);
+            *after_space = 0;
+            continue;
+        }
+        if (raw) {
+            length = 1;
+            space = t[i] == ' ';
+            if (t[i] == 0xE2 && n - i >= 3 && t[i + 1] == 0x96 && t[i + 2] == 0x81) {
+                space = 1;
+                length = 3;
+            }
+            cut = i > 0 && t[i] != ' ' && t[i - 1] != ' ' && splits(m, t[i - 1], t[i]);
+        } else {
+            length = LENGTH_OF_NIBBLE[t[i] >> 4];
+            if (length > n - i)
+                length = n - i;
+            space = is_space_symbol(t + i, length);
+            cut = i > 0 && splits(m, t[i - 1], t[i]);
+        }
+        if (i > start && ((space && !*after_space) || cut))
+            return i;
+        *after_space = space;
+        i += length;
+    }
+    return n;
+}
+
 /* All of ``data``'s ids into ``out`` (room for n ids). Where ``words`` is set, word by word: a
  * word starts at each ``▁`` symbol that follows a symbol other than ``▁`` (symbols cut by the
  * length rule from the start of the input, so the words' symbols are the input's); no merged
@@ -558,32 +605,14 @@ static Py_ssize_t encode_all(Merger *m, const unsigned char *data, uint32_t n, W
         return k < 0 ? FAILED_BYTE : k;
     }
     Py_ssize_t k = 0;
-    uint32_t word = 0;
     int after_space = 0;
     Hold hold = {0, 0};
-    for (uint32_t i = 0; i < n;) {
-        uint32_t length = LENGTH_OF_NIBBLE[data[i] >> 4];
-        if (length > n - i)
-            length = n - i;
-        int space = is_space_symbol(data + i, length);
-        int starts = (space && !after_space) || (i > 0 && splits(m, data[i - 1], data[i]));
-        if (starts && i > word) {
-            Py_ssize_t got = encode_word(m, data + word, i - word, w, out + k, &hold);
-            if (got < 0) {
-                hold_release(m, &hold);
-                return got;
-            }
-            k += got;
-            word = i;
-        }
-        after_space = space;
-        i += length;
-    }
-    if (word < n) {
-        Py_ssize_t got = encode_word(m, data + word, n - word, w, out + k, &hold);
+    for (uint32_t word = 0, end; word < n; word = end) {
+        end = word_end(m, data, n, word, 0, &after_space);
+        Py_ssize_t got = encode_word(m, data + word, end - word, w, out + k, &hold);
         if (got < 0) {
-            hold_release(m, &hold);
-            return got;
+            k = got;
+            break;
         }
         k += got;
     }
@@ -789,6 +818,17 @@ static PyObject *ids_to_list(Merger *self, const int32_t *out, Py_ssize_t k)
     return result;
 }
 
+/* encode_all's result ``k`` for Python: the ids out[0..k) as a list, None for FAILED_BYTE, NULL
+ * with MemoryError for FAILED_MEMORY. */
+static PyObject *result_of(Merger *self, const int32_t *out, Py_ssize_t k)
+{
+    if (k == FAILED_MEMORY)
+        return PyErr_NoMemory();
+    if (k == FAILED_BYTE)
+        Py_RETURN_NONE;
+    return ids_to_list(self, out, k);
+}
+
 /* encode_all, with the GIL released when the input is long. */
 static Py_ssize_t encode_all_released(Merger *self, const unsigned char *data, uint32_t n, Work *w, int32_t *out)
 {
@@ -810,15 +850,7 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     if (out)
         k = encode_all_released(self, data, n, &w, out);
     work_free(&w);
-    PyObject *result = NULL;
-    if (k == FAILED_MEMORY) {
-        PyErr_NoMemory();
-    } else if (k == FAILED_BYTE) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else {
-        result = ids_to_list(self, out, k);
-    }
+    PyObject *result = result_of(self, out, k);
     if (out != small)
         free(out);
     return result;
@@ -938,17 +970,8 @@ PyDoc_STRVAR(Merger_doc, "Merger(units, left, right, priority, merged, n_symbols
                          "gives each byte's fallback token or None (a byte without one is dropped, or makes\n"
                          "encode() return None when missing_byte_fails is true).");
 
-static PyTypeObject MergerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok.models._symbols.Merger",
-    .tp_basicsize = sizeof(Merger),
-    .tp_dealloc = (destructor)Merger_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = Merger_doc,
-    .tp_methods = Merger_methods,
-    .tp_getset = Merger_getset,
-    .tp_init = (initproc)Merger_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyTypeObject MergerType = {BPETOK_TYPE(Merger, "bpetok.models._symbols.Merger", Merger_doc),
+                                  .tp_getset = Merger_getset};
 
 #include "_spm_tables.h"
 #include "_rank_tables.h"
@@ -959,23 +982,5 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef symbols_module = {
-    PyModuleDef_HEAD_INIT, "_symbols", "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
-    -1, module_methods,
-};
-
-PyMODINIT_FUNC PyInit__symbols(void)
-{
-    if (PyType_Ready(&MergerType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&symbols_module);
-    if (!m)
-        return NULL;
-    Py_INCREF(&MergerType);
-    if (PyModule_AddObject(m, "Merger", (PyObject *)&MergerType) < 0) {
-        Py_DECREF(&MergerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+BPETOK_MODULE(_symbols, "The compiled merge loop of the llama (SPM) and gemma4 models (see bpetok/models/llama.py).",
+              module_methods, &MergerType)

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_glue.h"
+#include "../_module.h"
 #include "_sorted_trie.h"
 
 #define NONE UINT32_MAX
@@ -37,8 +39,7 @@ typedef struct {
     /* The node two bytes below the root per pair of bytes (b0 << 8 | b1), or NONE: a walk's
      * second step without a child search (the root's children have the most children). */
     uint32_t root2[65536];
-    PyObject **id_objects; /* each id's int, made when first returned (ids past 256 are not interned) */
-    size_t n_id_objects;
+    IdInts ints;          /* each id's int object */
 } Trie;
 
 static void Trie_dealloc(Trie *self)
@@ -49,33 +50,8 @@ static void Trie_dealloc(Trie *self)
     free(self->edge_bytes);
     free(self->edge_child);
     sorted_trie_free(&self->packed);
-    for (size_t k = 0; k < self->n_id_objects; k++)
-        Py_XDECREF(self->id_objects[k]);
-    free(self->id_objects);
+    id_ints_free(&self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* A copy of a buffer of ``n`` items of ``itemsize`` bytes, or NULL with an exception set. */
-static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, const char *name)
-{
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (view.len % itemsize) {
-        PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view.len, itemsize);
-        return NULL;
-    }
-    void *out = malloc(view.len ? (size_t)view.len : 1);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memcpy(out, view.buf, (size_t)view.len);
-    *n = view.len / itemsize;
-    PyBuffer_Release(&view);
-    return out;
 }
 
 static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
@@ -164,14 +140,8 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
     }
     if (sorted_trie_index(&self->packed) < 0)
         return -1;
-    if (max_id >= 0 && max_id < (1 << 26)) {
-        self->n_id_objects = (size_t)max_id + 1;
-        if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL) {
-            self->n_id_objects = 0;
-            PyErr_NoMemory();
-            return -1;
-        }
-    }
+    if (max_id >= 0 && max_id < (1 << 26) && id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
+        return -1;
     return 0;
 }
 
@@ -241,27 +211,7 @@ static PyObject *encode_data(Trie *self, const uint8_t *data, Py_ssize_t len, lo
         free(out);
         Py_RETURN_NONE;
     }
-    PyObject *list = PyList_New(written);
-    if (list == NULL) {
-        free(out);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < written; i++) {
-        PyObject *id;
-        if (out[i] < self->n_id_objects) {
-            if ((id = self->id_objects[out[i]]) == NULL)
-                id = self->id_objects[out[i]] = PyLong_FromUnsignedLong(out[i]);
-            Py_XINCREF(id);
-        } else {
-            id = PyLong_FromUnsignedLong(out[i]);
-        }
-        if (id == NULL) {
-            free(out);
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, id);
-    }
+    PyObject *list = id_ints_list(&self->ints, out, (size_t)written);
     free(out);
     return list;
 }
@@ -555,15 +505,8 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
         free(out);
         return PyErr_NoMemory();
     }
-    PyObject *list = PyList_New(written);
-    for (Py_ssize_t i = 0; list != NULL && i < written; i++) {
-        PyObject *id = PyLong_FromUnsignedLong(out[i]);
-        if (id == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, id);
-    }
+    IdInts fresh = {NULL, 0}; /* no ints kept: each id's int made anew */
+    PyObject *list = id_ints_list(&fresh, out, (size_t)written);
     free(out);
     return list;
 }
@@ -574,17 +517,8 @@ static PyMethodDef Dictionary_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject DictionaryType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpetok.models._trie.Dictionary",
-    .tp_basicsize = sizeof(Dictionary),
-    .tp_dealloc = (destructor)Dictionary_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Sorted token texts and scores for plamo2's best path (bpetok/models/plamo2.py).",
-    .tp_methods = Dictionary_methods,
-    .tp_init = (initproc)Dictionary_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyTypeObject DictionaryType = {BPETOK_TYPE(Dictionary, "bpetok.models._trie.Dictionary",
+    "Sorted token texts and scores for plamo2's best path (bpetok/models/plamo2.py).")};
 
 static PyMethodDef Trie_methods[] = {
     {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
@@ -594,40 +528,7 @@ static PyMethodDef Trie_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject TrieType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpetok.models._trie.Trie",
-    .tp_basicsize = sizeof(Trie),
-    .tp_dealloc = (destructor)Trie_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A byte trie for llama.cpp's rwkv longest-match walk (bpetok/models/rwkv.py).",
-    .tp_methods = Trie_methods,
-    .tp_init = (initproc)Trie_init,
-    .tp_new = PyType_GenericNew,
-};
+static PyTypeObject TrieType = {BPETOK_TYPE(Trie, "bpetok.models._trie.Trie",
+    "A byte trie for llama.cpp's rwkv longest-match walk (bpetok/models/rwkv.py).")};
 
-static struct PyModuleDef trie_module = {
-    PyModuleDef_HEAD_INIT, "bpetok.models._trie", "The rwkv model's compiled longest-match walk.", -1, NULL,
-};
-
-PyMODINIT_FUNC PyInit__trie(void)
-{
-    if (PyType_Ready(&TrieType) < 0 || PyType_Ready(&DictionaryType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&trie_module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&TrieType);
-    if (PyModule_AddObject(m, "Trie", (PyObject *)&TrieType) < 0) {
-        Py_DECREF(&TrieType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&DictionaryType);
-    if (PyModule_AddObject(m, "Dictionary", (PyObject *)&DictionaryType) < 0) {
-        Py_DECREF(&DictionaryType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+BPETOK_MODULE(_trie, "The rwkv model's compiled longest-match walk and plamo2's best path.", NULL, &TrieType, &DictionaryType)

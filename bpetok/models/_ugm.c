@@ -898,34 +898,9 @@ static PyMethodDef Lattice_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+#include "../_module.h"
+
 static PyTypeObject LatticeType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpetok.models._ugm.Lattice",
-    .tp_basicsize = sizeof(Lattice),
-    .tp_dealloc = (destructor)Lattice_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A unigram vocabulary's token trie and its Viterbi.",
-    .tp_methods = Lattice_methods,
-    .tp_init = (initproc)Lattice_init,
-    .tp_new = PyType_GenericNew,
-};
+    BPETOK_TYPE(Lattice, "bpetok.models._ugm.Lattice", "A unigram vocabulary's token trie and its Viterbi.")};
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "bpetok.models._ugm", "The compiled Viterbi of bpetok's t5 (Unigram) model.", -1, NULL,
-};
-
-PyMODINIT_FUNC PyInit__ugm(void)
-{
-    if (PyType_Ready(&LatticeType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (!m)
-        return NULL;
-    Py_INCREF(&LatticeType);
-    if (PyModule_AddObject(m, "Lattice", (PyObject *)&LatticeType) < 0) {
-        Py_DECREF(&LatticeType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+BPETOK_MODULE(_ugm, "The compiled Viterbi of bpetok's t5 (Unigram) model.", NULL, &LatticeType)

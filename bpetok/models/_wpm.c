@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_glue.h"
+#include "../_module.h"
 #include "_sorted_trie.h"
 #include "_word_cache.h"
 
@@ -50,9 +52,7 @@ typedef struct {
     uint32_t bmp[0x10000]; /* action << 24 | codepoint */
     SortedTrie trie; /* the tokens */
     WordCache cache; /* word (without U+2581) -> ids */
-    /* each token id's int object, made when first returned (ids past 256 are not interned) */
-    PyObject **id_objects;
-    size_t n_id_objects;
+    IdInts ints; /* each token id's int object */
     uint32_t *id_len; /* each id's text length in bytes (0: no text in the trie), for the spans */
 } Wpm;
 
@@ -66,34 +66,9 @@ static void Wpm_dealloc(Wpm *self)
     free(self->spaces);
     sorted_trie_free(&self->trie);
     word_cache_free(&self->cache);
-    for (size_t k = 0; k < self->n_id_objects; k++)
-        Py_XDECREF(self->id_objects[k]);
-    free(self->id_objects);
+    id_ints_free(&self->ints);
     free(self->id_len);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* A copy of a buffer of ``n`` items of ``itemsize`` bytes, or NULL with an exception set. */
-static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, const char *name)
-{
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (view.len % itemsize) {
-        PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items", name, view.len, itemsize);
-        return NULL;
-    }
-    void *out = malloc(view.len ? (size_t)view.len : 1);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memcpy(out, view.buf, (size_t)view.len);
-    *n = view.len / itemsize;
-    PyBuffer_Release(&view);
-    return out;
 }
 
 /* -- the word split ------------------------------------------------------------------------------ */
@@ -206,10 +181,10 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
         PyErr_Format(PyExc_ValueError, "token ids: %u is past the largest vocabulary this model takes", max_id);
         return -1;
     }
-    self->n_id_objects = (size_t)max_id + 1;
-    if ((self->id_objects = calloc(self->n_id_objects, sizeof(PyObject *))) == NULL
-        || (self->id_len = calloc(self->n_id_objects, sizeof(uint32_t))) == NULL) {
-        self->n_id_objects = 0;
+    if (id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
+        return -1;
+    if ((self->id_len = calloc(self->ints.n, sizeof(uint32_t))) == NULL) {
+        id_ints_free(&self->ints);
         PyErr_NoMemory();
         return -1;
     }
@@ -407,7 +382,7 @@ static int end_word(Wpm *w, Out *o, int64_t unk)
     size_t at = 0;
     for (size_t k = first_id; k < o->n_ids; k++) {
         uint32_t id = o->ids[k];
-        size_t len = id < w->n_id_objects ? w->id_len[id] : 0;
+        size_t len = id < w->ints.n ? w->id_len[id] : 0;
         if (len == 0 || len > n - at)
             return -3;
         size_t end = at + len, first = at > 3 ? at : 3;
@@ -454,55 +429,38 @@ static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, O
     return end_word(w, o, unk);
 }
 
-static PyObject *Wpm_encode(Wpm *self, PyObject *args)
+/* encode's and encode_with_spans' arguments (text: str, unk: int), walked into ``o``: walk's
+ * result, or ARGS_REFUSED with an exception set. */
+#define ARGS_REFUSED (-4)
+static int walk_args(Wpm *self, PyObject *args, Out *o)
 {
     PyObject *text;
     long long unk;
     if (!PyArg_ParseTuple(args, "UL", &text, &unk))
-        return NULL;
+        return ARGS_REFUSED;
     if (!self->ready) {
         PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
-        return NULL;
+        return ARGS_REFUSED;
     }
     if (PyUnicode_READY(text) < 0)
-        return NULL;
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
+        return ARGS_REFUSED;
+    return walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), unk, o);
+}
+
+static PyObject *Wpm_encode(Wpm *self, PyObject *args)
+{
     Out o = {0};
-    int rc;
-    rc = walk(self, kind, data, n, unk, &o);
+    int rc = walk_args(self, args, &o);
     free(o.word);
-    if (rc < 0) {
-        free(o.ids);
-        if (rc == -2)
-            Py_RETURN_NONE;
-        return PyErr_NoMemory();
-    }
-    PyObject *list = PyList_New((Py_ssize_t)o.n_ids);
-    if (list == NULL) {
-        free(o.ids);
-        return NULL;
-    }
-    for (size_t i = 0; i < o.n_ids; i++) {
-        uint32_t token = o.ids[i];
-        PyObject *id;
-        if (token < self->n_id_objects) {
-            if ((id = self->id_objects[token]) == NULL)
-                id = self->id_objects[token] = PyLong_FromUnsignedLong(token);
-            Py_XINCREF(id);
-        } else {
-            id = PyLong_FromUnsignedLong(token);
-        }
-        if (id == NULL) {
-            free(o.ids);
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, id);
-    }
+    PyObject *result = NULL;
+    if (rc == 0)
+        result = id_ints_list(&self->ints, o.ids, o.n_ids);
+    else if (rc == -2)
+        result = Py_NewRef(Py_None);
+    else if (rc != ARGS_REFUSED)
+        PyErr_NoMemory();
     free(o.ids);
-    return list;
+    return result;
 }
 
 /* A bytes object of ``n`` int64 items. */
@@ -513,27 +471,18 @@ static PyObject *int64_bytes(const int64_t *values, size_t n)
 
 static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
 {
-    PyObject *text;
-    long long unk;
-    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
-        return NULL;
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0)
-        return NULL;
     Out o = {0};
     o.with_spans = 1;
-    int rc = walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), unk, &o);
+    int rc = walk_args(self, args, &o);
     PyObject *result = NULL;
     if (rc == -2) {
-        result = Py_None;
-        Py_INCREF(result);
+        result = Py_NewRef(Py_None);
     } else if (rc == -3) {
         PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
-    } else if (rc < 0) {
+    } else if (rc == -1) {
         PyErr_NoMemory();
+    } else if (rc == ARGS_REFUSED) {
+        /* the exception is set */
     } else if (o.n_rows != o.n_ids) {
         PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
     } else {
@@ -569,33 +518,6 @@ static PyMethodDef Wpm_methods[] = {
 };
 
 static PyTypeObject WpmType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpetok.models._wpm.Wpm",
-    .tp_basicsize = sizeof(Wpm),
-    .tp_dealloc = (destructor)Wpm_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "llama.cpp's WPM word split and WordPiece walk (bpetok/models/wpm.py).",
-    .tp_methods = Wpm_methods,
-    .tp_init = (initproc)Wpm_init,
-    .tp_new = PyType_GenericNew,
-};
+    BPETOK_TYPE(Wpm, "bpetok.models._wpm.Wpm", "llama.cpp's WPM word split and WordPiece walk (bpetok/models/wpm.py).")};
 
-static struct PyModuleDef wpm_module = {
-    PyModuleDef_HEAD_INIT, "bpetok.models._wpm", "The bert model's compiled word split and WordPiece walk.", -1, NULL,
-};
-
-PyMODINIT_FUNC PyInit__wpm(void)
-{
-    if (PyType_Ready(&WpmType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&wpm_module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&WpmType);
-    if (PyModule_AddObject(m, "Wpm", (PyObject *)&WpmType) < 0) {
-        Py_DECREF(&WpmType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+BPETOK_MODULE(_wpm, "The bert model's compiled word split and WordPiece walk.", NULL, &WpmType)

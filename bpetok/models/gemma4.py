@@ -100,15 +100,7 @@ class RawBytePairModel(CompiledMergeLoop):
         return self._encode_escaped(text.encode("utf-8", "surrogatepass"))
 
     def _encode_escaped(self, data: bytes) -> list[int]:
-        ids: list[int] = []
-        cache, encode_piece = self._cache, self.encode_piece
-        for piece in _NEWLINE_RUNS.findall(data):
-            found = cache.get(piece)
-            if found is None:
-                found = encode_piece(piece)
-                cache.keep(piece, found)
-            ids += found
-        return ids
+        return self._cache.ids_of(_NEWLINE_RUNS.findall(data), self.encode_piece)
 
     def encode_piece(self, data: bytes) -> list[int]:
         """Ids of one newline run, or one run without newlines, its spaces already ``▁``."""
@@ -150,15 +142,15 @@ class RawBytePairModel(CompiledMergeLoop):
         return out
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="gemma4", factory=RawBytePairModel, pretokenized=False,
+    description="BPE by merge rank over raw UTF-8 lines, ▁ for spaces, <0xXX> fallback (Gemma 4)",
+    pre="gemma4",  # llama.cpp sets tokenizer_pre = "gemma4" for this model, whatever the file says
+    clean_spaces=True,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="gemma4",
-            factory=RawBytePairModel,
-            pretokenized=False,
-            pre="gemma4",  # llama.cpp sets tokenizer_pre = "gemma4" for this model, whatever the file says
-            clean_spaces=True,
-            description="BPE by merge rank over raw UTF-8 lines, ▁ for spaces, <0xXX> fallback (Gemma 4)",
-        )
-    )
+    register(MODEL_SPEC)

@@ -114,14 +114,14 @@ class HybridDnaModel(Gpt2RunsModel):
                        "<dna> tags are special tokens and the letters plain BPE, which have spans")
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="hybriddna", factory=HybridDnaModel, pretokenized=False,
+    description="gpt2 BPE with <dna>...</dna> spans as DNA 6-mers (reserved U+E000 suffix), <oov>",
+    special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="hybriddna",
-            factory=HybridDnaModel,
-            pretokenized=False,
-            special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
-            description="gpt2 BPE with <dna>...</dna> spans as DNA 6-mers (reserved U+E000 suffix), <oov>",
-        )
-    )
+    register(MODEL_SPEC)

@@ -308,17 +308,14 @@ class SentencePieceModel(CompiledMergeLoop):
         return text.replace(_SPACE_BYTES, b" ")
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="llama", factory=SentencePieceModel, pretokenized=False,
+    description="SentencePiece-style BPE: merges by token score, ▁ for spaces, <0xXX> byte fallback",
+    special_ids={"bos": 1, "eos": 2, "unk": 0}, add_bos=True, clean_spaces=False, add_space_prefix=ADD_SPACE_PREFIX,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="llama",
-            factory=SentencePieceModel,
-            pretokenized=False,
-            special_ids={"bos": 1, "eos": 2, "unk": 0},
-            add_bos=True,
-            clean_spaces=False,
-            add_space_prefix=ADD_SPACE_PREFIX,
-            description="SentencePiece-style BPE: merges by token score, ▁ for spaces, <0xXX> byte fallback",
-        )
-    )
+    register(MODEL_SPEC)

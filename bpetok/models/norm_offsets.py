@@ -78,6 +78,24 @@ def spans_of_fragments(
     return TokenOffsets(ids, offsets, byte_offsets, partial)
 
 
+def _special_at(text: str, special: str, pos: int) -> int:
+    """Where the special token ``special`` stands in ``text``, at ``pos`` or past the whitespace
+    its LSTRIP swallowed (after another special's RSTRIP: both ways, this one's)."""
+    at, n = pos, len(text)
+    while not text.startswith(special, at) and at < n and text[at] in ASCII_SPACE:
+        at += 1
+    return at
+
+
+def _fragment_at(text: str, fragment: str, pos: int) -> int:
+    """Where ``fragment`` stands in ``text``, at ``pos`` or past the whitespace the special token
+    before it swallowed (RSTRIP)."""
+    at, n = pos, len(text)
+    while not text.startswith(fragment, at) and at < n:
+        at += 1
+    return at
+
+
 def _walk(tok, text: str, fragments, fragment_spans, in_bytes: bool, char_bytes: list[int]) -> list[tuple[int, int, int, int, int]]:
     """(id, char start, char end, byte start, byte end) of every token, fragment by fragment."""
     pieces = tok.vocabulary.tokens
@@ -93,15 +111,11 @@ def _walk(tok, text: str, fragments, fragment_spans, in_bytes: bool, char_bytes:
     for fragment in fragments:
         if fragment.__class__ is int:
             special = pieces[fragment].decode("utf-8", "surrogatepass")
-            at = pos
-            while not text.startswith(special, at) and at < n and text[at] in ASCII_SPACE:
-                at += 1  # LSTRIP swallowed it (after another special's RSTRIP: both ways, this one's)
+            at = _special_at(text, special, pos)
             out.append((fragment, pos, at + len(special), char_bytes[pos], char_bytes[at + len(special)]))
             pos, last_special = at + len(special), len(out) - 1
             continue
-        at = pos
-        while not text.startswith(fragment, at) and at < n:
-            at += 1  # whitespace the special token before swallowed (RSTRIP)
+        at = _fragment_at(text, fragment, pos)
         extend_special(at)
         pos, last_special = at, -1
         if in_bytes:
@@ -196,17 +210,13 @@ def _walk_rows(tok, text: str, fragments, fragment_rows) -> np.ndarray | None:
     for fragment in fragments:
         if fragment.__class__ is int:
             special = pieces[fragment].decode("utf-8", "surrogatepass")
-            at = pos
-            while not text.startswith(special, at) and at < n and text[at] in ASCII_SPACE:
-                at += 1  # LSTRIP swallowed it (after another special's RSTRIP: both ways, this one's)
+            at = _special_at(text, special, pos)
             start, start_byte = pos, pos_byte
             advance(at + len(special))
             last_special = np.array([[fragment, start, pos, start_byte, pos_byte]], dtype=np.int64)
             chunks.append(last_special)
             continue
-        at = pos
-        while not text.startswith(fragment, at) and at < n:
-            at += 1  # whitespace the special token before swallowed (RSTRIP)
+        at = _fragment_at(text, fragment, pos)
         extend_special(at)
         advance(at)
         last_special = None

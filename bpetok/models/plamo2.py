@@ -145,15 +145,7 @@ class Plamo2Model(CachingModel):
             text = text[1:]
         if self._dictionary is not None:  # the C path, whole: faster than cutting and caching
             return self._dictionary.best_path(text.encode("utf-8", "surrogatepass"))
-        cache, best_path = self._cache, self._best_path
-        out: list[int] = []
-        for chunk in self._space_cut.split(text):
-            found = cache.get(chunk)
-            if found is None:
-                found = best_path(chunk)
-                cache.keep(chunk, found)
-            out += found
-        return out
+        return self._cache.ids_of(self._space_cut.split(text), self._best_path)
 
     @cached_property
     def _space_cut(self) -> re.Pattern:
@@ -239,16 +231,14 @@ class Plamo2Model(CachingModel):
         return found.end() if found else at
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="plamo2", factory=Plamo2Model, pretokenized=False,
+    description="PLaMo-2: best-score path over code points (suffix-table DP), <0xXX> byte fallback",
+    special_ids={"bos": 1, "eos": 2, "unk": 0, "pad": 3}, add_bos=False, clean_spaces=False,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="plamo2",
-            factory=Plamo2Model,
-            pretokenized=False,
-            special_ids={"bos": 1, "eos": 2, "unk": 0, "pad": 3},
-            add_bos=False,
-            clean_spaces=False,
-            description="PLaMo-2: best-score path over code points (suffix-table DP), <0xXX> byte fallback",
-        )
-    )
+    register(MODEL_SPEC)

@@ -253,15 +253,14 @@ def _count(node: dict) -> int:
     return node[-2]
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="rwkv", factory=RwkvModel, pretokenized=False,
+    description="RWKV World: greedy longest match over Python-escaped byte tokens",
+    add_bos=False, clean_spaces=False,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="rwkv",
-            factory=RwkvModel,
-            pretokenized=False,
-            add_bos=False,
-            clean_spaces=False,
-            description="RWKV World: greedy longest match over Python-escaped byte tokens",
-        )
-    )
+    register(MODEL_SPEC)

@@ -381,18 +381,14 @@ class UnigramModel(CachingModel):
         return bytes(out), out_starts, out_ends
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="t5", factory=UnigramModel, pretokenized=False,
+    description="Unigram (T5, XLM-R): precompiled charsmap normalizer, Viterbi over token scores",
+    special_ids={"eos": 1, "unk": 2, "pad": 0}, add_bos=False, add_eos=True, clean_spaces=False, add_space_prefix=False,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="t5",
-            factory=UnigramModel,
-            pretokenized=False,
-            special_ids={"eos": 1, "unk": 2, "pad": 0},
-            add_bos=False,
-            add_eos=True,
-            clean_spaces=False,
-            add_space_prefix=False,
-            description="Unigram (T5, XLM-R): precompiled charsmap normalizer, Viterbi over token scores",
-        )
-    )
+    register(MODEL_SPEC)

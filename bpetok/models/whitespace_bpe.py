@@ -260,14 +260,14 @@ class WhitespaceModel(Gpt2RunsModel):
         return offsets_by_walk(tok, text, ids, add_special=add_special, gap=gap, spelling=lambda i: self._spelling(tok, i))
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="whitespace", factory=WhitespaceModel, pretokenized=False,
+    description="gpt2 BPE of each run between whitespace, the whitespace dropped",
+    special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="whitespace",
-            factory=WhitespaceModel,
-            pretokenized=False,
-            special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
-            description="gpt2 BPE of each run between whitespace, the whitespace dropped",
-        )
-    )
+    register(MODEL_SPEC)

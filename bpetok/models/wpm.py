@@ -348,18 +348,16 @@ class WordPieceModel(CachingModel):
         return out
 
 
+# What this plugin registers: the model, and llama.cpp's defaults for it.
+MODEL_SPEC = ModelSpec(
+    name="bert", factory=WordPieceModel, pretokenized=False,
+    description="WordPiece (BERT): lowercase/accent-stripping word split, longest match first, [UNK]",
+    special_ids={"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103},
+    # adds_bos_sep: [CLS] ... [SEP], whatever the file's add_* keys say
+    add_bos=True, adds_bos_sep=True, clean_spaces=True, add_space_prefix=False,
+)
+
+
 @hookimpl
 def bpetok_register_models(register) -> None:
-    register(
-        ModelSpec(
-            name="bert",
-            factory=WordPieceModel,
-            pretokenized=False,
-            special_ids={"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103},
-            add_bos=True,
-            adds_bos_sep=True,  # [CLS] ... [SEP], whatever the file's add_* keys say
-            clean_spaces=True,
-            add_space_prefix=False,
-            description="WordPiece (BERT): lowercase/accent-stripping word split, longest match first, [UNK]",
-        )
-    )
+    register(MODEL_SPEC)

@@ -14,6 +14,7 @@
  */
 
 #include "kernel.h"
+#include "../../../_module.h"
 
 void set_error(int failure)
 {
@@ -747,17 +748,5 @@ static int module_exec(PyObject *m)
     return 0;
 }
 
-static PyModuleDef_Slot module_slots[] = {
-    {Py_mod_exec, module_exec},
-    {0, NULL},
-};
-
-static struct PyModuleDef kernel_module = {
-    PyModuleDef_HEAD_INIT, "_kernel", "bpetok's compiled byte-level BPE kernel (see bpetok/models/gpt2/model.py).", 0,
-    module_methods, module_slots, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__kernel(void)
-{
-    return PyModuleDef_Init(&kernel_module);
-}
+BPETOK_MODULE_EXEC(_kernel, "bpetok's compiled byte-level BPE kernel (see bpetok/models/gpt2/model.py).", module_methods,
+              module_exec)

@@ -1,0 +1,55 @@
+/* The glue every C module of bpetok would otherwise repeat: a type object's usual slots, and the
+ * module itself (multi-phase init, PEP 489: the import system makes the module, its exec function
+ * fills it). Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c,
+ * _ugm.c, _wpm.c and models/gpt2/kernel/module.c.
+ */
+
+#ifndef BPETOK_MODULE_H
+#define BPETOK_MODULE_H
+
+/* The usual slots of the type of struct ``T``, made by PyType_GenericNew, set up by ``T_init``,
+ * freed by ``T_dealloc``, with the method table ``T_methods``; other slots may follow:
+ *
+ *     static PyTypeObject TrieType = {BPETOK_TYPE(Trie, "bpetok.models._trie.Trie", "doc")};
+ *     static PyTypeObject PairCountsType = {BPETOK_TYPE(PairCounts, "...", "..."), .tp_getset = ...};
+ */
+#define BPETOK_TYPE(T, qualname, doc)                                                                        \
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = (qualname), .tp_basicsize = sizeof(T),                          \
+        .tp_dealloc = (destructor)T##_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT, .tp_doc = (doc),              \
+        .tp_methods = T##_methods, .tp_init = (initproc)T##_init, .tp_new = PyType_GenericNew
+
+/* Each type of the NULL-ended ``types`` readied and added to module ``m`` under its short name
+ * (the tp_name after the last dot): 0, or -1 with an exception set. */
+static inline int add_types(PyObject *m, PyTypeObject *const *types)
+{
+    for (; *types != NULL; types++)
+        if (PyModule_AddType(m, *types) < 0)
+            return -1;
+    return 0;
+}
+
+/* The module ``name``: its PyInit_``name``, its functions ``methods`` (a PyMethodDef table, or
+ * NULL) and ``exec``, the function ``int exec(PyObject *module)`` that fills it. */
+#define BPETOK_MODULE_EXEC(name, doc, methods, exec)                                                          \
+    static PyModuleDef_Slot name##_slots[] = {{Py_mod_exec, (void *)(exec)}, {0, NULL}};                      \
+    static struct PyModuleDef name##_module = {                                                               \
+        PyModuleDef_HEAD_INIT, #name, (doc), 0, (methods), name##_slots, NULL, NULL, NULL,                    \
+    };                                                                                                        \
+    PyMODINIT_FUNC PyInit_##name(void)                                                                        \
+    {                                                                                                         \
+        return PyModuleDef_Init(&name##_module);                                                              \
+    }
+
+/* The module ``name`` as BPETOK_MODULE_EXEC makes it, filled with the types that follow:
+ *
+ *     BPETOK_MODULE(_trie, "The rwkv model's compiled walk.", NULL, &TrieType, &DictionaryType)
+ */
+#define BPETOK_MODULE(name, doc, methods, ...)                                                                \
+    static int name##_exec(PyObject *m)                                                                       \
+    {                                                                                                         \
+        PyTypeObject *types[] = {__VA_ARGS__, NULL};                                                          \
+        return add_types(m, types);                                                                           \
+    }                                                                                                         \
+    BPETOK_MODULE_EXEC(name, doc, methods, name##_exec)
+
+#endif
