@@ -456,6 +456,17 @@ static inline uint8_t first_byte_of(Py_UCS4 cp) {
     } while (0)
 
 /* Steps 1 and 2 of the header: fills c->taken, sorted by start. 0, or -1 when out of memory. */
+/* The text between the match before taken match ``k`` (ending at ``pos``) and match ``k`` (the
+ * text's end for k == n_taken), less the whitespace either match consumed: [*a, *b). Returns where
+ * match ``k`` starts. */
+static inline size_t gap_before(const Cut *c, size_t k, size_t n, size_t pos, size_t *a, size_t *b) {
+    size_t start = k < c->n_taken ? (size_t)(c->taken[k] >> 32) : n;
+    *a = pos, *b = start;
+    while (*a < *b && bit(c->consumed, *a)) (*a)++;     /* the whitespace the token before ate */
+    while (*b > *a && bit(c->consumed, *b - 1)) (*b)--; /* the whitespace this one ate */
+    return start;
+}
+
 static int cut(Cut *c) {
     const Automaton *a = c->a;
     const Node *nodes = a->nodes;
@@ -633,10 +644,7 @@ static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
     }
     size_t pos = 0;
     for (size_t k = 0; k <= c.n_taken; k++) {
-        size_t start = k < c.n_taken ? (size_t)(c.taken[k] >> 32) : (size_t)n;
-        size_t a = pos, b = start;
-        while (a < b && bit(c.consumed, a)) a++;     /* the whitespace the token before ate */
-        while (b > a && bit(c.consumed, b - 1)) b--; /* the whitespace this one ate */
+        size_t a, b, start = gap_before(&c, k, (size_t)n, pos, &a, &b);
         if (a < b && append_new(result, slice(text, a, b)) < 0) goto fail;
         if (k == c.n_taken) break;
         uint32_t rank = (uint32_t)(c.taken[k] & 0xFFFFFFFFu);
@@ -706,10 +714,7 @@ static PyObject *Automaton_cuts(Automaton *self, PyObject *text) {
         unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
         size_t pos = 0;
         for (size_t k = 0; k <= c.n_taken; k++) {
-            size_t start = k < c.n_taken ? (size_t)(c.taken[k] >> 32) : (size_t)n;
-            size_t a = pos, b = start;
-            while (a < b && bit(c.consumed, a)) a++;     /* the whitespace the token before ate */
-            while (b > a && bit(c.consumed, b - 1)) b--; /* the whitespace this one ate */
+            size_t a, b, start = gap_before(&c, k, (size_t)n, pos, &a, &b);
             uint32_t triple[3] = {(uint32_t)a, (uint32_t)b, UINT32_MAX};
             if (k < c.n_taken) {
                 uint32_t rank = (uint32_t)(c.taken[k] & 0xFFFFFFFFu);

@@ -109,6 +109,32 @@ static Py_ssize_t encode_raw(Merger *m, const unsigned char *text, uint32_t n, i
     return k;
 }
 
+/* An encode_raw result added to ``*k`` ids: 0, or the status its failure makes (-1 out of memory,
+ * 1 a byte without a token: the caller's Python twin says what it does). */
+static inline int took(Py_ssize_t got, size_t *k)
+{
+    if (got == FAILED_MEMORY)
+        return -1;
+    if (got == FAILED_BYTE)
+        return 1;
+    *k += (size_t)got;
+    return 0;
+}
+
+/* What a loop over fragments gives Python for its ``status``: the ids out[0..k) as a list (0),
+ * None (1: a byte without a token; the caller's Python twin says what it does), NULL with
+ * MemoryError (-1) or with the exception already set (-2). */
+static PyObject *status_result(Merger *self, int status, const int32_t *out, size_t k)
+{
+    if (status == -1)
+        return PyErr_NoMemory();
+    if (status == 1)
+        Py_RETURN_NONE;
+    if (status != 0)
+        return NULL;
+    return ids_to_list(self, out, (Py_ssize_t)k);
+}
+
 /* encode_raw, with the GIL released when the input is long (the caller holds the str). */
 static Py_ssize_t encode_raw_released(Merger *self, const unsigned char *text, uint32_t n, int prefix, unsigned char *scratch,
                                       Work *w, int32_t *out)
@@ -364,28 +390,14 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
             status = -1;
         } else {
             Py_INCREF(item); /* its UTF-8 is read while the GIL may be released */
-            Py_ssize_t got = encode_raw_released(self, utf8, (uint32_t)n, prefix && at_start, scratch, &w, out + k);
+            status = took(encode_raw_released(self, utf8, (uint32_t)n, prefix && at_start, scratch, &w, out + k), &k);
             Py_DECREF(item);
-            if (got == FAILED_MEMORY)
-                status = -1;
-            else if (got == FAILED_BYTE)
-                status = 1;
-            else
-                k += (size_t)got;
         }
         at_start = 0;
     }
     free(scratch);
     work_free(&w);
-    PyObject *result = NULL;
-    if (status == -1) {
-        PyErr_NoMemory();
-    } else if (status == 1) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else if (status == 0) {
-        result = ids_to_list(self, out, (Py_ssize_t)k);
-    }
+    PyObject *result = status_result(self, status, out, k);
     free(out);
     return result;
 }
@@ -491,13 +503,7 @@ static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize
         ci = triple[1];
         bi = end;
         if (begin < end) {
-            Py_ssize_t got = encode_raw_released(self, utf8 + begin, (uint32_t)(end - begin), prefix && at_start, scratch, &w, out + k);
-            if (got == FAILED_MEMORY)
-                status = -1;
-            else if (got == FAILED_BYTE)
-                status = 1;
-            else
-                k += (size_t)got;
+            status = took(encode_raw_released(self, utf8 + begin, (uint32_t)(end - begin), prefix && at_start, scratch, &w, out + k), &k);
             at_start = 0;
         }
         if (status == 0 && triple[2] != UINT32_MAX) {
@@ -509,15 +515,7 @@ static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize
         }
     }
     work_free(&w);
-    PyObject *result = NULL;
-    if (status == -1) {
-        PyErr_NoMemory();
-    } else if (status == 1) {
-        result = Py_None;
-        Py_INCREF(result);
-    } else {
-        result = ids_to_list(self, out, (Py_ssize_t)k);
-    }
+    PyObject *result = status_result(self, status, out, k);
     if (scratch != small_scratch)
         free(scratch);
     if (out != small_out)
