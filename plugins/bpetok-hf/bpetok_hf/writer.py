@@ -20,6 +20,7 @@ from bpetok_hf.reader import ADDED, CHAT_TEMPLATE, MARK, PASSES
 from bpetok_hf.writer_ugm import T5_DECODER, t5_model, t5_normalizer, t5_refusal
 from bpetok_hf.writer_wpm import WPM_DECODER, wpm_model, wpm_normalizer_and_pre, wpm_refusal, wpm_template, wpm_texts
 from bpetok_hf.writer_spm import GEMMA4_SPLIT, gemma4_model, gemma4_refusal, spm_decoder, spm_model, spm_normalizer, spm_refusal
+from bpetok_hf.writer_ws import HYBRIDDNA_REFUSAL, whitespace_pre_tokenizer, whitespace_refusal
 
 __all__ = ["tokenizer_json", "tokenizer_config", "export_hf", "ExportError"]
 
@@ -107,10 +108,16 @@ def tokenizer_json(tok: Tokenizer) -> dict:
         return _t5_tokenizer_json(tok)
     if vocab.model == "bert":
         return _wpm_tokenizer_json(tok)
+    if vocab.model == "whitespace":
+        return _whitespace_tokenizer_json(tok)
+    if vocab.model == "hybriddna":
+        raise ExportError(f"{vocab.path}: tokenizer.ggml.model is 'hybriddna' and {HYBRIDDNA_REFUSAL}; "
+                          "it cannot be exported")
     if vocab.model != "gpt2":
         raise ExportError(
             f"{vocab.path}: tokenizer.ggml.model is {vocab.model!r}; bpetok-hf writes byte-level BPE (gpt2), "
-            "SentencePiece-style BPE (llama), Gemma 4 (gemma4), WordPiece (bert) and Unigram (t5) vocabularies only"
+            "SentencePiece-style BPE (llama), Gemma 4 (gemma4), WordPiece (bert), Unigram (t5) and "
+            "whitespace vocabularies only"
         )
     if tok.spec is not None and not tok.spec.byte_encode:
         # llama.cpp runs BPE over raw UTF-8 for this pre (gemma4, mmbert, whitespace...): a
@@ -120,10 +127,7 @@ def tokenizer_json(tok: Tokenizer) -> dict:
             f"(llama.cpp type {tok.spec.llama_type}); bpetok-hf writes byte-level BPE (gpt2) only"
         )
     model_vocab, added, added_text = _vocab_and_added(tok, normalized=True)
-    merges = []
-    for i, merge in enumerate(vocab.merges):
-        left, _, right = merge.decode("utf-8", "surrogatepass").partition(" ")
-        merges.append([left, right])
+    merges = _merges(tok)
     return {
         "version": "1.0",
         "truncation": None,
@@ -133,18 +137,30 @@ def tokenizer_json(tok: Tokenizer) -> dict:
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*_passes(tok), _byte_level()]},
         "post_processor": _post_processor(tok, added_text),
         "decoder": _byte_level(),
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": tok.spec.ignore_merges,
-            "vocab": model_vocab,
-            "merges": merges,
-        },
+        "model": _bpe_model(model_vocab, merges, tok.spec.ignore_merges),
+    }
+
+
+def _merges(tok: Tokenizer) -> list[list[str]]:
+    merges = []
+    for merge in tok.vocabulary.merges:
+        left, _, right = merge.decode("utf-8", "surrogatepass").partition(" ")
+        merges.append([left, right])
+    return merges
+
+
+def _bpe_model(model_vocab: dict[str, int], merges: list[list[str]], ignore_merges: bool) -> dict:
+    return {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": ignore_merges,
+        "vocab": model_vocab,
+        "merges": merges,
     }
 
 
@@ -208,6 +224,28 @@ def _spm_tokenizer_json(tok: Tokenizer) -> dict:
         "post_processor": _template(tok, added_text),
         "decoder": spm_decoder(tok),
         "model": gemma4_model(tok, texts) if gemma4 else spm_model(tok, texts),
+    }
+
+
+def _whitespace_tokenizer_json(tok: Tokenizer) -> dict:
+    """The tokenizer.json of a whitespace vocabulary (see bpetok_hf.writer_ws)."""
+    texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
+    merges = _merges(tok)
+    why = whitespace_refusal(tok, texts, merges)
+    if why is not None:
+        raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 'whitespace' and {why}; "
+                          "it cannot be exported")
+    model_vocab, added, added_text = _vocab_and_added(tok, normalized=True)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": whitespace_pre_tokenizer(texts),
+        "post_processor": _template(tok, added_text),
+        "decoder": _byte_level(),
+        "model": _bpe_model(model_vocab, merges, tok.model.runs.spec.ignore_merges),  # type: ignore[attr-defined]
     }
 
 
