@@ -220,10 +220,16 @@ class SentencePieceModel(CompiledMergeLoop):
         self._cache.keep(text, ids)
         return ids
 
+    def _one_call(self) -> bool:
+        """Whether a whole text may go to the C loop in one call: it caches words, and
+        :meth:`encode_fragment` is this class's (a subclass with its own rule, such as bpetok-hf's
+        Metaspace prefix, encodes fragment by fragment)."""
+        return self._word_merger is not None and type(self).encode_fragment is SentencePieceModel.encode_fragment
+
     def encode_parts(self, fragments: list) -> list[int] | None:
-        """A partitioned text's ids in one C call where the loop caches words (else None): each
+        """A partitioned text's ids in one C call where :meth:`_one_call` allows (else None): each
         str fragment as :meth:`encode_fragment` gives it, special ids as they are."""
-        if self._word_merger is None:
+        if not self._one_call():
             return None
         return self._word_merger.encode_parts(fragments, self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
 
@@ -231,7 +237,7 @@ class SentencePieceModel(CompiledMergeLoop):
         """Where the C loop caches words: its ``encode_cut``, which takes the special tokens'
         cuts from the automaton (``Automaton.cuts``) and encodes the fragments from the text's
         own UTF-8, as :meth:`encode_parts` encodes the partition's str fragments."""
-        if self._word_merger is None:
+        if not self._one_call():
             return None
         flags = (self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
         return functools.partial(self._word_merger.encode_cut, *flags, *automata)

@@ -148,9 +148,6 @@ class MetaspaceModel(SentencePieceModel):
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         return super().encode_fragment(" " + text if self._wants_prefix(text, at_start) else text, False)
 
-    def encode_parts(self, fragments: list) -> list[int] | None:
-        return None  # the C call knows llama.cpp's prefix rule, not this one: fragment by fragment
-
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         return super().encode_fragment_reference(" " + text if self._wants_prefix(text, at_start) else text, False)
 
