@@ -150,7 +150,7 @@ def many(args: argparse.Namespace) -> None:
         for label, path in list(vocabularies.items())[:-1]:
             tok = tokenizers[label] = bpetok.from_gguf(path)
             table = tok._special_table
-            special = tok._specials[len(tok._specials) // 2][1]
+            special = tok._special_table.specials[len(tok._special_table.specials) // 2][1]
             middle = len(prose) // 2
             marked = prose[:middle] + special + prose[middle:]
             table.partition(marked, True)  # builds the automaton
@@ -160,7 +160,7 @@ def many(args: argparse.Namespace) -> None:
             if args.reference:
                 cells.append(cpu(table.partition_reference, marked, True))
             row = " | ".join(f"{c:.3f}" for c in cells)
-            print(f"| {label} | {len(tok._specials):,} | {row} |", flush=True)
+            print(f"| {label} | {len(tok._special_table.specials):,} | {row} |", flush=True)
 
         print()
         print("| vocabulary | text | partition s | us per special | encode s | us per special |")
@@ -168,7 +168,7 @@ def many(args: argparse.Namespace) -> None:
         rng = random.Random(0)
         for label in ("deepseek-llm (2,400)", "command-r (1,008)", "Qwen3 (26)"):
             tok = tokenizers[label]
-            texts = [t for _, t in tok._specials]
+            texts = [t for _, t in tok._special_table.specials]
             text = "".join(rng.choices(texts, k=400_000))
             n = len(tok._special_table.partition(text, True))
             part, enc = best(tok._special_table.partition, text, True), best(tok.encode, text)
@@ -179,7 +179,7 @@ def many(args: argparse.Namespace) -> None:
         print("| vocabulary | adversarial text | partition s | pieces | peak MB (tracemalloc) |")
         print("|---|---|---|---|---|")
         spaces = tokenizers["Qwen3 + runs of 2..31 spaces"]
-        letters = [t for _, t in tokenizers["deepseek-llm (2,400)"]._specials if len(t) == 1]
+        letters = [t for _, t in tokenizers["deepseek-llm (2,400)"]._special_table.specials if len(t) == 1]
         cases = [
             (spaces, "Qwen3 + runs of 2..31 spaces", "1 MB of spaces", " " * 1_000_000),
             (spaces, "Qwen3 + runs of 2..31 spaces", "1 MB of 'a' + 2..40 spaces", "".join("a" + " " * rng.randrange(2, 41) for _ in range(45_000))),
