@@ -128,17 +128,17 @@ def tokenizer_json(tok: Tokenizer) -> dict:
         )
     model_vocab, added, added_text = _vocab_and_added(tok, normalized=True)
     merges = _merges(tok)
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*_passes(tok), _byte_level()]},
-        "post_processor": _post_processor(tok, added_text),
-        "decoder": _byte_level(),
-        "model": _bpe_model(model_vocab, merges, tok.spec.ignore_merges),
-    }
+    return _document(
+        added, normalizer=None,
+        pre_tokenizer={"type": "Sequence", "pretokenizers": [*_passes(tok), _byte_level()]},
+        post_processor=_post_processor(tok, added_text), decoder=_byte_level(),
+        model=_bpe_model(model_vocab, merges, tok.spec.ignore_merges))
+
+
+def _document(added: list, **components) -> dict:
+    """A tokenizer.json document: its added tokens and components (normalizer, pre_tokenizer,
+    post_processor, decoder, model), in HF's key order."""
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, **components}
 
 
 def _merges(tok: Tokenizer) -> list[list[str]]:
@@ -214,17 +214,10 @@ def _spm_tokenizer_json(tok: Tokenizer) -> dict:
         raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is {tok.vocabulary.model!r} and {why}; "
                           "it cannot be exported")
     _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": spm_normalizer(tok),
-        "pre_tokenizer": GEMMA4_SPLIT if gemma4 else None,
-        "post_processor": _template(tok, added_text),
-        "decoder": spm_decoder(tok),
-        "model": gemma4_model(tok, texts) if gemma4 else spm_model(tok, texts),
-    }
+    return _document(
+        added, normalizer=spm_normalizer(tok), pre_tokenizer=GEMMA4_SPLIT if gemma4 else None,
+        post_processor=_template(tok, added_text), decoder=spm_decoder(tok),
+        model=gemma4_model(tok, texts) if gemma4 else spm_model(tok, texts))
 
 
 def _whitespace_tokenizer_json(tok: Tokenizer) -> dict:
@@ -236,17 +229,10 @@ def _whitespace_tokenizer_json(tok: Tokenizer) -> dict:
         raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 'whitespace' and {why}; "
                           "it cannot be exported")
     model_vocab, added, added_text = _vocab_and_added(tok, normalized=True)
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": whitespace_pre_tokenizer(texts),
-        "post_processor": _template(tok, added_text),
-        "decoder": _byte_level(),
-        "model": _bpe_model(model_vocab, merges, tok.model.runs.spec.ignore_merges),  # type: ignore[attr-defined]
-    }
+    return _document(
+        added, normalizer=None, pre_tokenizer=whitespace_pre_tokenizer(texts),
+        post_processor=_template(tok, added_text), decoder=_byte_level(),
+        model=_bpe_model(model_vocab, merges, tok.model.runs.spec.ignore_merges))  # type: ignore[attr-defined]
 
 
 def _t5_tokenizer_json(tok: Tokenizer) -> dict:
@@ -257,17 +243,9 @@ def _t5_tokenizer_json(tok: Tokenizer) -> dict:
                           "(for a model from the Hugging Face hub, use its own tokenizer.json, which bpetok reads too)")
     texts = [_text(tok, i) for i in range(tok.vocabulary.n_tokens)]
     _model_vocab, added, added_text = _vocab_and_added(tok, normalized=False)
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": t5_normalizer(tok),
-        "pre_tokenizer": None,
-        "post_processor": _template(tok, added_text),
-        "decoder": T5_DECODER,
-        "model": t5_model(tok, texts),
-    }
+    return _document(
+        added, normalizer=t5_normalizer(tok), pre_tokenizer=None, post_processor=_template(tok, added_text),
+        decoder=T5_DECODER, model=t5_model(tok, texts))
 
 
 def _wpm_tokenizer_json(tok: Tokenizer) -> dict:
@@ -278,17 +256,9 @@ def _wpm_tokenizer_json(tok: Tokenizer) -> dict:
         raise ExportError(f"{tok.vocabulary.path}: tokenizer.ggml.model is 'bert' and {why}; it cannot be exported")
     _model_vocab, added, _added_text = _vocab_and_added(tok, normalized=False)
     normalizer, pre_tokenizer = wpm_normalizer_and_pre(tok)
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": wpm_template(tok, texts),
-        "decoder": WPM_DECODER,
-        "model": wpm_model(tok, texts),
-    }
+    return _document(
+        added, normalizer=normalizer, pre_tokenizer=pre_tokenizer, post_processor=wpm_template(tok, texts),
+        decoder=WPM_DECODER, model=wpm_model(tok, texts))
 
 
 def tokenizer_config(tok: Tokenizer) -> dict:
