@@ -280,13 +280,9 @@ class Tokenizer(Decoding):
     def _build_special_table(self) -> None:
         # The table and its partition live in bpetok.specials; these names are what the rest reads.
         self._special_table = table = SpecialTable(self.vocabulary)
-        # The model's one-call encoder of whole texts, specials cut by the table's C automata
-        # (built here, at load), where it has one: TokenizerModel.text_encoder.
-        self._text_encoder = None
-        if type(self.model).text_encoder is not TokenizerModel.text_encoder:
-            automata = table.automata()
-            if automata is not None:
-                self._text_encoder = self.model.text_encoder(automata)
+        # The model's one-call encoder of whole texts, specials cut by the table's C automata,
+        # where it has one (TokenizerModel.text_encoder: it builds the automata, at load, only then).
+        self._text_encoder = self.model.text_encoder(table.automata)
         self._special_finder = table.finders
         self._special_texts = table.texts  # what the kernel checks a batch of texts for (encode_texts(specials=...))
 

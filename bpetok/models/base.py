@@ -112,12 +112,15 @@ class TokenizerModel(ABC):
         fragment by fragment, which is what a model that overrides this must equal."""
         return None
 
-    def text_encoder(self, automata: tuple[Any, Any]) -> Callable[[str, bool], list[int] | None] | None:
+    def text_encoder(
+        self, automata: Callable[[], tuple[Any, Any] | None]
+    ) -> Callable[[str, bool], list[int] | None] | None:
         """A callable ``(text, parse_special)`` giving a whole text's ids in one C call, special
-        tokens cut by ``automata`` (the ``bpetok._specials.Automaton`` of parse_special False and
-        True, None for a mode without specials); it returns a new list, or None where the
-        Tokenizer must partition and encode as usual, which is what it must equal. None (the
-        default): the model has no such call."""
+        tokens cut by the automata ``automata()`` builds (the ``bpetok._specials.Automaton`` of
+        parse_special False and True, None for a mode without specials; ``automata()`` is None
+        where the C twin does not run); it returns a new list, or None where the Tokenizer must
+        partition and encode as usual, which is what it must equal. None (the default): the model
+        has no such call, and the automata are not built."""
         return None
 
     def encode_fragments(self, fragments: Sequence[str], *, workers: int = 1) -> list[list[int]]:

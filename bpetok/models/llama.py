@@ -237,10 +237,11 @@ class SentencePieceModel(CompiledMergeLoop):
         """Where the C loop caches words: its ``encode_cut``, which takes the special tokens'
         cuts from the automaton (``Automaton.cuts``) and encodes the fragments from the text's
         own UTF-8, as :meth:`encode_parts` encodes the partition's str fragments."""
-        if not self._one_call():
+        built = automata() if self._one_call() else None
+        if built is None:
             return None
         flags = (self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
-        return functools.partial(self._word_merger.encode_cut, *flags, *automata)
+        return functools.partial(self._word_merger.encode_cut, *flags, *built)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session
