@@ -54,6 +54,7 @@ typedef struct {
     WordCache cache; /* word (without U+2581) -> ids */
     IdInts ints; /* each token id's int object */
     uint32_t *id_len; /* each id's text length in bytes (0: no text in the trie), for the spans */
+    int32_t ascii_word[128]; /* U+2581 + one ASCII byte as one whole token (punctuation in code), or -1 */
 } Wpm;
 
 static void Wpm_dealloc(Wpm *self)
@@ -190,6 +191,13 @@ static int build_trie(Wpm *self, const uint8_t *blob, Py_ssize_t blob_len, const
     }
     for (Py_ssize_t k = 0; k < n; k++)
         self->id_len[ids[k]] = offsets[k + 1] - offsets[k];
+    for (int c = 0; c < 128; c++) { /* the longest match of the 4-byte word, when it is all of it */
+        uint32_t node = self->trie.root[0xE2];
+        node = node == TRIE_NO_NODE ? node : sorted_trie_child(&self->trie, node, 0x96);
+        node = node == TRIE_NO_NODE ? node : sorted_trie_child(&self->trie, node, 0x81);
+        node = node == TRIE_NO_NODE ? node : sorted_trie_child(&self->trie, node, (uint8_t)c);
+        self->ascii_word[c] = node == TRIE_NO_NODE ? -1 : self->trie.nodes[node].value;
+    }
     return 0;
 }
 
@@ -266,8 +274,12 @@ static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
 }
 
 /* Appends ``c`` as UTF-8 (surrogates too, as Python's surrogatepass writes them). */
-static int put_utf8(Out *o, uint32_t c)
+static inline int put_utf8(Out *o, uint32_t c)
 {
+    if (c < 0x80 && o->word_len < o->word_cap) { /* most characters: no size check to grow */
+        o->word[o->word_len++] = (uint8_t)c;
+        return 0;
+    }
     if (grow((void **)&o->word, &o->word_cap, o->word_len + 4, 1) < 0)
         return -1;
     uint8_t *p = o->word + o->word_len;
@@ -304,6 +316,10 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
         return 0;
     size_t start_ids = o->n_ids, pos = 0;
     const uint8_t *data = o->word;
+    if (n == 4 && data[3] < 128 && w->ascii_word[data[3]] >= 0) {
+        o->word_len = 3;
+        return push_id(o, (uint32_t)w->ascii_word[data[3]]);
+    }
     int cached = w->cache.budget && n - 3 <= WORD_CACHE_LONGEST;
     uint64_t h = cached ? word_hash(data + 3, (uint32_t)(n - 3)) : 0;
     if (cached) { /* a word's ids are at most its bytes: room for them first */
