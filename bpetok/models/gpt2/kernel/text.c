@@ -71,55 +71,35 @@ int text_view(PyObject *text, TextView *v)
  * out, their count returned (what is left of the run, under a word, goes one code point at a
  * time). Text that is mostly ASCII but not all of it (source code, English with a few symbols) is
  * then copied a word at a time. One per kind of str (1, 2 or 4 bytes per code point). */
-static inline size_t ascii_words_ucs1(const Py_UCS1 *cp, size_t n, unsigned char *out)
-{
-    size_t i = 0;
-    for (uint64_t w; i + 8 <= n; i += 8) {
-        memcpy(&w, cp + i, 8);
-        if (w & 0x8080808080808080ULL)
-            break;
-        memcpy(out + i, &w, 8);
+#define DEFINE_ASCII_WORDS(NAME, TYPE, NON_ASCII)                                                   \
+    static inline size_t NAME(const TYPE *cp, size_t n, unsigned char *out)                         \
+    {                                                                                               \
+        size_t i = 0, units = 8 / sizeof(TYPE);                                                     \
+        for (uint64_t w; i + units <= n; i += units) {                                              \
+            memcpy(&w, cp + i, 8);                                                                  \
+            if (w & (NON_ASCII))                                                                    \
+                break;                                                                              \
+            for (size_t k = 0; k < units; k++)                                                      \
+                out[i + k] = (unsigned char)cp[i + k];                                              \
+        }                                                                                           \
+        return i;                                                                                   \
     }
-    return i;
-}
 
-static inline size_t ascii_words_ucs2(const Py_UCS2 *cp, size_t n, unsigned char *out)
-{
-    size_t i = 0;
-    for (uint64_t w; i + 4 <= n; i += 4) {
-        memcpy(&w, cp + i, 8);
-        if (w & 0xFF80FF80FF80FF80ULL)
-            break;
-        for (size_t k = 0; k < 4; k++)
-            out[i + k] = (unsigned char)cp[i + k];
-    }
-    return i;
-}
+DEFINE_ASCII_WORDS(ascii_words_ucs1, Py_UCS1, 0x8080808080808080ULL)
+DEFINE_ASCII_WORDS(ascii_words_ucs2, Py_UCS2, 0xFF80FF80FF80FF80ULL)
+DEFINE_ASCII_WORDS(ascii_words_ucs4, Py_UCS4, 0xFFFFFF80FFFFFF80ULL)
 
-static inline size_t ascii_words_ucs4(const Py_UCS4 *cp, size_t n, unsigned char *out)
-{
-    size_t i = 0;
-    for (uint64_t w; i + 2 <= n; i += 2) {
-        memcpy(&w, cp + i, 8);
-        if (w & 0xFFFFFF80FFFFFF80ULL)
-            break;
-        out[i] = (unsigned char)cp[i];
-        out[i + 1] = (unsigned char)cp[i + 1];
-    }
-    return i;
-}
-
-/* A text view's code points of one kind (TYPE, ASCII_WORDS its ascii_words_) as UTF-8 at out, which
+/* A text view's code points of one kind (TYPE, COPY_ASCII its ascii_words_) as UTF-8 at out, which
  * moves to its end. A lone surrogate gets its three UTF-8-style bytes, as "surrogatepass" writes
  * it and llama.cpp reads it. */
-#define UTF8_ENCODE_LOOP(TYPE, ASCII_WORDS)                                                         \
+#define UTF8_ENCODE_LOOP(TYPE, COPY_ASCII)                                                          \
     do {                                                                                            \
         const TYPE *cp = (const TYPE *)v->data;                                                     \
         for (size_t i = 0; i < v->length; i++) {                                                    \
             Py_UCS4 c = cp[i];                                                                      \
             if (c < 0x80) {                                                                         \
                 *out++ = (unsigned char)c;                                                          \
-                size_t run = ASCII_WORDS(cp + i + 1, v->length - i - 1, out);                       \
+                size_t run = COPY_ASCII(cp + i + 1, v->length - i - 1, out);                        \
                 out += run;                                                                         \
                 i += run;                                                                           \
             } else if (c < 0x800) {                                                                 \
