@@ -24,7 +24,7 @@ from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
 from helpers import LLAMA_TESTS, load_cases
 
 
-def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20):
+def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20, **options):
     return _kernel.Kernel(
         bpe.byte_ids,
         bpe.ranks,
@@ -36,6 +36,7 @@ def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20):
         [c.encode() for c in BYTE_TO_CHAR],
         cache_bytes,
         12345,
+        **options,
     )
 
 
@@ -146,6 +147,28 @@ def test_ignore_merges_takes_whole_tokens(qwen3):
     pieces = [p for c in load_cases("qwen3")[:800] for p in qwen3.model.pretokenizer.split(c["text"])]
     for piece in pieces:
         assert kernel.encode_piece(_utf8(piece)) == bpe.encode_piece_reference(_utf8(piece))
+
+
+def test_one_byte_pieces_cached_or_not(qwen3, smollm2):
+    # A one-byte piece's ids are made when the kernel is built, not looked up in the piece cache.
+    for tok in (qwen3, smollm2):
+        for cache_bytes in (0, 1 << 20):
+            kernel = kernel_of(tok.model.bpe, cache_bytes)
+            pieces = [chr(b) for b in range(128)]
+            expected = [i for p in pieces for i in tok.model.bpe.encode_piece_reference(_utf8(p))]
+            assert kernel.encode(pieces) == expected
+            assert kernel.encode(pieces + ["ab", "a"] + pieces) == expected + kernel.encode(["ab", "a"]) + expected
+
+
+@pytest.mark.parametrize("other", ["é", "Δ", "\U0001f600", "\ud800"], ids=["ucs1", "ucs2", "ucs4", "surrogate"])
+def test_mostly_ascii_text_of_each_str_kind(qwen3, other):
+    # encode_text copies a str's ASCII to UTF-8 8 bytes of storage at a time: one code point that
+    # is not ASCII at every offset around those words' ends, in each kind of str.
+    kernel = kernel_of(qwen3.model.bpe, split="qwen2")
+    for length in (0, 1, 7, 8, 9, 17, 33):
+        for at in range(length + 1):
+            text = ("x y_z, " * 6)[:at] + other + ("q.r s" * 8)[: length - at]
+            assert kernel.encode_text(text) == qwen3.model.encode_fragment_reference(text, True), (length, at)
 
 
 def test_virtual_symbols_fall_back_to_their_bytes():

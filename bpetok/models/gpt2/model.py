@@ -103,6 +103,25 @@ class ByteLevelModel(TokenizerModel):
             return self._encode_chunked(text)
         return self._encode_pieces(text)
 
+    def text_encoder(self, automata):
+        """With the kernel's splitter: a text the automaton (``Automaton.cuts``) cuts no special
+        token from is one ``encode_text`` call, whose list the Tokenizer returns as it is (not
+        copied into another); a text with one gives None, and the Tokenizer partitions it."""
+        if not self.releases_gil or type(self).encode_fragment is not ByteLevelModel.encode_fragment:
+            return None
+        built = automata()
+        if built is None:
+            return None
+
+        def encode(text: str, parse_special: bool) -> list[int] | None:
+            automaton = built[parse_special]
+            if automaton is not None and automaton.cuts(text) != b"":
+                return None  # a special to cut, or a text too long for the automaton
+            kernel = self._text_kernel  # looked up per call: use_cache_budget makes a new one
+            return kernel.encode_text(text) if kernel is not None else None
+
+        return encode
+
     def encode_fragment_reference(self, text: str, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` the plain way: no caches, no chunks, the reference BPE."""
         encode = self.bpe.encode_piece_reference

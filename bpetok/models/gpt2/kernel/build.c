@@ -65,6 +65,30 @@ static int merges_from_table(Kernel *self, const unsigned char *table, size_t co
     return 0;
 }
 
+/* Each one-byte piece's ids, merged once here by bpe_piece (see Kernel.byte_piece_ids). 0, or -1
+ * with an exception set. */
+static int byte_pieces_init(Kernel *self)
+{
+    size_t bound = ids_bound(self, 1);
+    uint32_t *ids = PyMem_RawMalloc(bound * sizeof(uint32_t));
+    Scratch scratch = {0};
+    Py_ssize_t got = 0;
+    for (int b = 0; b < 256 && ids != NULL && got >= 0; b++) {
+        unsigned char byte = (unsigned char)b;
+        got = bpe_piece(self, &scratch, &byte, 1, ids, bound);
+        self->byte_piece_n[b] = got == 1 || got == 2 ? (unsigned char)got : 0;
+        if (got == 1 || got == 2)
+            memcpy(self->byte_piece_ids[b], ids, (size_t)got * sizeof(uint32_t));
+    }
+    scratch_free(&scratch);
+    PyMem_RawFree(ids);
+    if (ids == NULL || got == -1) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 /* (see kernel.h) */
 int kernel_tables_init(Kernel *self, PyObject *args, PyObject *kwds)
 {
@@ -251,7 +275,7 @@ int kernel_tables_init(Kernel *self, PyObject *args, PyObject *kwds)
             }
         }
     }
-    return 0;
+    return byte_pieces_init(self);
 }
 
 void kernel_tables_free(Kernel *self)

@@ -157,10 +157,14 @@ static inline int filter_has(const MergeTable *t, uint64_t h)
     return (int)(t->filter[bit >> 6] >> (bit & 63) & 1);
 }
 
-static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
+static inline uint64_t merge_key(uint32_t left, uint32_t right)
 {
-    uint64_t key = (uint64_t)left << 32 | right;
-    uint64_t h = mix64(key);
+    return (uint64_t)left << 32 | right;
+}
+
+/* The merge of the pair whose key (merge_key) hashes to h = mix64(key), or NULL. */
+static inline const Merge *merge_find_hashed(const MergeTable *t, uint64_t key, uint64_t h)
+{
     if (!filter_has(t, h))
         return NULL;
     uint64_t i = h & t->mask;
@@ -172,6 +176,22 @@ static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32
             return NULL;
         i = (i + 1) & t->mask;
     }
+}
+
+static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
+{
+    uint64_t key = merge_key(left, right);
+    return merge_find_hashed(t, key, mix64(key));
+}
+
+/* Request what merge_find_hashed(t, key, h) reads first: the filter's word (stage 0), or once
+ * that is in cache and has the bit, the table's slot (stage 1). */
+static inline void merge_prefetch(const MergeTable *t, uint64_t h, int stage)
+{
+    if (stage == 0)
+        __builtin_prefetch(&t->filter[(h >> t->filter_shift) >> 6]);
+    else if (filter_has(t, h))
+        __builtin_prefetch(&t->slots[h & t->mask]);
 }
 /* -- a table of byte strings -> ids (the piece cache, and whole tokens for ignore_merges) ---- */
 
@@ -233,6 +253,28 @@ static inline void table_prefetch(const BytesTable *t, uint64_t hash)
         __builtin_prefetch(&t->slots[hash & (t->capacity - 1)]);
 }
 
+/* A hit reads two lines, its slot and then its entry: a lookup loop requests the slot of the
+ * key 2 * LOOKUP_AHEAD on (table_prefetch) and, its slot being in cache by then, the entry of the
+ * key LOOKUP_AHEAD on (this), so both misses overlap with the lookups before. Read under the
+ * lookups' lock. */
+static inline void table_prefetch_entry(const BytesTable *t, uint64_t hash)
+{
+    if (t->capacity != 0) {
+        const Slot *slot = &t->slots[hash & (t->capacity - 1)];
+        if (slot->entry != NULL && slot->hash == hash)
+            __builtin_prefetch(slot->entry);
+    }
+}
+
+/* Both requests for lookup i of keys whose hashes are hashes[k].hash, k < n (a Piece array). */
+#define TABLE_PREFETCH_AHEAD(t, keys, i, n)                                                        \
+    do {                                                                                           \
+        if ((i) + 2 * LOOKUP_AHEAD < (n))                                                          \
+            table_prefetch((t), (keys)[(i) + 2 * LOOKUP_AHEAD].hash);                              \
+        if ((i) + LOOKUP_AHEAD < (n))                                                              \
+            table_prefetch_entry((t), (keys)[(i) + LOOKUP_AHEAD].hash);                            \
+    } while (0)
+
 
 /* merge.c: the byte-string tables' storage. */
 int table_add(BytesTable *t, uint64_t hash, const unsigned char *key, size_t len, const uint32_t *ids, size_t n_ids);
@@ -257,6 +299,11 @@ typedef struct {
     uint64_t seed;
     unsigned char byte_chars[256][2]; /* each byte's GPT-2 character, UTF-8 */
     unsigned char byte_char_len[256];
+    /* A one-byte piece's ids, bpe_piece's at load (byte_piece_n[b] 0: not kept, as for a byte that
+     * gives more than two ids): a third of code's pieces are one byte, and these need no hash and
+     * no cache lookup. */
+    uint32_t byte_piece_ids[256][2];
+    unsigned char byte_piece_n[256];
     SplitKind split; /* the pre-tokenizer encode_text runs (bpetok/pretok/_split.c), or SPLIT_NONE */
     CacheLock lock; /* guards cache and chunks (see Threads at the top of this file) */
     int lock_ready;

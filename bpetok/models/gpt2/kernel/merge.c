@@ -204,10 +204,14 @@ static HeapItem heap_pop(HeapItem *h, size_t *n)
 /* A pair's merge as one word, rank << 32 | merged, NO_PAIR if none. */
 #define NO_PAIR UINT64_MAX
 
+static inline uint64_t merge_word(const Merge *m)
+{
+    return m ? (uint64_t)m->rank << 32 | m->merged : NO_PAIR;
+}
+
 static inline uint64_t pair_word(const Kernel *k, uint32_t left, uint32_t right)
 {
-    const Merge *m = merge_find(&k->merges, left, right);
-    return m ? (uint64_t)m->rank << 32 | m->merged : NO_PAIR;
+    return merge_word(merge_find(&k->merges, left, right));
 }
 
 /* Merge s->sym[0 .. n) in place; returns the number of symbols left (in s->sym[0 ..)). */
@@ -215,8 +219,17 @@ static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
 {
     uint32_t *sym = s->sym;
     uint64_t *pair = s->heap; /* pair[i]: sym[i] with sym[i + 1] (the heap is not used here) */
+    uint64_t *hash = s->heap + s->capacity; /* the first pairs' hashes */
+    /* The first pairs' lookups are independent: their filter words, then the slots of those that
+     * pass, are requested together, so that their cache misses overlap. */
+    for (size_t i = 0; i + 1 < n; i++) {
+        hash[i] = mix64(merge_key(sym[i], sym[i + 1]));
+        merge_prefetch(&k->merges, hash[i], 0);
+    }
     for (size_t i = 0; i + 1 < n; i++)
-        pair[i] = pair_word(k, sym[i], sym[i + 1]);
+        merge_prefetch(&k->merges, hash[i], 1);
+    for (size_t i = 0; i + 1 < n; i++)
+        pair[i] = merge_word(merge_find_hashed(&k->merges, merge_key(sym[i], sym[i + 1]), hash[i]));
     while (n > 1) {
         size_t best = 0;
         for (size_t i = 1; i + 1 < n; i++)

@@ -331,8 +331,7 @@ static PyObject *Kernel_encode_chunks(Kernel *self, PyObject *args, PyObject *kw
         goto done;
     lock_read_soon(&self->lock);
     for (Py_ssize_t i = 0; i < m; i++) {
-        if (i + LOOKUP_AHEAD < m)
-            table_prefetch(&self->chunks, c[i + LOOKUP_AHEAD].hash);
+        TABLE_PREFETCH_AHEAD(&self->chunks, c, i, m);
         const Entry *e = table_find(&self->chunks, c[i].hash, c[i].text, c[i].len);
         if (e != NULL) {
             c[i].ids = e->ids;

@@ -67,15 +67,41 @@ int text_view(PyObject *text, TextView *v)
     return 0;
 }
 
-/* A text view's code points of one kind (TYPE) as UTF-8 at out, which moves to its end. A lone
- * surrogate gets its three UTF-8-style bytes, as "surrogatepass" writes it and llama.cpp reads it. */
-#define UTF8_ENCODE_LOOP(TYPE)                                                                      \
+/* The ASCII code points that start cp[0 .. n), taken 8 bytes of storage at a time: written to
+ * out, their count returned (what is left of the run, under a word, goes one code point at a
+ * time). Text that is mostly ASCII but not all of it (source code, English with a few symbols) is
+ * then copied a word at a time. One per kind of str (1, 2 or 4 bytes per code point). */
+#define DEFINE_ASCII_WORDS(NAME, TYPE, NON_ASCII)                                                   \
+    static inline size_t NAME(const TYPE *cp, size_t n, unsigned char *out)                         \
+    {                                                                                               \
+        size_t i = 0, units = 8 / sizeof(TYPE);                                                     \
+        for (uint64_t w; i + units <= n; i += units) {                                              \
+            memcpy(&w, cp + i, 8);                                                                  \
+            if (w & (NON_ASCII))                                                                    \
+                break;                                                                              \
+            for (size_t k = 0; k < units; k++)                                                      \
+                out[i + k] = (unsigned char)cp[i + k];                                              \
+        }                                                                                           \
+        return i;                                                                                   \
+    }
+
+DEFINE_ASCII_WORDS(ascii_words_ucs1, Py_UCS1, 0x8080808080808080ULL)
+DEFINE_ASCII_WORDS(ascii_words_ucs2, Py_UCS2, 0xFF80FF80FF80FF80ULL)
+DEFINE_ASCII_WORDS(ascii_words_ucs4, Py_UCS4, 0xFFFFFF80FFFFFF80ULL)
+
+/* A text view's code points of one kind (TYPE, COPY_ASCII its ascii_words_) as UTF-8 at out, which
+ * moves to its end. A lone surrogate gets its three UTF-8-style bytes, as "surrogatepass" writes
+ * it and llama.cpp reads it. */
+#define UTF8_ENCODE_LOOP(TYPE, COPY_ASCII)                                                          \
     do {                                                                                            \
         const TYPE *cp = (const TYPE *)v->data;                                                     \
         for (size_t i = 0; i < v->length; i++) {                                                    \
             Py_UCS4 c = cp[i];                                                                      \
             if (c < 0x80) {                                                                         \
                 *out++ = (unsigned char)c;                                                          \
+                size_t run = COPY_ASCII(cp + i + 1, v->length - i - 1, out);                        \
+                out += run;                                                                         \
+                i += run;                                                                           \
             } else if (c < 0x800) {                                                                 \
                 *out++ = (unsigned char)(0xC0 | (c >> 6));                                          \
                 *out++ = (unsigned char)(0x80 | (c & 0x3F));                                        \
@@ -120,11 +146,11 @@ static void text_view_encode(const TextView *v, unsigned char *out)
     if (v->ascii)
         memcpy(out, v->data, v->length);
     else if (v->kind == PyUnicode_1BYTE_KIND)
-        UTF8_ENCODE_LOOP(Py_UCS1);
+        UTF8_ENCODE_LOOP(Py_UCS1, ascii_words_ucs1);
     else if (v->kind == PyUnicode_2BYTE_KIND)
-        UTF8_ENCODE_LOOP(Py_UCS2);
+        UTF8_ENCODE_LOOP(Py_UCS2, ascii_words_ucs2);
     else
-        UTF8_ENCODE_LOOP(Py_UCS4);
+        UTF8_ENCODE_LOOP(Py_UCS4, ascii_words_ucs4);
 }
 
 /* The UTF-8 of text views v[0 .. count) at s[i], n[i] bytes: an ASCII str's own data, the others
@@ -285,12 +311,22 @@ int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffer, int 
     *buffer = NULL;
     size_t miss_capacity = 0, miss_bytes = 0, misses = 0;
     SeenSet seen;
-    for (Py_ssize_t i = 0; i < n; i++)
-        p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char byte = p[i].len == 1 ? p[i].text[0] : 0;
+        if (p[i].len == 1 && self->byte_piece_n[byte] != 0) { /* known without a lookup */
+            p[i].ids = self->byte_piece_ids[byte];
+            p[i].n_ids = self->byte_piece_n[byte];
+            p[i].hash = 0;
+        } else {
+            p[i].ids = NULL;
+            p[i].hash = hash_bytes(self->seed, p[i].text, p[i].len);
+        }
+    }
     lock_read_soon(&self->lock);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + LOOKUP_AHEAD < n)
-            table_prefetch(&self->cache, p[i + LOOKUP_AHEAD].hash);
+        TABLE_PREFETCH_AHEAD(&self->cache, p, i, n);
+        if (p[i].ids != NULL)
+            continue;
         const Entry *e = table_find(&self->cache, p[i].hash, p[i].text, p[i].len);
         p[i].ids = e ? e->ids : NULL;
         p[i].n_ids = e ? e->n_ids : 0;
@@ -348,9 +384,12 @@ int resolve_pieces(Kernel *self, Piece *p, Py_ssize_t n, uint32_t **buffer, int 
         }
     }
     if (lock_write_soon(&self->lock)) {
-        for (Py_ssize_t i = 0; i < n && failure == 0; i++)
+        for (Py_ssize_t i = 0; i < n && failure == 0; i++) {
+            if (i + LOOKUP_AHEAD < n && p[i + LOOKUP_AHEAD].offset != SIZE_MAX) /* its free slot, found again */
+                table_prefetch(&self->cache, p[i + LOOKUP_AHEAD].hash);
             if (p[i].offset != SIZE_MAX && p[i].len <= CACHE_LONGEST && p[i].len > 0)
                 failure = table_add(&self->cache, p[i].hash, p[i].text, p[i].len, p[i].ids, p[i].n_ids);
+        }
         unlock_write(&self->lock);
     }
     return failure < 0 ? FAIL_NO_MEMORY : 0;
@@ -380,9 +419,9 @@ static int ids_reserve(IdBuffer *b, size_t more)
     return 0;
 }
 
-static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
+static inline int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
 {
-    if (ids_reserve(b, n) < 0)
+    if (n > b->capacity - b->n && ids_reserve(b, n) < 0) /* once per call and piece: inline */
         return FAIL_NO_MEMORY;
     if (n <= 4) { /* most pieces and chunks: a loop costs less than a memcpy call */
         for (size_t i = 0; i < n; i++)
@@ -396,10 +435,20 @@ static int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
 
 /* Where the space chunk that starts at byte `at` ends: at the next space after a non-space
  * (the tokenizer's cut, see Tokenizer._encode_chunked), or at n. */
+/* The first space in [p, end), or NULL. Chunks are short (about 11 bytes in prose and in code):
+ * their first bytes are looked at here, which costs less than a memchr call. */
+static inline const unsigned char *find_space(const unsigned char *p, const unsigned char *end)
+{
+    for (int k = 0; k < 16 && p < end; k++, p++)
+        if (*p == ' ')
+            return p;
+    return p < end ? memchr(p, ' ', (size_t)(end - p)) : NULL;
+}
+
 static size_t chunk_end(const unsigned char *s, size_t n, size_t at)
 {
     for (size_t i = at + 1; i < n; i++) {
-        const unsigned char *space = memchr(s + i, ' ', n - i);
+        const unsigned char *space = find_space(s + i, s + n);
         if (space == NULL)
             return n;
         i = (size_t)(space - s);
@@ -493,8 +542,7 @@ int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, si
         }
         lock_read_soon(&self->lock);
         for (size_t k = 0; k < m; k++) {
-            if (k + LOOKUP_AHEAD < m)
-                table_prefetch(&self->chunks, c[k + LOOKUP_AHEAD].hash);
+            TABLE_PREFETCH_AHEAD(&self->chunks, c, k, m);
             const Entry *e = begin[k] ? table_find(&self->chunks, c[k].hash, c[k].text, c[k].len) : NULL;
             if (e != NULL) {
                 c[k].ids = e->ids;
@@ -549,6 +597,8 @@ int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, si
         if (first_new < m && lock_write_soon(&self->lock)) {
             for (size_t k = first_new; k < m && added == 0; k++) {
                 const Piece *chunk = &c[k];
+                if (k + LOOKUP_AHEAD < m)
+                    table_prefetch(&self->chunks, c[k + LOOKUP_AHEAD].hash);
                 if (chunk->ids == NULL && chunk->first < 0 && begin[k] != 0)
                     added = table_add(&self->chunks, chunk->hash, chunk->text, chunk->len, out->ids + chunk->offset,
                                       chunk->n_ids);
