@@ -20,6 +20,7 @@ readable walk runs.
 
 from __future__ import annotations
 
+import functools
 import re
 from array import array
 from functools import cached_property
@@ -122,6 +123,18 @@ class RwkvModel(CachingModel):
             if found is not None:
                 return found
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
+
+    def text_encoder(self, automata):
+        """Where the C walk runs: its ``encode_cut``, which takes the special tokens' cuts from
+        the automaton (``Automaton.cuts``) and walks each fragment in the text's own UTF-8, as
+        the Tokenizer's partition and :meth:`encode_fragment` would (a subclass with its own
+        :meth:`encode_fragment` is left to those)."""
+        if self._walker is None or type(self).encode_fragment is not RwkvModel.encode_fragment:
+            return None
+        built = automata()
+        if built is None:
+            return None
+        return functools.partial(self._walker.encode_cut, -1 if self.unk is None else self.unk, *built)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes: llama.cpp matches bytes, valid UTF-8 or not.
