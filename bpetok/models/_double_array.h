@@ -11,7 +11,8 @@
  *
  * Memory safety: every base is below n_slots - 255, so base + b is always a slot; slots past
  * those the trie uses are zero (not taken); the root, slot 0, is not marked taken either, so no
- * step lands on it. More than DA_MAX_SLOTS slots is a ValueError, not a wrap.
+ * step lands on it. More than DA_MAX_SLOTS slots is an OverflowError, not a wrap (the callers
+ * then walk in Python).
  */
 
 #ifndef BPETOK_DOUBLE_ARRAY_H
@@ -96,8 +97,8 @@ static inline int da_reserve(DoubleArray *d, uint8_t **base_taken, uint64_t need
     return 0;
 }
 
-/* The double array of ``t`` (its nodes' values kept); 0, or -1 with MemoryError set, or a
- * ValueError when it would need more than DA_MAX_SLOTS slots.
+/* The double array of ``t`` (its nodes' values kept); 0, or -1 with MemoryError set, or an
+ * OverflowError when it would need more than DA_MAX_SLOTS slots.
  *
  * A slot records only the byte that leads to it, not its parent: that suffices because no two
  * nodes share a base (base_taken), so base + b holding a node led to by b means it is the child
@@ -114,7 +115,7 @@ static inline int da_build(DoubleArray *d, const SortedTrie *t)
         goto failed;
     slot_of[0] = 0; /* the root: slot 0, not DA_USED, so no walk steps into it */
     base_taken[0] = 1;
-    uint32_t next_check = 1; /* below it the slots are (nearly) all taken: searches start here */
+    uint64_t next_base = 1; /* every base below it is taken (or skipped as crowded) */
     for (uint32_t k = 0; k < t->n_nodes; k++) { /* breadth first: a node's slot is set before its turn */
         const TrieNode *node = &t->nodes[k];
         if (node->value >= 0) {
@@ -123,29 +124,29 @@ static inline int da_build(DoubleArray *d, const SortedTrie *t)
         }
         if (node->count == 0)
             continue;
-        uint8_t first_byte = t->nodes[node->first].byte;
-        uint64_t f = next_check > first_byte ? next_check : (uint64_t)first_byte + 1;
-        uint64_t taken = 0, start = f;
+        uint64_t f = next_base, tried = 0; /* f: the base tried */
         for (;; f++) {
             need = f + 257; /* base + 255 stays a slot */
             if (da_reserve(d, &base_taken, need) < 0)
                 goto failed;
-            if (d->slots[f] & DA_USED) {
-                taken++;
+            if (base_taken[f]) { /* the next untaken base (taken ones come in long runs) */
+                const uint8_t *free_base = memchr(base_taken + f, 0, d->n_slots - f);
+                f = (free_base ? (uint64_t)(free_base - base_taken) : d->n_slots) - 1;
                 continue;
             }
-            uint64_t base = f - first_byte;
-            if (base_taken[base])
-                continue;
-            uint32_t c = node->first + 1;
-            while (c < node->first + node->count && !(d->slots[base + t->nodes[c].byte] & DA_USED))
+            tried++;
+            uint32_t c = node->first;
+            while (c < node->first + node->count && !(d->slots[f + t->nodes[c].byte] & DA_USED))
                 c++;
             if (c == node->first + node->count)
                 break;
         }
-        if (f > start && (double)taken / (double)(f - start + 1) >= 0.95)
-            next_check = (uint32_t)f; /* a crowded stretch: later searches skip it */
-        uint32_t base = (uint32_t)(f - first_byte);
+        base_taken[f] = 1;
+        if (tried > 256)
+            next_base = f; /* a crowded stretch: later searches skip it */
+        while (base_taken[next_base]) /* f + 1 is a slot and not taken yet */
+            next_base++;
+        uint32_t base = (uint32_t)f;
         base_taken[base] = 1;
         d->slots[slot_of[k]] |= base << DA_BASE_SHIFT;
         for (uint32_t c = node->first; c < node->first + node->count; c++) {
@@ -162,7 +163,7 @@ failed:
     free(base_taken);
     da_free(d);
     if (need > DA_MAX_SLOTS)
-        PyErr_Format(PyExc_ValueError, "trie: needs more than %u double-array slots", DA_MAX_SLOTS);
+        PyErr_Format(PyExc_OverflowError, "trie: needs more than %u double-array slots", DA_MAX_SLOTS);
     else
         PyErr_NoMemory();
     return -1;

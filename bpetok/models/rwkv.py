@@ -90,7 +90,12 @@ class RwkvModel(CachingModel):
         module = compiled_module("bpetok.models._trie")
         if module is None:
             warn_not_built("bpetok.models._trie")
-        self._walker = module.Trie(*_flatten(self._trie)) if module is not None else None
+        self._walker = None
+        if module is not None:
+            try:
+                self._walker = module.Trie(*_flatten(self._trie))
+            except OverflowError:  # a trie past the double array's 4M slots: the walk runs in Python
+                self._walker = None
         self.compiled = self._walker is not None  # the C walk (bpetok/models/_trie.c)
         # The pure-Python engine's fast path, built at load (~0.6 s: not the first text's).
         self._pattern = self._build_pattern() if self._walker is None else None
