@@ -769,28 +769,12 @@ static PyObject *Lattice_encode(Lattice *self, PyObject *args)
     return result;
 }
 
-/* Room for ``need`` ids in *ids (capacity *cap); -1: out of memory. */
-static int grow_ids(int32_t **ids, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t size = *cap ? *cap : 256;
-    while (size < need)
-        size *= 2;
-    int32_t *grown = size < SIZE_MAX / sizeof(int32_t) ? realloc(*ids, size * sizeof(int32_t)) : NULL;
-    if (!grown)
-        return -1;
-    *ids = grown, *cap = size;
-    return 0;
-}
-
-/* encode() of each piece of a cut text (_cut_text.h) into *ids, each special's id after its
- * piece; 0, -1 out of memory, 1 for None (a special id past int32), CORRUPT. */
-static int encode_pieces(Lattice *self, const CutText *cut, int per_word, int32_t **ids, size_t *count, size_t *cap)
+/* encode() of each piece of a cut text (_cut_text.h) into *ids (grown as it goes), each special's
+ * id after its piece; 0, -1 out of memory, 1 for None (a special id past int32), CORRUPT. */
+static int encode_pieces(Lattice *self, const CutText *cut, int per_word, int32_t **ids, size_t *count)
 {
     Buffer normalized = {0};
     Best *best = NULL;
-    size_t best_cap = 0;
     int rc = 0;
     for (size_t k = 0; k < cut->count && rc == 0; k++) {
         const TextPiece *piece = &cut->pieces[k];
@@ -798,27 +782,22 @@ static int encode_pieces(Lattice *self, const CutText *cut, int per_word, int32_
         if ((rc = normalize(self, cut->utf8 + piece->begin, piece->end - piece->begin, &normalized)) < 0)
             break;
         size_t n = normalized.len;
-        if (n > UINT32_MAX || grow_ids(ids, cap, *count + n + 1) < 0) {
+        int32_t *grown = n <= UINT32_MAX ? realloc(*ids, (*count + n + 1) * sizeof(int32_t)) : NULL;
+        if (grown)
+            *ids = grown;
+        Best *room = grown && !per_word ? realloc(best, (n + 1) * sizeof(Best)) : best;
+        if (room)
+            best = room;
+        if (!grown || (!per_word && !room)) {
             rc = -1;
             break;
         }
-        if (n && per_word) {
-            Py_ssize_t got = viterbi_words(self, normalized.p, n, *ids + *count, NULL);
-            if (got < 0)
-                rc = -1;
-            else
-                *count += (size_t)got;
-        } else if (n) {
-            if (n + 1 > best_cap) {
-                Best *grown = realloc(best, (n + 1) * sizeof(Best));
-                if (!grown) {
-                    rc = -1;
-                    break;
-                }
-                best = grown, best_cap = n + 1;
-            }
-            *count += viterbi(self, normalized.p, n, best, *ids + *count, NULL);
-        }
+        Py_ssize_t got = !n ? 0 : per_word ? viterbi_words(self, normalized.p, n, *ids + *count, NULL)
+                                         : (Py_ssize_t)viterbi(self, normalized.p, n, best, *ids + *count, NULL);
+        if (got < 0)
+            rc = -1;
+        else
+            *count += (size_t)got;
         if (rc == 0 && piece->special != UINT32_MAX) {
             if (piece->special > INT32_MAX)
                 rc = 1;
@@ -859,8 +838,8 @@ static PyObject *Lattice_encode_cut(Lattice *self, PyObject *const *args, Py_ssi
     if (rc != 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
     int32_t *ids = NULL;
-    size_t count = 0, cap = 0;
-    rc = encode_pieces(self, &cut, per_word, &ids, &count, &cap);
+    size_t count = 0;
+    rc = encode_pieces(self, &cut, per_word, &ids, &count);
     cut_text_free(&cut);
     PyObject *result = rc == -1 ? PyErr_NoMemory() : rc != 0 ? Py_NewRef(Py_None) : ids_to_list(self, ids, count);
     free(ids);
