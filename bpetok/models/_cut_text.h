@@ -120,4 +120,27 @@ static int cut_text(PyObject *text, PyObject *automaton, CutText *c)
     return status;
 }
 
+/* encode_cut(first, plain, special, text, parse_special)'s common part (bpetok/models/_trie.c,
+ * _ugm.c; ``first`` is the model's own): the model ``ready`` (else a TypeError naming ``type``),
+ * the arguments checked and ``text`` cut by the automaton of that mode, as cut_text answers. */
+static int cut_arguments(PyObject *const *args, Py_ssize_t nargs, int ready, const char *type, CutText *c)
+{
+    if (!ready) {
+        PyErr_Format(PyExc_TypeError, "%s is not initialised", type);
+        return -1;
+    }
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes 5 arguments (%zd given)", nargs);
+        return -1;
+    }
+    int parse_special = PyObject_IsTrue(args[4]);
+    if (parse_special < 0)
+        return -1;
+    if (!PyUnicode_Check(args[3])) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(args[3])->tp_name);
+        return -1;
+    }
+    return cut_text(args[3], parse_special ? args[2] : args[1], c);
+}
+
 #endif

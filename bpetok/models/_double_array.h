@@ -60,9 +60,7 @@ static inline void da_free(DoubleArray *d)
 {
     free(d->slots);
     free(d->values);
-    d->slots = NULL;
-    d->values = NULL;
-    d->n_slots = 0;
+    memset(d, 0, sizeof *d);
 }
 
 /* Room for slots below ``need`` (new ones free); 0, or -1 when there would be more than
@@ -142,7 +140,7 @@ static inline int da_build(DoubleArray *d, const SortedTrie *t)
                 break;
         }
         base_taken[f] = 1;
-        if (tried > 256)
+        if (tried > 32)
             next_base = f; /* a crowded stretch: later searches skip it */
         while (base_taken[next_base]) /* f + 1 is a slot and not taken yet */
             next_base++;

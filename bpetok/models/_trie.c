@@ -268,29 +268,15 @@ static Py_ssize_t walk_pieces(const Trie *t, const CutText *cut, int64_t unk, ui
  * leaves to the Python twin. */
 static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes 5 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    long long unk = PyLong_AsLongLong(args[0]);
-    if (unk == -1 && PyErr_Occurred())
-        return NULL;
-    int parse_special = PyObject_IsTrue(args[4]);
-    if (parse_special < 0)
-        return NULL;
-    PyObject *text = args[3];
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (self->values == NULL) {
-        PyErr_SetString(PyExc_TypeError, "Trie is not initialised");
-        return NULL;
-    }
     CutText cut;
-    int status = cut_text(text, parse_special ? args[2] : args[1], &cut);
+    int status = cut_arguments(args, nargs, self->values != NULL, "Trie", &cut);
     if (status != 0)
         return status < 0 ? NULL : Py_NewRef(Py_None);
+    long long unk = PyLong_AsLongLong(args[0]);
+    if (unk == -1 && PyErr_Occurred()) {
+        cut_text_free(&cut);
+        return NULL;
+    }
     uint32_t small[256];
     size_t room = cut.n + cut.count; /* one id per byte at most, and the specials */
     uint32_t *out = room <= 256 ? small : malloc(room * sizeof(uint32_t));

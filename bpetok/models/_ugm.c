@@ -817,26 +817,15 @@ static int encode_pieces(Lattice *self, const CutText *cut, int per_word, int32_
  * UTF-8 (lone surrogates), no cuts, a corrupt charsmap. */
 static PyObject *Lattice_encode_cut(Lattice *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes 5 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    int per_word = PyObject_IsTrue(args[0]), parse_special = PyObject_IsTrue(args[4]);
-    if (per_word < 0 || parse_special < 0)
-        return NULL;
-    PyObject *text = args[3];
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (!self->ready || !self->has_normalizer) {
-        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
-        return NULL;
-    }
     CutText cut;
-    int rc = cut_text(text, parse_special ? args[2] : args[1], &cut);
+    int rc = cut_arguments(args, nargs, self->ready && self->has_normalizer, "Lattice (or its normalizer)", &cut);
     if (rc != 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
+    int per_word = PyObject_IsTrue(args[0]);
+    if (per_word < 0) {
+        cut_text_free(&cut);
+        return NULL;
+    }
     int32_t *ids = NULL;
     size_t count = 0;
     rc = encode_pieces(self, &cut, per_word, &ids, &count);
