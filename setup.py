@@ -30,14 +30,16 @@ setup(
         Extension(
             "bpetok.models._trie",
             sources=["bpetok/models/_trie.c"],
-            depends=["bpetok/_module.h", "bpetok/models/_glue.h", "bpetok/models/_sorted_trie.h"],
+            depends=["bpetok/_module.h", "bpetok/models/_glue.h", "bpetok/models/_sorted_trie.h",
+                     "bpetok/models/_double_array.h", "bpetok/models/_cut_text.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),
         Extension(
             "bpetok.models._ugm",
             sources=["bpetok/models/_ugm.c"],
-            depends=["bpetok/_module.h", "bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h"],
+            depends=["bpetok/_module.h", "bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h",
+                     "bpetok/models/_double_array.h", "bpetok/models/_cut_text.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

@@ -21,7 +21,8 @@
 
 #include "_glue.h"
 #include "../_module.h"
-#include "_sorted_trie.h"
+#include "_cut_text.h"
+#include "_double_array.h"
 
 #define NONE UINT32_MAX
 #define RELEASE_GIL_BYTES 4096
@@ -34,12 +35,8 @@ typedef struct {
     uint32_t *count;      /* per node: edges */
     uint8_t *edge_bytes;  /* per edge */
     uint32_t *edge_child; /* per edge */
-    uint32_t root[256];   /* the root's child per byte, or NONE */
-    SortedTrie packed;    /* the same trie, one struct a node (the walk reads this) */
-    /* The node two bytes below the root per pair of bytes (b0 << 8 | b1), or NONE: a walk's
-     * second step without a child search (the root's children have the most children). */
-    uint32_t root2[65536];
-    IdInts ints;          /* each id's int object */
+    DoubleArray walked;   /* the same trie as a double array (_double_array.h): the walk reads this */
+    IdInts ints;          /* each id's int object, all made at load (a cold text makes none) */
 } Trie;
 
 static void Trie_dealloc(Trie *self)
@@ -49,7 +46,7 @@ static void Trie_dealloc(Trie *self)
     free(self->count);
     free(self->edge_bytes);
     free(self->edge_child);
-    sorted_trie_free(&self->packed);
+    da_free(&self->walked);
     id_ints_free(&self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -95,85 +92,83 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
             }
         }
     }
-    for (int b = 0; b < 256; b++)
-        self->root[b] = NONE;
-    for (uint32_t e = self->first[0]; e < self->first[0] + self->count[0]; e++)
-        self->root[self->edge_bytes[e]] = self->edge_child[e];
     /* Packed: a node's children must be consecutive nodes (breadth first, as rwkv.py's _flatten
-     * numbers them), each reached by one edge. */
-    self->packed.nodes = calloc(self->n_nodes, sizeof(TrieNode));
-    if (self->packed.nodes == NULL) {
+     * numbers them), each reached by one edge; the double array is built from that. */
+    SortedTrie packed = {0};
+    packed.nodes = calloc(self->n_nodes, sizeof(TrieNode));
+    if (packed.nodes == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    self->packed.n_nodes = self->n_nodes;
+    packed.n_nodes = self->n_nodes;
     int32_t max_id = -1;
+    uint32_t next_child = 1; /* breadth first: each node's children follow the last node's */
     for (uint32_t node = 0; node < self->n_nodes; node++) {
-        TrieNode *p = &self->packed.nodes[node];
+        TrieNode *p = &packed.nodes[node];
         p->value = self->values[node];
         max_id = p->value > max_id ? p->value : max_id;
         p->count = (uint16_t)self->count[node];
         p->first = self->count[node] ? self->edge_child[self->first[node]] : 0;
         if (self->count[node] > 256) {
             PyErr_Format(PyExc_ValueError, "trie node %u: more than 256 edges", node);
+            sorted_trie_free(&packed);
             return -1;
         }
         for (uint32_t j = 0; j < self->count[node]; j++) {
             uint32_t child = self->edge_child[self->first[node] + j];
-            if (child != p->first + j) {
-                PyErr_Format(PyExc_ValueError, "trie node %u: children not consecutive nodes", node);
+            if (child != next_child++ || child <= node) {
+                PyErr_Format(PyExc_ValueError, "trie node %u: children not consecutive later nodes", node);
+                sorted_trie_free(&packed);
                 return -1;
             }
-            self->packed.nodes[child].byte = self->edge_bytes[self->first[node] + j];
+            packed.nodes[child].byte = self->edge_bytes[self->first[node] + j];
         }
     }
-    memcpy(self->packed.root, self->root, sizeof self->root);
-    for (uint32_t k = 0; k < 65536; k++)
-        self->root2[k] = NONE;
-    for (int b = 0; b < 256; b++) {
-        uint32_t node = self->root[b];
-        if (node == NONE)
-            continue;
-        const TrieNode *p = &self->packed.nodes[node]; /* its children: checked consecutive above */
-        for (uint32_t c = p->first; c < p->first + p->count; c++)
-            self->root2[(uint32_t)b << 8 | self->packed.nodes[c].byte] = c;
+    int built = da_build(&self->walked, &packed);
+    sorted_trie_free(&packed);
+    if (built < 0)
+        return -1;
+    if (max_id >= 0 && max_id < (1 << 26)) {
+        if (id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
+            return -1;
+        for (uint32_t node = 0; node < self->n_nodes; node++) {
+            int32_t id = self->values[node];
+            if (id >= 0 && self->ints.ints[id] == NULL && (self->ints.ints[id] = PyLong_FromLong(id)) == NULL)
+                return -1;
+        }
     }
-    if (sorted_trie_index(&self->packed) < 0)
-        return -1;
-    if (max_id >= 0 && max_id < (1 << 26) && id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
-        return -1;
     return 0;
 }
 
-/* The walk; returns the number of ids written, or -1 where the Python twin must answer. Each
- * token's first two bytes are read through root and root2, the rest a child at a time. */
+/* The walk; returns the number of ids written, or -1 where the Python twin must answer. One
+ * load of a double-array slot a byte (_double_array.h); a token's id is read only where its
+ * slot says it has one. */
 static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t unk, uint32_t *out)
 {
     Py_ssize_t pos = 0, written = 0;
-    const TrieNode *nodes = t->packed.nodes;
+    const uint32_t *slots = t->walked.slots;
+    const int32_t *values = t->walked.values;
+    const uint32_t root_base = da_base(slots[0]);
     while (pos < n) {
-        uint32_t node = t->root[data[pos]];
-        if (node == NONE) {
+        uint32_t s = root_base + data[pos], word = slots[s];
+        if (!da_is_child(word, data[pos])) { /* no token starts with this byte */
             if (unk < 0)
                 return -1;
             out[written++] = (uint32_t)unk;
             pos++;
             continue;
         }
-        int32_t token = nodes[node].value;
-        Py_ssize_t end = pos + 1, at = pos + 1;
-        if (at < n) {
-            node = t->root2[(uint32_t)data[pos] << 8 | data[at]];
-            while (node != NONE) {
-                int32_t value = nodes[node].value;
-                if (value >= 0) {
-                    token = value;
-                    end = at + 1;
-                }
-                if (at + 1 >= n)
-                    break;
-                at++;
-                node = sorted_trie_child(&t->packed, node, data[at]);
+        int32_t token = word & DA_HAS_VALUE ? values[s] : -1;
+        Py_ssize_t end = pos + 1;
+        for (Py_ssize_t at = pos + 1; at < n; at++) {
+            uint32_t next = da_base(word) + data[at];
+            uint32_t next_word = slots[next];
+            if (!da_is_child(next_word, data[at]))
+                break;
+            word = next_word;
+            if (word & DA_HAS_VALUE) {
+                token = values[next];
+                end = at + 1;
             }
         }
         if (token < 0)
@@ -246,6 +241,61 @@ static PyObject *Trie_encode_text(Trie *self, PyObject *args)
     }
     PyObject *result = encode_data(self, (const uint8_t *)PyBytes_AS_STRING(utf8), PyBytes_GET_SIZE(utf8), unk);
     Py_DECREF(utf8);
+    return result;
+}
+
+/* walk() of each piece of a cut text into out, each special's id after its piece; how many ids,
+ * or -1 where a walk is -1. */
+static Py_ssize_t walk_pieces(const Trie *t, const CutText *cut, int64_t unk, uint32_t *out)
+{
+    Py_ssize_t written = 0;
+    for (size_t k = 0; k < cut->count; k++) {
+        const TextPiece *piece = &cut->pieces[k];
+        Py_ssize_t got = walk(t, cut->utf8 + piece->begin, (Py_ssize_t)(piece->end - piece->begin), unk, out + written);
+        if (got < 0)
+            return -1;
+        written += got;
+        if (piece->special != UINT32_MAX)
+            out[written++] = piece->special;
+    }
+    return written;
+}
+
+/* encode_cut(unk, plain, special, text, parse_special): a whole text's ids in one call, the text
+ * cut at its special tokens by the automaton of that mode (_cut_text.h), each fragment walked in
+ * its own UTF-8 and each special's id kept; None where the Tokenizer must partition and encode
+ * fragment by fragment (which is what this equals): no UTF-8, no cuts, a fragment the walk
+ * leaves to the Python twin. */
+static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    CutText cut;
+    int status = cut_arguments(args, nargs, self->values != NULL, "Trie", &cut);
+    if (status != 0)
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    long long unk = PyLong_AsLongLong(args[0]);
+    if (unk == -1 && PyErr_Occurred()) {
+        cut_text_free(&cut);
+        return NULL;
+    }
+    uint32_t small[256];
+    size_t room = cut.n + cut.count; /* one id per byte at most, and the specials */
+    uint32_t *out = room <= 256 ? small : malloc(room * sizeof(uint32_t));
+    if (out == NULL) {
+        cut_text_free(&cut);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t written;
+    if (cut.n >= RELEASE_GIL_BYTES) { /* the text (held by the caller) is immutable, the trie read-only */
+        Py_BEGIN_ALLOW_THREADS
+        written = walk_pieces(self, &cut, unk, out);
+        Py_END_ALLOW_THREADS
+    } else {
+        written = walk_pieces(self, &cut, unk, out);
+    }
+    cut_text_free(&cut);
+    PyObject *result = written < 0 ? Py_NewRef(Py_None) : id_ints_list(&self->ints, out, (size_t)written);
+    if (out != small)
+        free(out);
     return result;
 }
 
@@ -525,6 +575,9 @@ static PyMethodDef Trie_methods[] = {
      "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
     {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS,
      "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates"},
+    {"encode_cut", (PyCFunction)(void (*)(void))Trie_encode_cut, METH_FASTCALL,
+     "encode_cut(unk: int, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole text's ids,\n"
+     "cut at the specials by the Automaton of that mode (None: none); None where the Tokenizer must partition"},
     {NULL, NULL, 0, NULL},
 };
 

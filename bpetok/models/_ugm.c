@@ -2,7 +2,8 @@
  * bpetok/models/ugm.py is the readable twin, and tests/test_model_ugm.py holds the two equal.
  *
  * The tokens llama.cpp's token_matcher holds (NORMAL, USER_DEFINED, UNUSED) form a byte trie
- * (_sorted_trie.h, over their sorted distinct texts); each node that ends a token indexes its id
+ * (_sorted_trie.h builds it from their sorted distinct texts, _double_array.h lays it out for
+ * the walk: one 4-byte slot a step); each node that ends a token indexes its id
  * and score. Over the normalized text, for each codepoint
  * start in order, every token the trie finds from there is a candidate ending where it ends; a
  * candidate replaces the best one so far only if its score (a double sum) is strictly higher,
@@ -33,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_cut_text.h"
+#include "_double_array.h"
 #include "_sorted_trie.h"
 #include "_word_cache.h"
 
@@ -45,7 +48,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    SortedTrie trie; /* node values index scored */
+    DoubleArray trie; /* the tokens' byte trie (_double_array.h); its values index scored */
     Scored *scored;   /* per distinct text: its score and id side by side (one cache line a candidate) */
     int ready;
     int32_t unk;
@@ -67,7 +70,7 @@ typedef struct {
 
 static void Lattice_dealloc(Lattice *self)
 {
-    sorted_trie_free(&self->trie);
+    da_free(&self->trie);
     free(self->cm_nodes);
     free(self->cm_strings);
     free(self->scored);
@@ -181,7 +184,12 @@ static int Lattice_init(Lattice *self, PyObject *args, PyObject *kwds)
         memcpy(blob + offsets[u], entries[u].text, entries[u].len);
         offsets[u + 1] = offsets[u] + entries[u].len;
     }
-    if (sorted_trie_build(&self->trie, blob, (size_t)total, offsets, unique, values) < 0)
+    SortedTrie sorted = {0};
+    int built = sorted_trie_build(&sorted, blob, (size_t)total, offsets, unique, values);
+    if (built == 0)
+        built = da_build(&self->trie, &sorted);
+    sorted_trie_free(&sorted);
+    if (built < 0)
         goto done;
     if ((size_t)unk >= self->n_id_objects)
         self->n_id_objects = (size_t)unk + 1;
@@ -269,14 +277,19 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
             units = n - i;
         double base = best[i].score;
         int whole_found = 0;
-        uint32_t node = t->trie.root[data[i]];
-        for (size_t end = i + 1; node != TRIE_NO_NODE; node = ++end <= n ? sorted_trie_child(&t->trie, node, data[end - 1]) : TRIE_NO_NODE) {
-            int32_t value = t->trie.nodes[node].value;
-            if (value < 0)
+        const uint32_t *slots = t->trie.slots;
+        uint32_t word = slots[0]; /* the root */
+        for (size_t end = i; end < n;) { /* one double-array slot a byte */
+            uint32_t at = da_base(word) + data[end], next = slots[at];
+            if (!da_is_child(next, data[end]))
+                break;
+            word = next;
+            end++;
+            if (!(word & DA_HAS_VALUE))
                 continue;
             if (end - i == units)
                 whole_found = 1;
-            const Scored *candidate = &t->scored[value];
+            const Scored *candidate = &t->scored[t->trie.values[at]];
             double score = base + candidate->score;
             if (score > best[end].score) {
                 best[end].score = score;
@@ -756,6 +769,72 @@ static PyObject *Lattice_encode(Lattice *self, PyObject *args)
     return result;
 }
 
+/* encode() of each piece of a cut text (_cut_text.h) into *ids (grown as it goes), each special's
+ * id after its piece; 0, -1 out of memory, 1 for None (a special id past int32), CORRUPT. */
+static int encode_pieces(Lattice *self, const CutText *cut, int per_word, int32_t **ids, size_t *count)
+{
+    Buffer normalized = {0};
+    Best *best = NULL;
+    int rc = 0;
+    for (size_t k = 0; k < cut->count && rc == 0; k++) {
+        const TextPiece *piece = &cut->pieces[k];
+        normalized.len = 0;
+        if ((rc = normalize(self, cut->utf8 + piece->begin, piece->end - piece->begin, &normalized)) < 0)
+            break;
+        size_t n = normalized.len;
+        int32_t *grown = n <= UINT32_MAX ? realloc(*ids, (*count + n + 1) * sizeof(int32_t)) : NULL;
+        if (grown)
+            *ids = grown;
+        Best *room = grown && !per_word ? realloc(best, (n + 1) * sizeof(Best)) : best;
+        if (room)
+            best = room;
+        if (!grown || (!per_word && !room)) {
+            rc = -1;
+            break;
+        }
+        Py_ssize_t got = !n ? 0 : per_word ? viterbi_words(self, normalized.p, n, *ids + *count, NULL)
+                                         : (Py_ssize_t)viterbi(self, normalized.p, n, best, *ids + *count, NULL);
+        if (got < 0)
+            rc = -1;
+        else
+            *count += (size_t)got;
+        if (rc == 0 && piece->special != UINT32_MAX) {
+            if (piece->special > INT32_MAX)
+                rc = 1;
+            else
+                (*ids)[(*count)++] = (int32_t)piece->special;
+        }
+    }
+    free_buffer(&normalized);
+    free(best);
+    return rc;
+}
+
+/* encode_cut(per_word, plain, special, text, parse_special): a whole text's ids in one call, the
+ * text cut at its special tokens by the automaton of that mode, each fragment normalized from
+ * the text's own UTF-8 and encoded as encode() does, each special's id kept; None where the
+ * Tokenizer must partition and encode fragment by fragment (which is what this equals): no
+ * UTF-8 (lone surrogates), no cuts, a corrupt charsmap. */
+static PyObject *Lattice_encode_cut(Lattice *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    CutText cut;
+    int rc = cut_arguments(args, nargs, self->ready && self->has_normalizer, "Lattice (or its normalizer)", &cut);
+    if (rc != 0)
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    int per_word = PyObject_IsTrue(args[0]);
+    if (per_word < 0) {
+        cut_text_free(&cut);
+        return NULL;
+    }
+    int32_t *ids = NULL;
+    size_t count = 0;
+    rc = encode_pieces(self, &cut, per_word, &ids, &count);
+    cut_text_free(&cut);
+    PyObject *result = rc == -1 ? PyErr_NoMemory() : rc != 0 ? Py_NewRef(Py_None) : ids_to_list(self, ids, count);
+    free(ids);
+    return result;
+}
+
 /* Counts UTF-8 lead bytes (characters) of data up to a byte, moving forward from where it was. */
 typedef struct {
     size_t at, chars;
@@ -889,6 +968,9 @@ static PyMethodDef Lattice_methods[] = {
      "set_normalizer(nodes: bytes, strings: bytes, remove_extra_whitespaces: bool, add_space_prefix: bool)"},
     {"encode", (PyCFunction)Lattice_encode, METH_VARARGS,
      "encode(data: bytes, per_word: bool) -> list[int] | None: normalized, then the Viterbi; None: a corrupt charsmap"},
+    {"encode_cut", (PyCFunction)(void (*)(void))Lattice_encode_cut, METH_FASTCALL,
+     "encode_cut(per_word: bool, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole\n"
+     "text's ids, cut at the specials by the Automaton of that mode (None: none); None where the Tokenizer must partition"},
     {"encode_with_spans", (PyCFunction)Lattice_encode_with_spans, METH_VARARGS,
      "encode_with_spans(data: bytes, per_word: bool) -> bytes | None: encode's tokens as int64 rows (id, char start, "
      "char end, byte start, byte end): each one's span in data; None: a corrupt charsmap or a span inside a character"},

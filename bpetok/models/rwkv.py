@@ -20,6 +20,7 @@ readable walk runs.
 
 from __future__ import annotations
 
+import functools
 import re
 from array import array
 from functools import cached_property
@@ -89,7 +90,12 @@ class RwkvModel(CachingModel):
         module = compiled_module("bpetok.models._trie")
         if module is None:
             warn_not_built("bpetok.models._trie")
-        self._walker = module.Trie(*_flatten(self._trie)) if module is not None else None
+        self._walker = None
+        if module is not None:
+            try:
+                self._walker = module.Trie(*_flatten(self._trie))
+            except OverflowError:  # a trie past the double array's 4M slots: the walk runs in Python
+                self._walker = None
         self.compiled = self._walker is not None  # the C walk (bpetok/models/_trie.c)
         # The pure-Python engine's fast path, built at load (~0.6 s: not the first text's).
         self._pattern = self._build_pattern() if self._walker is None else None
@@ -122,6 +128,18 @@ class RwkvModel(CachingModel):
             if found is not None:
                 return found
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
+
+    def text_encoder(self, automata):
+        """Where the C walk runs: its ``encode_cut``, which takes the special tokens' cuts from
+        the automaton (``Automaton.cuts``) and walks each fragment in the text's own UTF-8, as
+        the Tokenizer's partition and :meth:`encode_fragment` would (a subclass with its own
+        :meth:`encode_fragment` is left to those)."""
+        if self._walker is None or type(self).encode_fragment is not RwkvModel.encode_fragment:
+            return None
+        built = automata()
+        if built is None:
+            return None
+        return functools.partial(self._walker.encode_cut, -1 if self.unk is None else self.unk, *built)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes: llama.cpp matches bytes, valid UTF-8 or not.

@@ -34,6 +34,7 @@ normalizer and Viterbi and gives the ids with their spans in one pass
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from array import array
@@ -255,6 +256,19 @@ class UnigramModel(CachingModel):
             if found is not None:
                 return found
         return self.encode_fragment_bytes(data, at_start)
+
+    def text_encoder(self, automata):
+        """Where the C normalizer runs: the lattice's ``encode_cut``, which takes the special
+        tokens' cuts from the automaton (``Automaton.cuts``) and normalizes and encodes each
+        fragment from the text's own UTF-8, as the Tokenizer's partition and
+        :meth:`encode_fragment` would (a subclass with its own :meth:`encode_fragment` is left
+        to those)."""
+        if not self._normalizes_in_c or type(self).encode_fragment is not UnigramModel.encode_fragment:
+            return None
+        built = automata()
+        if built is None:
+            return None
+        return functools.partial(self._lattice.encode_cut, self.per_word, *built)
 
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes (llama.cpp normalizes the bytes themselves)."""
