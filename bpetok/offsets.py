@@ -30,7 +30,8 @@ Conventions (the spans are half-open ``(start, end)``):
 
 A model whose pieces are not the text's bytes supplies its own alignment
 (:meth:`~bpetok.models.TokenizerModel.aligns_offsets` says for which texts, ``token_offsets``
-gives them): whitespace and plamo2 walk with gaps, bert and t5 (they normalize) follow their
+gives them): whitespace sums its tokens over the characters it keeps (:func:`spans_over_kept_chars`),
+plamo2 walks with gaps, bert and t5 (they normalize) follow their
 normalizer's alignment (:mod:`bpetok.models.norm_offsets`), hybriddna's k-mers raise
 :class:`OffsetsError` saying why.
 """
@@ -362,6 +363,35 @@ def spans_over_kept_bytes(
     starts_mid, ends_mid = continues[byte_starts], continues[byte_ends]
     return _with_added(body, added, len(data), len(text), byte_starts, byte_ends,
                        chars_before[byte_starts] - starts_mid, chars_before[byte_ends], starts_mid | ends_mid)
+
+
+def spans_over_kept_chars(
+    text: str, body: np.ndarray, added: tuple[list[int], list[int]], spelled: np.ndarray, dropped: np.ndarray, sizes: np.ndarray
+) -> TokenOffsets | None:
+    """:func:`spans_over_kept_bytes` where each token spells whole characters (``spelled``: its
+    bytes * ``_PACK`` + its characters, none empty), counted in characters (``dropped`` and
+    ``sizes``, each character's UTF-8 bytes, one per character): the bytes dropped before a token
+    are those of the characters dropped before it, which a running sum over the dropped
+    characters alone gives. None where the tokens do not add up to the kept characters."""
+    kept = np.flatnonzero(~dropped)
+    ends = np.cumsum(spelled)
+    if len(body) == 0 or int(ends[-1]) & _LOW != len(kept):
+        return None if len(kept) or len(body) else _empty_spans(text, added)
+    chars, kept_ends = spelled & _LOW, ends & _LOW
+    kept_before = kept_ends - chars  # kept characters before each token
+    char_starts, char_ends = kept[kept_before], kept[kept_ends - 1] + 1
+    n_bytes = len(text)
+    if text.isascii():
+        byte_starts, byte_ends = char_starts, char_ends
+    else:
+        gone = np.flatnonzero(dropped)
+        gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
+        np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
+        lengths = spelled >> 32
+        byte_ends = (ends >> 32) + gone_bytes[char_starts - kept_before]
+        byte_starts = byte_ends - lengths
+        n_bytes = int(ends[-1] >> 32) + int(gone_bytes[-1])
+    return _with_added(body, added, n_bytes, len(text), byte_starts, byte_ends, char_starts, char_ends, np.zeros(len(body), dtype=bool))
 
 
 def _empty_spans(text: str, added: tuple[list[int], list[int]]) -> TokenOffsets:
