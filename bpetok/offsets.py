@@ -77,57 +77,61 @@ class TokenOffsets:
 
     ``char_spans`` and ``byte_spans`` (``(n, 2)`` int64 numpy arrays) and ``partial_mask`` (bool)
     are the quick form for a long text: :func:`encode_with_offsets` makes no Python object per
-    token. ``ids``, ``offsets``, ``byte_offsets`` and ``partial`` are the same as lists (of
-    tuples), made on first use."""
+    token. They are the TokenOffsets' own arrays, the same ones at each read (copy one before
+    changing it). ``ids``, ``offsets``, ``byte_offsets`` and ``partial`` are the same as lists
+    (of tuples), made on first use."""
 
-    __slots__ = ("_lists", "_columns", "_ids")
+    __slots__ = ("_lists", "_arrays", "_ids")
 
     def __init__(self, ids, offsets, byte_offsets, partial):
         self._lists: tuple | None = (list(ids), list(offsets), list(byte_offsets), list(partial))
-        self._columns: tuple | None = None
+        self._arrays: tuple | None = None
         self._ids: list[int] | None = self._lists[0]
 
     @classmethod
-    def _of_columns(cls, ids, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
-        """From one-dimensional arrays, as the fast path makes them."""
+    def _of_arrays(cls, ids, byte_spans, char_spans, partial) -> TokenOffsets:
+        """From arrays, as the fast paths make them: the ids, the ``(n, 2)`` spans, ``partial``."""
         found = cls.__new__(cls)
-        found._lists, found._columns = None, (ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+        found._lists, found._arrays = None, (ids, byte_spans, char_spans, partial)
         found._ids = None
         return found
 
     def _id_list(self) -> list[int]:
         """The ids alone as a list: reading them does not make the tuple lists of the spans."""
         if self._ids is None:
-            self._ids = self._lists[0] if self._lists is not None else self._columns[0].tolist()  # type: ignore[index]
+            self._ids = self._lists[0] if self._lists is not None else self._arrays[0].tolist()  # type: ignore[index]
         return self._ids
 
     def _as_lists(self) -> tuple:
         if self._lists is None:
-            ids, byte_starts, byte_ends, char_starts, char_ends, partial = self._columns  # type: ignore[misc]
+            ids, byte_spans, char_spans, partial = self._arrays  # type: ignore[misc]
             with gc_paused():  # a tuple per token, which all live on: a collection would only rescan them
                 self._lists = (
                     self._id_list(),
-                    list(zip(char_starts.tolist(), char_ends.tolist())),
-                    list(zip(byte_starts.tolist(), byte_ends.tolist())),
+                    list(zip(char_spans[:, 0].tolist(), char_spans[:, 1].tolist())),
+                    list(zip(byte_spans[:, 0].tolist(), byte_spans[:, 1].tolist())),
                     partial.tolist(),
                 )
         return self._lists
 
     def _as_arrays(self) -> tuple:
-        if self._columns is None:
+        if self._arrays is None:
             ids, offsets, byte_offsets, partial = self._lists  # type: ignore[misc]
-            chars = np.array(offsets, dtype=np.int64).reshape(-1, 2)
-            spans = np.array(byte_offsets, dtype=np.int64).reshape(-1, 2)
-            self._columns = (np.array(ids, dtype=np.int64), spans[:, 0], spans[:, 1], chars[:, 0], chars[:, 1], np.array(partial, dtype=bool))
-        return self._columns
+            self._arrays = (
+                np.array(ids, dtype=np.int64),
+                np.array(byte_offsets, dtype=np.int64).reshape(-1, 2),
+                np.array(offsets, dtype=np.int64).reshape(-1, 2),
+                np.array(partial, dtype=bool),
+            )
+        return self._arrays
 
     ids = property(lambda self: self._id_list(), doc="The token ids (``Tokenizer.encode``'s list).")
     offsets = property(lambda self: self._as_lists()[1], doc="Each token's character span.")
     byte_offsets = property(lambda self: self._as_lists()[2], doc="Each token's byte span in the text's UTF-8.")
     partial = property(lambda self: self._as_lists()[3], doc="Whether the token starts or ends inside a character.")
-    char_spans = property(lambda self: np.stack(self._as_arrays()[3:5], axis=1), doc="``offsets`` as an ``(n, 2)`` int64 array.")
-    byte_spans = property(lambda self: np.stack(self._as_arrays()[1:3], axis=1), doc="``byte_offsets`` as an ``(n, 2)`` array.")
-    partial_mask = property(lambda self: self._as_arrays()[5], doc="``partial`` as a bool array.")
+    char_spans = property(lambda self: self._as_arrays()[2], doc="``offsets`` as an ``(n, 2)`` int64 array.")
+    byte_spans = property(lambda self: self._as_arrays()[1], doc="``byte_offsets`` as an ``(n, 2)`` array.")
+    partial_mask = property(lambda self: self._as_arrays()[3], doc="``partial`` as a bool array.")
 
     def __len__(self) -> int:
         return len(self._as_arrays()[0] if self._lists is None else self._lists[0])
@@ -323,17 +327,16 @@ def _spans_from_lengths(
             ends = np.cumsum(packed)
     if (int(ends[-1]) // _PACK if len(body) else 0) != len(data):
         return None
-    byte_ends = ends >> 32
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
     if check_pieces and not _pieces_are_the_text(t, data, body, specials, byte_ends - (packed >> 32), byte_ends):
         return None
-    char_ends = np.bitwise_and(ends, _LOW, out=ends)
+    char_ends = np.bitwise_and(ends, _LOW, out=body_chars[:, 1])
     # the spans are contiguous here: each starts where the one before ends, and a token ends inside
     # a character where the next starts inside one (the first byte of its piece continues one)
-    byte_starts = packed  # no longer needed: its room is reused
-    char_starts = np.empty_like(char_ends)
     if len(body):
-        byte_starts[0], byte_starts[1:] = 0, byte_ends[:-1]
-        char_starts[0], char_starts[1:] = 0, char_ends[:-1]
+        body_bytes[0, 0], body_bytes[1:, 0] = 0, byte_ends[:-1]
+        body_chars[0, 0], body_chars[1:, 0] = 0, char_ends[:-1]
     continues = (kinds >> 2).view(bool)
     partial = np.zeros(len(body), dtype=bool)
     partial[:-1] = continues[1:]
@@ -341,8 +344,8 @@ def _spans_from_lengths(
         starts_mid = continues.copy()
         starts_mid[specials] = False  # a special's span starts at its text
         partial |= starts_mid
-        char_starts -= starts_mid
-    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends, char_starts, char_ends, partial)
+        body_chars[:, 0] -= starts_mid
+    return _with_added(body, added, len(data), len(text), byte_spans, char_spans, partial)
 
 
 def spans_over_kept_bytes(
@@ -356,13 +359,15 @@ def spans_over_kept_bytes(
     if len(body) == 0 or int(lengths.sum()) != len(kept) or not lengths.all():
         return None if len(kept) or len(body) else _empty_spans(text, added)
     ends = np.cumsum(lengths)
-    byte_starts, byte_ends = kept[ends - lengths], kept[ends - 1] + 1
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    body_bytes[:, 0], body_bytes[:, 1] = kept[ends - lengths], kept[ends - 1] + 1
     data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     continues = np.append((data & 0xC0) == 0x80, False)  # the end continues no character
-    chars_before = np.concatenate(([0], np.cumsum(~continues[:-1])))  # characters before each byte
-    starts_mid, ends_mid = continues[byte_starts], continues[byte_ends]
-    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends,
-                       chars_before[byte_starts] - starts_mid, chars_before[byte_ends], starts_mid | ends_mid)
+    chars_before = np.zeros(len(data) + 1, dtype=np.int64)  # characters before each byte
+    np.cumsum(~continues[:-1], out=chars_before[1:])
+    starts_mid, ends_mid = continues[body_bytes[:, 0]], continues[body_bytes[:, 1]]
+    body_chars[:, 0], body_chars[:, 1] = chars_before[body_bytes[:, 0]] - starts_mid, chars_before[body_bytes[:, 1]]
+    return _with_added(body, added, len(data), len(text), byte_spans, char_spans, starts_mid | ends_mid)
 
 
 def spans_over_kept_chars(
@@ -377,42 +382,51 @@ def spans_over_kept_chars(
     ends = np.cumsum(spelled)
     if len(body) == 0 or int(ends[-1]) & _LOW != len(kept):
         return None if len(kept) or len(body) else _empty_spans(text, added)
-    chars, kept_ends = spelled & _LOW, ends & _LOW
-    kept_before = kept_ends - chars  # kept characters before each token
-    char_starts, char_ends = kept[kept_before], kept[kept_ends - 1] + 1
+    kept_ends = ends & _LOW
+    kept_before = kept_ends - (spelled & _LOW)  # kept characters before each token
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    char_starts = body_chars[:, 0] = kept[kept_before]
+    body_chars[:, 1] = kept[kept_ends - 1] + 1
     n_bytes = len(text)
     if text.isascii():
-        byte_starts, byte_ends = char_starts, char_ends
+        body_bytes[:] = body_chars
     else:
         gone = np.flatnonzero(dropped)
         gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
         np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
-        lengths = spelled >> 32
-        byte_ends = (ends >> 32) + gone_bytes[char_starts - kept_before]
-        byte_starts = byte_ends - lengths
+        byte_ends = np.add(ends >> 32, gone_bytes[char_starts - kept_before], out=body_bytes[:, 1])
+        np.subtract(byte_ends, spelled >> 32, out=body_bytes[:, 0])
         n_bytes = int(ends[-1] >> 32) + int(gone_bytes[-1])
-    return _with_added(body, added, n_bytes, len(text), byte_starts, byte_ends, char_starts, char_ends, np.zeros(len(body), dtype=bool))
+    return _with_added(body, added, n_bytes, len(text), byte_spans, char_spans, np.zeros(len(body), dtype=bool))
 
 
 def _empty_spans(text: str, added: tuple[list[int], list[int]]) -> TokenOffsets:
-    n = len(text.encode("utf-8", "surrogatepass"))
+    byte_spans, char_spans, _, _ = _rows(0, added)
     none = np.zeros(0, dtype=np.int64)
-    return _with_added(none, added, n, len(text), none, none, none, none, np.zeros(0, dtype=bool))
+    return _with_added(none, added, len(text.encode("utf-8", "surrogatepass")), len(text), byte_spans, char_spans, none.astype(bool))
 
 
-def _with_added(body, added, n_bytes: int, n_chars: int, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
-    """The spans with empty ones for what add_special put before (at 0) and after (at the end)."""
+def _rows(n: int, added: tuple[list[int], list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``(rows, 2)`` byte and character spans of ``n`` tokens and what add_special put around
+    them, and the tokens' rows of each, which the caller fills (:func:`_with_added` the others):
+    the spans are made where they are kept, not stacked from columns."""
+    head, tail = added
+    byte_spans = np.empty((len(head) + n + len(tail), 2), dtype=np.int64)
+    char_spans = np.empty_like(byte_spans)
+    return byte_spans, char_spans, byte_spans[len(head) : len(head) + n], char_spans[len(head) : len(head) + n]
+
+
+def _with_added(body, added, n_bytes: int, n_chars: int, byte_spans, char_spans, partial) -> TokenOffsets:
+    """The spans (:func:`_rows`) with empty ones for what add_special put before (at 0) and after (at the end)."""
     head, tail = added
     ids = body
     if head or tail:
-        def around(column, before, after, dtype=np.int64):
-            return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
-
+        byte_spans[: len(head)] = char_spans[: len(head)] = 0
+        end = len(byte_spans) - len(tail)
+        byte_spans[end:], char_spans[end:] = n_bytes, n_chars
         ids = np.concatenate((np.array(head, dtype=np.int64), body, np.array(tail, dtype=np.int64)))
-        byte_starts, byte_ends = around(byte_starts, 0, n_bytes), around(byte_ends, 0, n_bytes)
-        char_starts, char_ends = around(char_starts, 0, n_chars), around(char_ends, 0, n_chars)
-        partial = around(partial, False, False, bool)
-    return TokenOffsets._of_columns(ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+        partial = np.concatenate((np.zeros(len(head), dtype=bool), partial, np.zeros(len(tail), dtype=bool)))
+    return TokenOffsets._of_arrays(ids, byte_spans, char_spans, partial)
 
 
 def _pieces_are_the_text(t: _Tables, data: bytes, body, specials: list[int], starts, ends) -> bool:
