@@ -391,12 +391,17 @@ def spans_over_kept_chars(
     if text.isascii():
         body_bytes[:] = body_chars
     else:
-        gone = np.flatnonzero(dropped)
-        gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
-        np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
-        byte_ends = np.add(ends >> 32, gone_bytes[char_starts - kept_before], out=body_bytes[:, 1])
+        gone_before = char_starts - kept_before  # dropped characters before each token
+        if ((sizes > 1) & dropped).any():
+            gone = np.flatnonzero(dropped)
+            gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
+            np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
+            gone_before, n_gone = gone_bytes[gone_before], int(gone_bytes[-1])
+        else:  # only ASCII dropped (whitespace): as many bytes as characters
+            n_gone = len(dropped) - len(kept)
+        byte_ends = np.add(ends >> 32, gone_before, out=body_bytes[:, 1])
         np.subtract(byte_ends, spelled >> 32, out=body_bytes[:, 0])
-        n_bytes = int(ends[-1] >> 32) + int(gone_bytes[-1])
+        n_bytes = int(ends[-1] >> 32) + n_gone
     return _with_added(body, added, n_bytes, len(text), byte_spans, char_spans, np.zeros(len(body), dtype=bool))
 
 

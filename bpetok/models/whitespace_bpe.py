@@ -103,6 +103,7 @@ class WhitespaceModel(Gpt2RunsModel):
         super().__init__(vocabulary)
         self._spelled_table: np.ndarray | None = None  # offsets: each token's spelling (_spelled), filled as met
         self._codes: np.ndarray | None = None  # offsets: each code point's (_char_codes), filled as met
+        self._ascii_codes = b""  # _codes of 0..255 as a bytes.translate table (ASCII text)
         from bpetok.models.raw_utf8 import RawUtf8Model
 
         model = self.runs.model
@@ -174,14 +175,28 @@ class WhitespaceModel(Gpt2RunsModel):
         return True
 
     def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
-        """encode, then :meth:`token_offsets`'s spans, from encode's ids as the array they come in
-        (a list of them and back cost more than the spans)."""
+        """encode, then :meth:`token_offsets`'s spans, from encode's ids as an array (a list of
+        them and back cost more than the spans)."""
         from bpetok.offsets import _added
 
-        body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
+        body = self._ids_array(tok, text, parse_special)
         head, tail = _added(tok, add_special)
         found = self._fast_offsets(tok, text, body, (head, tail))
         return found if found is not None else self.walk_offsets(tok, text, head + body.tolist() + tail, add_special)
+
+    def _ids_array(self, tok, text: str, parse_special: bool):
+        """``tok.encode(text, parse_special=parse_special)`` as a numpy array: a text without special
+        tokens straight from the C loop as int32 (encode's own call: :meth:`encode_fragment`)."""
+        import numpy as np
+
+        merger = self._run_merger
+        if merger is not None and text:
+            fragments = tok._partition(text, parse_special)
+            if len(fragments) == 1 and fragments[0].__class__ is str:
+                found = merger.encode_runs(text, _WHITESPACE_BREAKS, True)
+                if found is not None:
+                    return np.frombuffer(found, dtype=np.int32)
+        return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
 
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """Spans with a gap where the dropped whitespace was (no token holds whitespace): the
@@ -224,20 +239,25 @@ class WhitespaceModel(Gpt2RunsModel):
         byte token stands in, and where one does the sums do not add up and the walk decides)."""
         import numpy as np
 
-        if text.isascii():
-            points = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        else:
-            points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        if self._codes is None:  # per code point, 0 until met
+        if self._codes is None:  # per code point, 0 until met; ASCII's all at once (the translation below)
             self._codes = np.zeros(0x110000, dtype=np.int8)
+            self._fill_codes(tok, self._codes, range(128))
+            self._ascii_codes = self._codes[:256].tobytes()
+        if text.isascii():
+            return np.frombuffer(text.encode("ascii").translate(self._ascii_codes), dtype=np.int8)
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         codes = self._codes.take(points)
         if not codes.all():
-            index, raw = tok.vocabulary.token_index(), self._raw
-            for point in np.unique(points[codes == 0]).tolist():
-                char = chr(point).encode("utf-8", "surrogatepass")
-                self._codes[point] = len(char) + (_DROPPED if point in WHITESPACE or (raw and char not in index) else 0)
+            self._fill_codes(tok, self._codes, np.unique(points[codes == 0]).tolist())
             codes = self._codes.take(points)
         return codes
+
+    def _fill_codes(self, tok, table, points) -> None:
+        """:meth:`_char_codes`' ``table`` for the code points ``points``."""
+        index, raw = tok.vocabulary.token_index(), self._raw
+        for point in points:
+            char = chr(point).encode("utf-8", "surrogatepass")
+            table[point] = len(char) + (_DROPPED if point in WHITESPACE or (raw and char not in index) else 0)
 
     @property
     def _raw(self) -> bool:
