@@ -39,6 +39,7 @@ normalizer's alignment (:mod:`bpetok.models.norm_offsets`), hybriddna's k-mers r
 from __future__ import annotations
 
 import weakref
+from array import array
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
@@ -231,13 +232,23 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
         one_pass = tok.model.encode_with_offsets(tok, text, parse_special, add_special)
         if one_pass is not None:
             return one_pass
-    body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
+    body = _ids_array(tok, text, parse_special)
     added = _added(tok, add_special)
     if _own_alignment(tok, text):
         custom = tok.model.token_offsets(tok, text, added[0] + body.tolist() + added[1], add_special)
         if custom is not None:
             return custom
     return _offsets_of_own_ids(tok, text, body, added)
+
+
+def _ids_array(tok: Tokenizer, text: str, parse_special: bool) -> np.ndarray:
+    """``tok.encode(text)``'s ids as an array: where encode is one C call (the tokenizer's text
+    encoder: SentencePiece's), its list converted, for encode_batch_to_numpy would cut the text
+    and encode fragment by fragment; else encode_batch_to_numpy's, which a byte-level kernel
+    fills without an int per id."""
+    if tok._text_encoder is not None:
+        return np.frombuffer(array("I", tok.encode(text, parse_special=parse_special)), dtype=np.uint32)
+    return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
 
 
 def encode_batch_with_offsets(
