@@ -242,11 +242,11 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
 
 
 def _ids_array(tok: Tokenizer, text: str, parse_special: bool) -> np.ndarray:
-    """``tok.encode(text)``'s ids as an array: where encode is one C call (the tokenizer's text
-    encoder: SentencePiece's), its list converted, for encode_batch_to_numpy would cut the text
-    and encode fragment by fragment; else encode_batch_to_numpy's, which a byte-level kernel
-    fills without an int per id."""
-    if tok._text_encoder is not None:
+    """``tok.encode(text)``'s ids as an array: encode_batch_to_numpy's where the model's kernel
+    encodes without the GIL (byte-level BPE: it fills machine words, no int per id); else, where
+    encode is one C call (the tokenizer's text encoder: SentencePiece's), its list converted, for
+    encode_batch_to_numpy would cut the text and encode fragment by fragment."""
+    if tok._text_encoder is not None and not tok.encodes_without_gil:
         return np.frombuffer(array("I", tok.encode(text, parse_special=parse_special)), dtype=np.uint32)
     return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
 
