@@ -3,6 +3,8 @@
     python benchmarks/offsets_bench.py tests/data/ggml-vocab-qwen3.gguf.gz \\
         tests/data/llama.cpp-tests/ggml-vocab-llama-spm.gguf.gz /work/shared/corpus/en.txt.xz --chars 300000
 
+(docs/benchmarks.md runs every model on the en, code and multi corpora, one process each.)
+
 For each model (one process, the same text): tokens, encode's time, and against it what a user
 of ``Tokenizer.encode_with_offsets`` pays: the call and its spans read as the numpy arrays
 ``char_spans`` and ``byte_spans`` ("offsets"); that and the ids read as a list, ``.ids``, which

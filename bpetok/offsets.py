@@ -30,7 +30,8 @@ Conventions (the spans are half-open ``(start, end)``):
 
 A model whose pieces are not the text's bytes supplies its own alignment
 (:meth:`~bpetok.models.TokenizerModel.aligns_offsets` says for which texts, ``token_offsets``
-gives them): whitespace and plamo2 walk with gaps, bert and t5 (they normalize) follow their
+gives them): whitespace sums its tokens over the characters it keeps (:func:`spans_over_kept_chars`),
+plamo2 walks with gaps, bert and t5 (they normalize) follow their
 normalizer's alignment (:mod:`bpetok.models.norm_offsets`), hybriddna's k-mers raise
 :class:`OffsetsError` saying why.
 """
@@ -38,6 +39,7 @@ normalizer's alignment (:mod:`bpetok.models.norm_offsets`), hybriddna's k-mers r
 from __future__ import annotations
 
 import weakref
+from array import array
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
@@ -76,57 +78,61 @@ class TokenOffsets:
 
     ``char_spans`` and ``byte_spans`` (``(n, 2)`` int64 numpy arrays) and ``partial_mask`` (bool)
     are the quick form for a long text: :func:`encode_with_offsets` makes no Python object per
-    token. ``ids``, ``offsets``, ``byte_offsets`` and ``partial`` are the same as lists (of
-    tuples), made on first use."""
+    token. They are the TokenOffsets' own arrays, the same ones at each read (copy one before
+    changing it). ``ids``, ``offsets``, ``byte_offsets`` and ``partial`` are the same as lists
+    (of tuples), made on first use."""
 
-    __slots__ = ("_lists", "_columns", "_ids")
+    __slots__ = ("_lists", "_arrays", "_ids")
 
     def __init__(self, ids, offsets, byte_offsets, partial):
         self._lists: tuple | None = (list(ids), list(offsets), list(byte_offsets), list(partial))
-        self._columns: tuple | None = None
+        self._arrays: tuple | None = None
         self._ids: list[int] | None = self._lists[0]
 
     @classmethod
-    def _of_columns(cls, ids, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
-        """From one-dimensional arrays, as the fast path makes them."""
+    def _of_arrays(cls, ids, byte_spans, char_spans, partial) -> TokenOffsets:
+        """From arrays, as the fast paths make them: the ids, the ``(n, 2)`` spans, ``partial``."""
         found = cls.__new__(cls)
-        found._lists, found._columns = None, (ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+        found._lists, found._arrays = None, (ids, byte_spans, char_spans, partial)
         found._ids = None
         return found
 
     def _id_list(self) -> list[int]:
         """The ids alone as a list: reading them does not make the tuple lists of the spans."""
         if self._ids is None:
-            self._ids = self._lists[0] if self._lists is not None else self._columns[0].tolist()  # type: ignore[index]
+            self._ids = self._lists[0] if self._lists is not None else self._arrays[0].tolist()  # type: ignore[index]
         return self._ids
 
     def _as_lists(self) -> tuple:
         if self._lists is None:
-            ids, byte_starts, byte_ends, char_starts, char_ends, partial = self._columns  # type: ignore[misc]
+            ids, byte_spans, char_spans, partial = self._arrays  # type: ignore[misc]
             with gc_paused():  # a tuple per token, which all live on: a collection would only rescan them
                 self._lists = (
                     self._id_list(),
-                    list(zip(char_starts.tolist(), char_ends.tolist())),
-                    list(zip(byte_starts.tolist(), byte_ends.tolist())),
+                    list(zip(char_spans[:, 0].tolist(), char_spans[:, 1].tolist())),
+                    list(zip(byte_spans[:, 0].tolist(), byte_spans[:, 1].tolist())),
                     partial.tolist(),
                 )
         return self._lists
 
     def _as_arrays(self) -> tuple:
-        if self._columns is None:
+        if self._arrays is None:
             ids, offsets, byte_offsets, partial = self._lists  # type: ignore[misc]
-            chars = np.array(offsets, dtype=np.int64).reshape(-1, 2)
-            spans = np.array(byte_offsets, dtype=np.int64).reshape(-1, 2)
-            self._columns = (np.array(ids, dtype=np.int64), spans[:, 0], spans[:, 1], chars[:, 0], chars[:, 1], np.array(partial, dtype=bool))
-        return self._columns
+            self._arrays = (
+                np.array(ids, dtype=np.int64),
+                np.array(byte_offsets, dtype=np.int64).reshape(-1, 2),
+                np.array(offsets, dtype=np.int64).reshape(-1, 2),
+                np.array(partial, dtype=bool),
+            )
+        return self._arrays
 
     ids = property(lambda self: self._id_list(), doc="The token ids (``Tokenizer.encode``'s list).")
     offsets = property(lambda self: self._as_lists()[1], doc="Each token's character span.")
     byte_offsets = property(lambda self: self._as_lists()[2], doc="Each token's byte span in the text's UTF-8.")
     partial = property(lambda self: self._as_lists()[3], doc="Whether the token starts or ends inside a character.")
-    char_spans = property(lambda self: np.stack(self._as_arrays()[3:5], axis=1), doc="``offsets`` as an ``(n, 2)`` int64 array.")
-    byte_spans = property(lambda self: np.stack(self._as_arrays()[1:3], axis=1), doc="``byte_offsets`` as an ``(n, 2)`` array.")
-    partial_mask = property(lambda self: self._as_arrays()[5], doc="``partial`` as a bool array.")
+    char_spans = property(lambda self: self._as_arrays()[2], doc="``offsets`` as an ``(n, 2)`` int64 array.")
+    byte_spans = property(lambda self: self._as_arrays()[1], doc="``byte_offsets`` as an ``(n, 2)`` array.")
+    partial_mask = property(lambda self: self._as_arrays()[3], doc="``partial`` as a bool array.")
 
     def __len__(self) -> int:
         return len(self._as_arrays()[0] if self._lists is None else self._lists[0])
@@ -226,13 +232,23 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
         one_pass = tok.model.encode_with_offsets(tok, text, parse_special, add_special)
         if one_pass is not None:
             return one_pass
-    body, _ = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)
+    body = _ids_array(tok, text, parse_special)
     added = _added(tok, add_special)
     if _own_alignment(tok, text):
         custom = tok.model.token_offsets(tok, text, added[0] + body.tolist() + added[1], add_special)
         if custom is not None:
             return custom
     return _offsets_of_own_ids(tok, text, body, added)
+
+
+def _ids_array(tok: Tokenizer, text: str, parse_special: bool) -> np.ndarray:
+    """``tok.encode(text)``'s ids as an array: encode_batch_to_numpy's where the model's kernel
+    encodes without the GIL (byte-level BPE: it fills machine words, no int per id); else, where
+    encode is one C call (the tokenizer's text encoder: SentencePiece's), its list converted, for
+    encode_batch_to_numpy would cut the text and encode fragment by fragment."""
+    if tok._text_encoder is not None and not tok.encodes_without_gil:
+        return np.frombuffer(array("I", tok.encode(text, parse_special=parse_special)), dtype=np.uint32)
+    return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
 
 
 def encode_batch_with_offsets(
@@ -322,17 +338,16 @@ def _spans_from_lengths(
             ends = np.cumsum(packed)
     if (int(ends[-1]) // _PACK if len(body) else 0) != len(data):
         return None
-    byte_ends = ends >> 32
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
     if check_pieces and not _pieces_are_the_text(t, data, body, specials, byte_ends - (packed >> 32), byte_ends):
         return None
-    char_ends = np.bitwise_and(ends, _LOW, out=ends)
+    char_ends = np.bitwise_and(ends, _LOW, out=body_chars[:, 1])
     # the spans are contiguous here: each starts where the one before ends, and a token ends inside
     # a character where the next starts inside one (the first byte of its piece continues one)
-    byte_starts = packed  # no longer needed: its room is reused
-    char_starts = np.empty_like(char_ends)
     if len(body):
-        byte_starts[0], byte_starts[1:] = 0, byte_ends[:-1]
-        char_starts[0], char_starts[1:] = 0, char_ends[:-1]
+        body_bytes[0, 0], body_bytes[1:, 0] = 0, byte_ends[:-1]
+        body_chars[0, 0], body_chars[1:, 0] = 0, char_ends[:-1]
     continues = (kinds >> 2).view(bool)
     partial = np.zeros(len(body), dtype=bool)
     partial[:-1] = continues[1:]
@@ -340,8 +355,8 @@ def _spans_from_lengths(
         starts_mid = continues.copy()
         starts_mid[specials] = False  # a special's span starts at its text
         partial |= starts_mid
-        char_starts -= starts_mid
-    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends, char_starts, char_ends, partial)
+        body_chars[:, 0] -= starts_mid
+    return _with_added(body, added, len(data), len(text), byte_spans, char_spans, partial)
 
 
 def spans_over_kept_bytes(
@@ -355,34 +370,79 @@ def spans_over_kept_bytes(
     if len(body) == 0 or int(lengths.sum()) != len(kept) or not lengths.all():
         return None if len(kept) or len(body) else _empty_spans(text, added)
     ends = np.cumsum(lengths)
-    byte_starts, byte_ends = kept[ends - lengths], kept[ends - 1] + 1
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    body_bytes[:, 0], body_bytes[:, 1] = kept[ends - lengths], kept[ends - 1] + 1
     data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     continues = np.append((data & 0xC0) == 0x80, False)  # the end continues no character
-    chars_before = np.concatenate(([0], np.cumsum(~continues[:-1])))  # characters before each byte
-    starts_mid, ends_mid = continues[byte_starts], continues[byte_ends]
-    return _with_added(body, added, len(data), len(text), byte_starts, byte_ends,
-                       chars_before[byte_starts] - starts_mid, chars_before[byte_ends], starts_mid | ends_mid)
+    chars_before = np.zeros(len(data) + 1, dtype=np.int64)  # characters before each byte
+    np.cumsum(~continues[:-1], out=chars_before[1:])
+    starts_mid, ends_mid = continues[body_bytes[:, 0]], continues[body_bytes[:, 1]]
+    body_chars[:, 0], body_chars[:, 1] = chars_before[body_bytes[:, 0]] - starts_mid, chars_before[body_bytes[:, 1]]
+    return _with_added(body, added, len(data), len(text), byte_spans, char_spans, starts_mid | ends_mid)
+
+
+def spans_over_kept_chars(
+    text: str, body: np.ndarray, added: tuple[list[int], list[int]], spelled: np.ndarray, dropped: np.ndarray, sizes: np.ndarray
+) -> TokenOffsets | None:
+    """:func:`spans_over_kept_bytes` where each token spells whole characters (``spelled``: its
+    bytes * ``_PACK`` + its characters, none empty), counted in characters (``dropped`` and
+    ``sizes``, each character's UTF-8 bytes, one per character): the bytes dropped before a token
+    are those of the characters dropped before it, which a running sum over the dropped
+    characters alone gives. None where the tokens do not add up to the kept characters."""
+    kept = np.flatnonzero(~dropped)
+    ends = np.cumsum(spelled)
+    if len(body) == 0 or int(ends[-1]) & _LOW != len(kept):
+        return None if len(kept) or len(body) else _empty_spans(text, added)
+    kept_ends = ends & _LOW
+    kept_before = kept_ends - (spelled & _LOW)  # kept characters before each token
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    char_starts = body_chars[:, 0] = kept[kept_before]
+    body_chars[:, 1] = kept[kept_ends - 1] + 1
+    n_bytes = len(text)
+    if text.isascii():
+        body_bytes[:] = body_chars
+    else:
+        gone_before = char_starts - kept_before  # dropped characters before each token
+        if ((sizes > 1) & dropped).any():
+            gone = np.flatnonzero(dropped)
+            gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
+            np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
+            gone_before, n_gone = gone_bytes[gone_before], int(gone_bytes[-1])
+        else:  # only ASCII dropped (whitespace): as many bytes as characters
+            n_gone = len(dropped) - len(kept)
+        byte_ends = np.add(ends >> 32, gone_before, out=body_bytes[:, 1])
+        np.subtract(byte_ends, spelled >> 32, out=body_bytes[:, 0])
+        n_bytes = int(ends[-1] >> 32) + n_gone
+    return _with_added(body, added, n_bytes, len(text), byte_spans, char_spans, np.zeros(len(body), dtype=bool))
 
 
 def _empty_spans(text: str, added: tuple[list[int], list[int]]) -> TokenOffsets:
-    n = len(text.encode("utf-8", "surrogatepass"))
+    byte_spans, char_spans, _, _ = _rows(0, added)
     none = np.zeros(0, dtype=np.int64)
-    return _with_added(none, added, n, len(text), none, none, none, none, np.zeros(0, dtype=bool))
+    return _with_added(none, added, len(text.encode("utf-8", "surrogatepass")), len(text), byte_spans, char_spans, none.astype(bool))
 
 
-def _with_added(body, added, n_bytes: int, n_chars: int, byte_starts, byte_ends, char_starts, char_ends, partial) -> TokenOffsets:
-    """The spans with empty ones for what add_special put before (at 0) and after (at the end)."""
+def _rows(n: int, added: tuple[list[int], list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``(rows, 2)`` byte and character spans of ``n`` tokens and what add_special put around
+    them, and the tokens' rows of each, which the caller fills (:func:`_with_added` the others):
+    the spans are made where they are kept, not stacked from columns."""
+    head, tail = added
+    byte_spans = np.empty((len(head) + n + len(tail), 2), dtype=np.int64)
+    char_spans = np.empty_like(byte_spans)
+    return byte_spans, char_spans, byte_spans[len(head) : len(head) + n], char_spans[len(head) : len(head) + n]
+
+
+def _with_added(body, added, n_bytes: int, n_chars: int, byte_spans, char_spans, partial) -> TokenOffsets:
+    """The spans (:func:`_rows`) with empty ones for what add_special put before (at 0) and after (at the end)."""
     head, tail = added
     ids = body
     if head or tail:
-        def around(column, before, after, dtype=np.int64):
-            return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
-
+        byte_spans[: len(head)] = char_spans[: len(head)] = 0
+        end = len(byte_spans) - len(tail)
+        byte_spans[end:], char_spans[end:] = n_bytes, n_chars
         ids = np.concatenate((np.array(head, dtype=np.int64), body, np.array(tail, dtype=np.int64)))
-        byte_starts, byte_ends = around(byte_starts, 0, n_bytes), around(byte_ends, 0, n_bytes)
-        char_starts, char_ends = around(char_starts, 0, n_chars), around(char_ends, 0, n_chars)
-        partial = around(partial, False, False, bool)
-    return TokenOffsets._of_columns(ids, byte_starts, byte_ends, char_starts, char_ends, partial)
+        partial = np.concatenate((np.zeros(len(head), dtype=bool), partial, np.zeros(len(tail), dtype=bool)))
+    return TokenOffsets._of_arrays(ids, byte_spans, char_spans, partial)
 
 
 def _pieces_are_the_text(t: _Tables, data: bytes, body, specials: list[int], starts, ends) -> bool:

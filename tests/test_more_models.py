@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import subprocess
+from array import array
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 import bpetok
 from bpetok.errors import InputError, UnsupportedVocabularyError, VocabularyError
+from bpetok.models import whitespace_bpe
 from bpetok.vocab.gguf import GGUFValueType, read_gguf
 from bpetok.vocab.gguf_writer import items_of, write_gguf
 from helpers import DATA, LLAMA_TESTS
@@ -359,3 +361,9 @@ def test_whitespace_c_runs_cut_where_the_reference_cuts(name, tok):
     assert all(tok.id(chr(c)) is None for c in dropped - set(WHITESPACE)), sorted(dropped - set(WHITESPACE))[:5]
     if model._run_merger is not None:
         assert tok.cache_info()["pieces"]["entries"] > 1000
+        # as_bytes (offsets read the ids with numpy): the same ids as int32, None where the list is None
+        breaks = whitespace_bpe._WHITESPACE_BREAKS
+        for text in texts[::50] + [" ".join(texts[:400]), "", "  ", "a\ud800b"]:
+            listed, packed = model._run_merger.encode_runs(text, breaks), model._run_merger.encode_runs(text, breaks, True)
+            assert (packed is None) == (listed is None), text
+            assert listed is None or array("i", packed).tolist() == listed, text

@@ -256,22 +256,38 @@ def test_spans_on_reference_cases(name, more):
         re_encode_between_specials(tok, text, found, parse_special)
 
 
-def test_whitespace_fast_spans_equal_its_walk(more):
-    # the running sums over the bytes that are not whitespace, held to the token-by-token walk
-    tok = more["whitespace"]
-    texts = [c["text"] for c in reference_cases(MORE / "whitespace.jsonl.gz")]
-    texts += ["ab  cd\u3000\tef", "x\u00a0y", "  ", "", "é 🤗 日本 x", "a\x1cb"]
-    fast = 0
+def spans_held_to_the_walk(tok, texts: list[str]) -> list:
+    """Each text's encode_with_offsets (add_special every other text), held equal to the model's
+    token_offsets and to its token-by-token walk; a text llama.cpp aborts on is left out."""
+    found_all = []
     for k, text in enumerate(texts):
-        for add_special in [k % 2 == 1]:
-            try:
-                ids = tok.encode(text, add_special=add_special)
-            except bpetok.BpetokError:
-                continue  # a space next to other whitespace: llama.cpp aborts, no ids
-            found = tok.model.token_offsets(tok, text, ids, add_special)
-            assert found == tok.model.walk_offsets(tok, text, ids, add_special), text
-            fast += found._lists is None  # made by the fast path (arrays first)
-    assert fast > len(texts) * 0.9
+        add_special = k % 2 == 1
+        try:
+            ids = tok.encode(text, add_special=add_special)
+        except bpetok.BpetokError:
+            continue  # a space next to other whitespace: llama.cpp aborts, no ids
+        found = tok.encode_with_offsets(text, add_special=add_special)
+        assert found == tok.model.walk_offsets(tok, text, ids, add_special) == tok.model.token_offsets(tok, text, ids, add_special), text
+        found_all.append(found)
+    return found_all
+
+
+def test_whitespace_fast_spans_equal_its_walk(more):
+    # the running sums over the characters that are not whitespace (encode's ids as an array)
+    texts = [c["text"] for c in reference_cases(MORE / "whitespace.jsonl.gz")]
+    texts += ["ab  cd\u3000\tef", "x\u00a0y", "  ", "", "é 🤗 日本 x", "a\x1cb", "a\ud800b c"]
+    found = spans_held_to_the_walk(more["whitespace"], texts)
+    assert sum(f._lists is None for f in found) > len(texts) * 0.9  # made by the fast path (arrays first)
+
+
+def test_whitespace_fast_spans_over_bytes_equal_its_walk(tmp_path):
+    # byte-level BPE under the whitespace model: tokens hold parts of characters (an emoji's
+    # bytes), so the sums run over the kept bytes
+    tok = bpetok.from_gguf(bpe_variant(tmp_path / "whitespace-bytes.gguf", "whitespace", "llama-bpe", False))
+    texts = ["é 🤗 日本 x", "ab  cd\u3000\tef", "x\u00a0y 🤗🤗\n\n", "👍🏽 a\u0301", "", "  "]
+    found = spans_held_to_the_walk(tok, texts + [c["text"] for c in reference_cases(MORE / "whitespace.jsonl.gz")[::25]])
+    assert all(f._lists is None for f in found)
+    assert sum(bool(f.partial_mask.any()) for f in found) >= 3
 
 
 def test_whitespace_leaves_gaps_where_it_was(more):

@@ -247,17 +247,19 @@ static Py_ssize_t encode_runs(Merger *m, const unsigned char *text, uint32_t n, 
     return k;
 }
 
-PyDoc_STRVAR(encode_runs_doc, "encode_runs(text: str, breaks: bytes) -> list[int] | None\n\n"
+PyDoc_STRVAR(encode_runs_doc, "encode_runs(text: str, breaks: bytes, as_bytes: bool = False) -> list[int] | bytes | None\n\n"
                               "The ids of each run of ``text``'s UTF-8 between the characters ``breaks`` marks (bit c % 8\n"
                               "of byte c // 8: character c is dropped), each run merged whole as encode() merges a\n"
                               "Merger without ``words`` and kept in the word cache (set_cache_budget): llama.cpp's\n"
                               "whitespace model. None as encode() gives it, and for a str that is no UTF-8 (lone\n"
-                              "surrogates) or too long: the caller encodes it in Python.");
+                              "surrogates) or too long: the caller encodes it in Python. ``as_bytes``: the ids as int32\n"
+                              "in native order (numpy reads them without an int per id: offsets' running sums).");
 
 static PyObject *Merger_encode_runs(Merger *self, PyObject *args)
 {
     PyObject *text, *breaks;
-    if (!PyArg_ParseTuple(args, "UO!", &text, &PyBytes_Type, &breaks))
+    int as_bytes = 0;
+    if (!PyArg_ParseTuple(args, "UO!|p", &text, &PyBytes_Type, &breaks, &as_bytes))
         return NULL;
     if (!merger_ready(self))
         return NULL;
@@ -294,7 +296,7 @@ static PyObject *Merger_encode_runs(Merger *self, PyObject *args)
         result = Py_None;
         Py_INCREF(result);
     } else {
-        result = ids_to_list(self, out, k);
+        result = as_bytes ? PyBytes_FromStringAndSize((const char *)out, k * (Py_ssize_t)sizeof(int32_t)) : ids_to_list(self, out, k);
     }
     if (!small)
         free(out);

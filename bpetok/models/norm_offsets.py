@@ -176,19 +176,16 @@ def _of_rows(text: str, rows: np.ndarray, added: tuple[list[int], list[int]]) ->
     from bpetok.offsets import TokenOffsets
 
     head, tail = added
-    n_chars, n_bytes = len(text), _utf8_size(text)
-
-    def around(column, before, after, dtype=np.int64):
-        if not head and not tail:
-            return column  # a view of rows: no copy
-        return np.concatenate((np.full(len(head), before, dtype), column, np.full(len(tail), after, dtype)))
-
-    all_ids = around(rows[:, 0], 0, 0)
     if head or tail:
-        all_ids[: len(head)], all_ids[len(all_ids) - len(tail) :] = head, tail
-    columns = [around(rows[:, k], 0, end) for k, end in ((1, n_chars), (2, n_chars), (3, n_bytes), (4, n_bytes))]
-    char_starts, char_ends, byte_starts, byte_ends = columns
-    return TokenOffsets._of_columns(all_ids, byte_starts, byte_ends, char_starts, char_ends, np.zeros(len(all_ids), dtype=bool))
+        n_chars, n_bytes = len(text), _utf8_size(text)
+        rows = np.concatenate((
+            np.array([[token_id, 0, 0, 0, 0] for token_id in head], dtype=np.int64).reshape(-1, 5),
+            rows,
+            np.array([[token_id, n_chars, n_chars, n_bytes, n_bytes] for token_id in tail], dtype=np.int64).reshape(-1, 5),
+        ))
+    elif not rows.flags.writeable:  # the kernel's buffer: the spans handed out are the caller's to change
+        rows = rows.copy()
+    return TokenOffsets._of_arrays(rows[:, 0], rows[:, 3:5], rows[:, 1:3], np.zeros(len(rows), dtype=bool))
 
 
 def _walk_rows(tok, text: str, fragments, fragment_rows) -> np.ndarray | None:

@@ -42,6 +42,9 @@ for _c in WHITESPACE:
     _WHITESPACE_BITS[_c // 8] |= 1 << (_c % 8)
 _WHITESPACE_BREAKS = bytes(_WHITESPACE_BITS)
 del _c, _WHITESPACE_BITS
+# A character's code for offsets (WhitespaceModel._char_codes): its UTF-8 bytes (_SIZE's bits),
+# plus _DROPPED where the model drops it.
+_SIZE, _DROPPED = 7, 8
 
 
 class Gpt2Runs:
@@ -98,8 +101,9 @@ class WhitespaceModel(Gpt2RunsModel):
 
     def __init__(self, vocabulary, pretokenizer=None):
         super().__init__(vocabulary)
-        self._lengths: np.ndarray | None = None  # each token's spelled bytes, filled as offsets meet them
-        self._ascii_dropped: np.ndarray | None = None  # per byte value: an ASCII character the model drops
+        self._spelled_table: np.ndarray | None = None  # offsets: each token's spelling (_spelled), filled as met
+        self._codes: np.ndarray | None = None  # offsets: each code point's (_char_codes), filled as met
+        self._ascii_codes = b""  # _codes of 0..255 as a bytes.translate table (ASCII text)
         from bpetok.models.raw_utf8 import RawUtf8Model
 
         model = self.runs.model
@@ -170,68 +174,121 @@ class WhitespaceModel(Gpt2RunsModel):
     def aligns_offsets(self, text: str) -> bool:
         return True
 
+    def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
+        """encode, then :meth:`token_offsets`'s spans, from encode's ids as an array (a list of
+        them and back cost more than the spans)."""
+        from bpetok.offsets import _added
+
+        body = self._ids_array(tok, text, parse_special)
+        head, tail = _added(tok, add_special)
+        found = self._fast_offsets(tok, text, body, (head, tail))
+        return found if found is not None else self.walk_offsets(tok, text, head + body.tolist() + tail, add_special)
+
+    def _ids_array(self, tok, text: str, parse_special: bool):
+        """``tok.encode(text, parse_special=parse_special)`` as a numpy array: a text without special
+        tokens straight from the C loop as int32 (encode's own call: :meth:`encode_fragment`)."""
+        import numpy as np
+
+        merger = self._run_merger
+        if merger is not None and text:
+            fragments = tok._partition(text, parse_special)
+            if len(fragments) == 1 and fragments[0].__class__ is str:
+                found = merger.encode_runs(text, _WHITESPACE_BREAKS, True)
+                if found is not None:
+                    return np.frombuffer(found, dtype=np.int32)
+        return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
+
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """Spans with a gap where the dropped whitespace was (no token holds whitespace): the
         tokens spell the rest of the text in order, unless the model dropped more (a character
         without a token), which :meth:`walk_offsets` finds."""
         import numpy as np
 
-        from bpetok.offsets import _added, spans_over_kept_bytes
+        from bpetok.offsets import _added
 
         head, tail = _added(tok, add_special)
-        body = np.array(ids[len(head) : len(ids) - len(tail)], dtype=np.int64)
         if ids[: len(head)] == head and ids[len(ids) - len(tail) :] == tail:
-            lengths = self._spelled_lengths(tok, body)
-            if lengths is not None:
-                found = spans_over_kept_bytes(text, body, (head, tail), lengths, self._dropped_bytes(tok, text))
-                if found is not None:
-                    return found
+            body = np.array(ids[len(head) : len(ids) - len(tail)], dtype=np.int64)
+            found = self._fast_offsets(tok, text, body, (head, tail))
+            if found is not None:
+                return found
         return self.walk_offsets(tok, text, ids, add_special)
 
-    def _dropped_bytes(self, tok, text: str):
-        """A bool per byte of ``text``'s UTF-8: whitespace, and over raw UTF-8 a character that is
-        no token (llama.cpp drops it when no byte token stands in; where one does, the lengths
-        do not add up and the walk decides)."""
+    def _fast_offsets(self, tok, text: str, body, added):
+        """The spans as running sums over the characters the model keeps (tokens of whole
+        characters), else over the bytes it keeps; None where a special token is among ``body``,
+        or what the tokens spell does not add up to what was kept (the walk then decides)."""
         import numpy as np
 
-        data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        index = tok.vocabulary.token_index()
-        if self._ascii_dropped is None:  # per byte value: ASCII whitespace, or a character with no token
-            no_token = [b for b in range(128) if self._raw and bytes((b,)) not in index]
-            dropped_ascii = [c for c in WHITESPACE if c < 128] + no_token
-            self._ascii_dropped = np.isin(np.arange(256), dropped_ascii)
-        dropped = self._ascii_dropped[data]
-        leads = np.flatnonzero(data >= 0xC0).tolist()
-        if leads:
-            raw_bytes = data.tobytes()
-            for at in leads:  # each non-ASCII character
-                size = 2 if raw_bytes[at] < 0xE0 else 3 if raw_bytes[at] < 0xF0 else 4
-                char = raw_bytes[at : at + size]
-                if _WHITESPACE_UTF8.fullmatch(char) or (self._raw and char not in index):
-                    dropped[at : at + size] = True
-        return dropped
+        from bpetok.offsets import _LOW, spans_over_kept_bytes, spans_over_kept_chars
+
+        spelled = self._spelled(tok, body)
+        if spelled is None:
+            return None
+        codes = self._char_codes(tok, text)
+        if (spelled & _LOW).all():
+            return spans_over_kept_chars(text, body, added, spelled, codes >= _DROPPED, codes & _SIZE)
+        lengths = spelled >> 32
+        if lengths.all():
+            return spans_over_kept_bytes(text, body, added, lengths, np.repeat(codes >= _DROPPED, codes & _SIZE))
+        return None
+
+    def _char_codes(self, tok, text: str):
+        """Each character of ``text``: its UTF-8 bytes, plus ``_DROPPED`` where the model drops
+        it (whitespace; over raw UTF-8 a character that is no token: llama.cpp drops it when no
+        byte token stands in, and where one does the sums do not add up and the walk decides)."""
+        import numpy as np
+
+        if self._codes is None:  # per code point, 0 until met; ASCII's all at once (the translation below)
+            self._codes = np.zeros(0x110000, dtype=np.int8)
+            self._fill_codes(tok, self._codes, range(128))
+            self._ascii_codes = self._codes[:256].tobytes()
+        if text.isascii():
+            return np.frombuffer(text.encode("ascii").translate(self._ascii_codes), dtype=np.int8)
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        codes = self._codes.take(points)
+        if not codes.all():
+            self._fill_codes(tok, self._codes, np.unique(points[codes == 0]).tolist())
+            codes = self._codes.take(points)
+        return codes
+
+    def _fill_codes(self, tok, table, points) -> None:
+        """:meth:`_char_codes`' ``table`` for the code points ``points``."""
+        index, raw = tok.vocabulary.token_index(), self._raw
+        for point in points:
+            char = chr(point).encode("utf-8", "surrogatepass")
+            table[point] = len(char) + (_DROPPED if point in WHITESPACE or (raw and char not in index) else 0)
 
     @property
     def _raw(self) -> bool:
         """BPE over raw UTF-8 (llama.cpp's byte_encode=false) without escaping spaces."""
         return not getattr(self.runs.spec, "byte_encode", True) and not getattr(self.runs.spec, "escape_whitespaces", False)
 
-    def _spelled_lengths(self, tok, body):
-        """Each ordinary token's spelled bytes (:meth:`_spelling`), or None where a special token is among them."""
+    def _spelled(self, tok, body):
+        """Each token's spelled bytes (:meth:`_spelling`) * ``_PACK`` + its characters (0 where the
+        bytes are not whole characters), 0 for a special token; None where an id is out of range."""
         import numpy as np
 
-        if self._lengths is None:
-            self._lengths = np.full(tok.n_tokens, -1, dtype=np.int64)
-        if len(body) and (body.min() < 0 or body.max() >= tok.n_tokens):
+        from bpetok.offsets import _PACK
+
+        if self._spelled_table is None:  # per token, -1 until met
+            self._spelled_table = np.full(tok.n_tokens, -1, dtype=np.int64)
+        if len(body) and (int(body.min()) < 0 or int(body.max()) >= tok.n_tokens):
             return None
-        lengths = self._lengths[body]
-        if (lengths < 0).any():
+        found = self._spelled_table.take(body)
+        if (found < 0).any():
             attrs = tok.vocabulary.attrs
-            for token_id in np.unique(body[lengths < 0]).tolist():
-                special = attrs[token_id] & (TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)
-                self._lengths[token_id] = 0 if special else len(self._spelling(tok, token_id))
-            lengths = self._lengths[body]
-        return lengths if lengths.all() else None
+            for token_id in np.unique(body[found < 0]).tolist():
+                packed = 0
+                if not attrs[token_id] & (TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN):
+                    spelling = self._spelling(tok, token_id)
+                    try:
+                        packed = len(spelling) * _PACK + len(spelling.decode("utf-8", "surrogatepass"))
+                    except UnicodeDecodeError:  # part of a character: only the bytes' sums hold
+                        packed = len(spelling) * _PACK
+                self._spelled_table[token_id] = packed
+            found = self._spelled_table.take(body)
+        return found
 
     def _spelling(self, tok, token_id: int) -> bytes:
         """What a token matched in the text: over raw UTF-8 a NORMAL token's stored text, which its
