@@ -27,7 +27,7 @@ import bpetok
 from bpetok.errors import InputError, UnsupportedVocabularyError, VocabularyError
 from bpetok.vocab.gguf import GGUFValueType
 from bpetok.vocab.gguf_writer import write_gguf
-from helpers import DATA
+from helpers import DATA, wrong_cases
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 from make_bpe_variants import bpe_variant  # noqa: E402
@@ -69,14 +69,13 @@ def cases(name: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_ids_are_llama_cpps(name, tok):
-    wrong = [c for c in cases(name) if tok.encode(c["text"], parse_special=c["special"]) != c["ids"]]
+    wrong = wrong_cases(tok.encode, cases(name))
     assert not wrong, (len(wrong), wrong[:3])
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_twin_is_llama_cpps(name, tok):
-    some = cases(name)[::7]
-    wrong = [c for c in some if tok.encode_reference(c["text"], parse_special=c["special"]) != c["ids"]]
+    wrong = wrong_cases(tok.encode_reference, cases(name)[::7])
     assert not wrong, (len(wrong), wrong[:3])
 
 
