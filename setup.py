@@ -23,7 +23,7 @@ setup(
             "bpetok.models._symbols",
             sources=["bpetok/models/_symbols.c"],
             depends=["bpetok/_module.h", "bpetok/models/_word_cache.h", "bpetok/models/_text_table.h", "bpetok/models/_rank_tables.h",
-                     "bpetok/models/_spm_tables.h", "bpetok/models/_fragments.h"],
+                     "bpetok/models/_spm_tables.h", "bpetok/models/_merger_load.h", "bpetok/models/_fragments.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

@@ -1,11 +1,21 @@
-/* The glue every C module of bpetok would otherwise repeat: a type object's usual slots, and the
+/* The glue every C module of bpetok would otherwise repeat: a type object's usual slots, the
  * module itself (multi-phase init, PEP 489: the import system makes the module, its exec function
- * fills it). Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c,
+ * fills it), and the growing and freeing of a type's arrays. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c,
  * _ugm.c, _wpm.c and models/gpt2/kernel/module.c.
  */
 
 #ifndef BPETOK_MODULE_H
 #define BPETOK_MODULE_H
+
+/* The slots every type of struct ``T`` has: its name, size and ``T_dealloc``; the others follow
+ * (a type whose instances only C makes, such as an iterator, or one with its own tp_new):
+ *
+ *     static PyTypeObject PieceIterType = {BPETOK_TYPE_CORE(PieceIter, "bpetok._train.PieceIter"),
+ *                                          .tp_iter = PyObject_SelfIter, .tp_iternext = ...};
+ */
+#define BPETOK_TYPE_CORE(T, qualname)                                                                        \
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = (qualname), .tp_basicsize = sizeof(T),                          \
+        .tp_dealloc = (destructor)T##_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT
 
 /* The usual slots of the type of struct ``T``, made by PyType_GenericNew, set up by ``T_init``,
  * freed by ``T_dealloc``, with the method table ``T_methods``; other slots may follow:
@@ -14,9 +24,44 @@
  *     static PyTypeObject PairCountsType = {BPETOK_TYPE(PairCounts, "...", "..."), .tp_getset = ...};
  */
 #define BPETOK_TYPE(T, qualname, doc)                                                                        \
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = (qualname), .tp_basicsize = sizeof(T),                          \
-        .tp_dealloc = (destructor)T##_dealloc, .tp_flags = Py_TPFLAGS_DEFAULT, .tp_doc = (doc),              \
-        .tp_methods = T##_methods, .tp_init = (initproc)T##_init, .tp_new = PyType_GenericNew
+    BPETOK_TYPE_CORE(T, qualname), .tp_doc = (doc), .tp_methods = T##_methods, .tp_init = (initproc)T##_init, \
+        .tp_new = PyType_GenericNew
+
+/* ``release`` (free, or PyMem_Free for what PyMem_Malloc gave) called on each of the pointers that
+ * follow, NULL ones included: the arrays a type's dealloc gives back.
+ *
+ *     BPETOK_FREE_ALL(free, self->values, self->first, self->count);
+ */
+#define BPETOK_FREE_ALL(release, ...)                                                                        \
+    free_all((release), (void *[]){__VA_ARGS__}, sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+
+static inline void free_all(void (*release)(void *), void *const *arrays, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        release(arrays[i]);
+}
+
+/* Room in ``*buf`` for ``need`` items of ``size`` bytes, where ``*cap`` items fit: the room is
+ * doubled from ``*cap`` (from ``first`` while it is 0) until they fit. 0, or -1 when the memory
+ * runs out (``*buf`` and ``*cap`` then unchanged). It sets no Python error: callers without the GIL
+ * use it too. */
+static inline int grow_array(void **buf, size_t *cap, size_t need, size_t size, size_t first)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : first;
+    while (n < need) {
+        if (n > SIZE_MAX / 2 / size)
+            return -1;
+        n *= 2;
+    }
+    void *p = realloc(*buf, n * size);
+    if (p == NULL)
+        return -1;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
 
 /* Each type of the NULL-ended ``types`` readied and added to module ``m`` under its short name
  * (the tp_name after the last dot): 0, or -1 with an exception set. */

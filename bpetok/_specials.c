@@ -206,11 +206,7 @@ static void Automaton_dealloc(Automaton *self) {
         for (Py_ssize_t i = 0; i < self->n_specials; i++) Py_XDECREF(self->ids[i]);
         PyMem_Free(self->ids);
     }
-    PyMem_Free(self->lengths);
-    PyMem_Free(self->strips);
-    PyMem_Free(self->nodes);
-    PyMem_Free(self->edge_byte);
-    PyMem_Free(self->edge_to);
+    BPETOK_FREE_ALL(PyMem_Free, self->lengths, self->strips, self->nodes, self->edge_byte, self->edge_to);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -62,25 +62,9 @@ typedef struct {
 /* Make room for `need` elements of `size` bytes in *buf (capacity *cap); 0, or -1 with MemoryError. */
 static int reserve(void **buf, size_t *cap, size_t need, size_t size)
 {
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 8;
-    while (n < need) {
-        if (n > SIZE_MAX / 2)
-            goto fail;
-        n *= 2;
-    }
-    if (n > SIZE_MAX / size)
-        goto fail;
-    void *p = realloc(*buf, n * size);
-    if (p == NULL)
-        goto fail;
-    *buf = p;
-    *cap = n;
+    if (grow_array(buf, cap, need, size, 8) < 0)
+        return PyErr_NoMemory(), -1;
     return 0;
-fail:
-    PyErr_NoMemory();
-    return -1;
 }
 
 #define RESERVE(buf, cap, need) reserve((void **)&(buf), &(cap), (need), sizeof *(buf))
@@ -429,16 +413,8 @@ static void PairCounts_dealloc(PairCounts *self)
 {
     for (size_t i = 0; i < self->npairs; i++)
         free(self->pairs[i].pos);
-    free(self->pairs);
-    free(self->slots);
-    free(self->heap);
-    free(self->grown);
-    free(self->sym);
-    free(self->nxt);
-    free(self->prv);
-    free(self->word);
-    free(self->freq);
-    free(self->start);
+    BPETOK_FREE_ALL(free, self->pairs, self->slots, self->heap, self->grown, self->sym, self->nxt, self->prv, self->word,
+                    self->freq, self->start);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -338,9 +338,7 @@ bad:
 
 static void PieceCounts_dealloc(PieceCounts *self)
 {
-    free(self->pieces);
-    free(self->text);
-    free(self->slots);
+    BPETOK_FREE_ALL(free, self->pieces, self->text, self->slots);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -381,10 +379,7 @@ static void PieceIter_dealloc(PieceIter *it)
 }
 
 static PyTypeObject PieceIterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok._train.PieceIter",
-    .tp_basicsize = sizeof(PieceIter),
-    .tp_dealloc = (destructor)PieceIter_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    BPETOK_TYPE_CORE(PieceIter, "bpetok._train.PieceIter"),
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)PieceIter_next,
 };
@@ -407,11 +402,8 @@ static PyMappingMethods PieceCounts_mapping = {
 };
 
 static PyTypeObject PieceCountsType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok._train.PieceCounts",
-    .tp_basicsize = sizeof(PieceCounts),
-    .tp_dealloc = (destructor)PieceCounts_dealloc,
+    BPETOK_TYPE_CORE(PieceCounts, "bpetok._train.PieceCounts"),
     .tp_as_mapping = &PieceCounts_mapping,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "PieceCounts(): how often each piece occurs, in compact arrays (the C twin of a Counter of str).",
     .tp_iter = (getiterfunc)PieceCounts_iter,
     .tp_methods = PieceCounts_methods,

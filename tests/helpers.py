@@ -6,6 +6,10 @@ import contextlib
 import gzip
 import json
 import pathlib
+import threading
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -25,6 +29,11 @@ def load_cases(name: str) -> list[dict]:
     """llama.cpp's ids for 5,800 texts: {"text", "special", "ids"} per case."""
     with gzip.open(DATA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def wrong_cases(encode: Callable[..., list[int]], cases: list[dict]) -> list[dict]:
+    """The cases of :func:`load_cases` whose ids ``encode(text, parse_special=...)`` does not give."""
+    return [c for c in cases if encode(c["text"], parse_special=c["special"]) != c["ids"]]
 
 
 def read_vectors(name: str) -> list[tuple[str, list[int]]]:
@@ -49,6 +58,28 @@ def gguf_with_pre(src: pathlib.Path, dst: pathlib.Path, pre: str) -> pathlib.Pat
         items.insert(1, ("tokenizer.ggml.pre", GGUFValueType.STRING, pre, None))
     write_gguf(dst, items)
     return dst
+
+
+def on_threads(work: Callable[[int], T], n: int = 4) -> list[T]:
+    """``work(k)`` on ``n`` threads at once (k = 0 .. n-1): what each returned, in k's order. The
+    first exception a thread raised is raised here (a thread that fails gives no result to compare)."""
+    results: list = [None] * n
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            results[k] = work(k)
+        except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def read_inputs(path: pathlib.Path) -> list[str]:

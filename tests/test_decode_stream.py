@@ -95,9 +95,8 @@ def _check_stream(tok, ids, skip_special):
     assert stream.feed(ids) + stream.flush() == expected
 
 
-@SETTINGS
-@given(data=st.data())
-def test_stream_joins_to_decode(case, data):
+def _check_drawn_stream(case, data) -> None:
+    """:func:`_check_stream` on ids drawn from the case's pools, skip_special drawn too."""
     tok, pools = case
     ids = data.draw(_ids(tok, pools))
     _check_stream(tok, ids, data.draw(st.booleans()))
@@ -105,10 +104,14 @@ def test_stream_joins_to_decode(case, data):
 
 @SETTINGS
 @given(data=st.data())
+def test_stream_joins_to_decode(case, data):
+    _check_drawn_stream(case, data)
+
+
+@SETTINGS
+@given(data=st.data())
 def test_stream_joins_to_decode_with_clean_spaces(cleaning_case, data):
-    tok, pools = cleaning_case
-    ids = data.draw(_ids(tok, pools))
-    _check_stream(tok, ids, data.draw(st.booleans()))
+    _check_drawn_stream(cleaning_case, data)
 
 
 def test_multibyte_character_split_across_byte_tokens(qwen3):

@@ -12,7 +12,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +20,7 @@ from hypothesis import strategies as st
 import bpetok
 from bpetok.models.gpt2 import _kernel  # the suite requires the kernel to be built (CI builds it)
 from bpetok.models.gpt2 import BYTE_TO_CHAR, BytePairModel
-from helpers import LLAMA_TESTS, load_cases
+from helpers import LLAMA_TESTS, load_cases, on_threads
 
 
 def kernel_of(bpe: BytePairModel, cache_bytes: int = 1 << 20, **options):
@@ -221,20 +220,14 @@ def test_threads_agree_with_one_thread(qwen3):
     texts = [c["text"] * 3 for c in load_cases("qwen3")[:400]]
     pieces = [qwen3.model.pretokenizer.split(t) for t in texts]
     expected = [[i for p in ps for i in qwen3.model.bpe.encode_piece_reference(_utf8(p))] for ps in pieces]
-    results: dict[int, list] = {}
 
-    def work(k: int) -> None:
+    def work(k: int) -> list:
         order = list(range(len(pieces)))
         random.Random(k).shuffle(order)
-        results[k] = [(i, kernel.encode(pieces[i])) for i in order]
+        return [(i, kernel.encode(pieces[i])) for i in order]
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for k in range(4):
-        assert all(ids == expected[i] for i, ids in results[k])
+    for found in on_threads(work):
+        assert all(ids == expected[i] for i, ids in found)
 
 
 def test_the_piece_cache_stays_within_its_budget(qwen3):

@@ -4,7 +4,8 @@ tests/data/more-models holds llama.cpp's ids for 5,800 texts per vocabulary (bot
 values, ``<name>.jsonl.gz``) and, in pieces.json.gz, a SHA-256 of its token_to_piece table (special
 true and false, every id) with a sample of rows, all from ../shared/oracle. The rwkv and plamo2
 vocabularies are copied; the whitespace and hybriddna ones are rebuilt here from llama.cpp's
-llama-bpe test vocabulary as ../shared/vocab/more-models/make_bpe_variants.py builds them.
+llama-bpe test vocabulary as ../shared/vocab/more-models/make_bpe_variants.py builds them
+(scripts/make_bpe_variants.py).
 Run on both engines (BPETOK_PURE_PYTHON=1 too).
 """
 
@@ -14,7 +15,9 @@ import gzip
 import hashlib
 import itertools
 import json
+import pathlib
 import subprocess
+import sys
 from array import array
 
 import pytest
@@ -24,9 +27,12 @@ from hypothesis import strategies as st
 import bpetok
 from bpetok.errors import InputError, UnsupportedVocabularyError, VocabularyError
 from bpetok.models import whitespace_bpe
-from bpetok.vocab.gguf import GGUFValueType, read_gguf
-from bpetok.vocab.gguf_writer import items_of, write_gguf
-from helpers import DATA, LLAMA_TESTS
+from bpetok.vocab.gguf import GGUFValueType
+from bpetok.vocab.gguf_writer import write_gguf
+from helpers import DATA, wrong_cases
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+from make_bpe_variants import bpe_variant  # noqa: E402
 
 MORE = DATA / "more-models"
 NAMES = ["rwkv-world", "plamo2-synth", "whitespace", "hybriddna"]
@@ -35,28 +41,6 @@ STRING, UINT32, INT32, FLOAT32, BOOL, ARRAY = (
     GGUFValueType.BOOL, GGUFValueType.ARRAY,
 )
 CONTROL, NORMAL, BYTE, UNKNOWN = 3, 1, 6, 2
-
-
-def bpe_variant(dst, model: str, pre: str, with_dna: bool):
-    """make_bpe_variants.py's file: llama-bpe's tokens and merges under another model and pre."""
-    src = {k: v for k, _, v, _ in items_of(read_gguf(LLAMA_TESTS / "ggml-vocab-llama-bpe.gguf.gz"))}
-    tokens, types = list(src["tokenizer.ggml.tokens"]), list(src["tokenizer.ggml.token_type"])
-    if with_dna:
-        tokens += [b"<dna>", b"</dna>", b"<oov>"]
-        types += [CONTROL] * 3
-        tokens += ["".join(k).encode() + "\ue000".encode() for k in itertools.product("ACGT", repeat=6)]
-        types += [NORMAL] * 4096
-    write_gguf(dst, [
-        ("general.architecture", STRING, "llama", None),
-        ("tokenizer.ggml.model", STRING, model, None),
-        ("tokenizer.ggml.pre", STRING, pre, None),
-        ("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
-        ("tokenizer.ggml.token_type", ARRAY, types, INT32),
-        ("tokenizer.ggml.merges", ARRAY, list(src["tokenizer.ggml.merges"]), STRING),
-        ("tokenizer.ggml.bos_token_id", UINT32, 128000, None),
-        ("tokenizer.ggml.eos_token_id", UINT32, 128001, None),
-    ])
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +71,13 @@ def cases(name: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_ids_are_llama_cpps(name, tok):
-    wrong = [c for c in cases(name) if tok.encode(c["text"], parse_special=c["special"]) != c["ids"]]
+    wrong = wrong_cases(tok.encode, cases(name))
     assert not wrong, (len(wrong), wrong[:3])
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_twin_is_llama_cpps(name, tok):
-    some = cases(name)[::7]
-    wrong = [c for c in some if tok.encode_reference(c["text"], parse_special=c["special"]) != c["ids"]]
+    wrong = wrong_cases(tok.encode_reference, cases(name)[::7])
     assert not wrong, (len(wrong), wrong[:3])
 
 

@@ -147,14 +147,21 @@ def test_bert_kernel_spans_equal_the_python_walk(normalizing):
     assert from_kernel == (len(texts) if tok.model.compiled else 0)
 
 
-bert_texts = st.lists(
-    st.one_of(
-        st.text(alphabet="aAbBeÉéèüßıİ\u0301\u00adxyz\u4e00\u3000\U00020000\U00013460.,'-1 \t\x00\x07\u200b\ufffd😀", max_size=12),
-        st.sampled_from(["[UNK]", "[SEP]", "[CLS]", " [MASK] ", "antidisestablishmentarianism" * 3, "\ud800"]),
-        st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
-    ),
-    max_size=12,
-).map("".join)
+def mixed_texts(alphabet: str, specials: list[str]):
+    """Texts of up to twelve parts: short runs over ``alphabet``, the vocabulary's ``specials`` (and a
+    long word, a lone surrogate), any codepoint."""
+    return st.lists(
+        st.one_of(
+            st.text(alphabet=alphabet, max_size=12),
+            st.sampled_from(specials + ["antidisestablishmentarianism" * 3, "\ud800"]),
+            st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
+        ),
+        max_size=12,
+    ).map("".join)
+
+
+bert_texts = mixed_texts("aAbBeÉéèüßıİ\u0301\u00adxyz\u4e00\u3000\U00020000\U00013460.,'-1 \t\x00\x07\u200b\ufffd😀",
+                         ["[UNK]", "[SEP]", "[CLS]", " [MASK] "])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -188,14 +195,8 @@ def test_t5_kernel_spans_equal_the_python_walk_on_every_reference_case(normalizi
     assert from_kernel == (len(texts) if tok.model.compiled else 0)
 
 
-t5_texts = st.lists(
-    st.one_of(
-        st.text(alphabet="aAeÉé\u0301ｶﾞ①ﬁ\u3000 \t\n\x00.,1\u200b\ufffd\U00013460\U000e0100😀\u2581", max_size=12),
-        st.sampled_from(["</s>", "<unk>", "<s>", " <pad> ", "antidisestablishmentarianism" * 3, "\ud800"]),
-        st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
-    ),
-    max_size=12,
-).map("".join)
+t5_texts = mixed_texts("aAeÉé\u0301ｶﾞ①ﬁ\u3000 \t\n\x00.,1\u200b\ufffd\U00013460\U000e0100😀\u2581",
+                       ["</s>", "<unk>", "<s>", " <pad> "])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

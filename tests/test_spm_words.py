@@ -14,7 +14,6 @@ import importlib.util
 import math
 import pathlib
 import random
-import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +26,7 @@ from bpetok.vocab.gguf_writer import items_of, write_gguf
 from bpetok import _specials
 from bpetok.models import _symbols  # the suite requires the C modules to be built (CI builds them)
 from bpetok.models.llama import SPACE
-from helpers import LLAMA_SPM, PHI3, load_cases
+from helpers import LLAMA_SPM, PHI3, load_cases, on_threads
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SPACE_BYTES = SPACE.encode()
@@ -221,17 +220,8 @@ def test_threads_share_one_word_cache():
     words = ["the", "quick", "brown", "fox", "é", "日本", "jumps", "over"] + ["".join(rng.choices("abcdefgh", k=6)) for _ in range(3000)]
     inputs = [(SPACE + SPACE.join(rng.choices(words, k=rng.randrange(50, 400)))).encode() for _ in range(60)]
     expected = [python_ids(tok, data) for data in inputs]
-    results: dict[int, list] = {}
-
-    def work(k: int) -> None:
-        results[k] = [merger.encode(data) for data in inputs]
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert all(found == expected for found in results.values())
+    results = on_threads(lambda k: [merger.encode(data) for data in inputs])
+    assert all(found == expected for found in results)
     info = merger.cache_info()
     assert 0 < info["bytes"] <= info["budget"]
 

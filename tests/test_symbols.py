@@ -10,7 +10,6 @@ directly, so these run under BPETOK_PURE_PYTHON=1 too.
 from __future__ import annotations
 
 import random
-import threading
 from array import array
 
 import pytest
@@ -24,7 +23,7 @@ from bpetok.vocab.gguf_writer import items_of, write_gguf
 from bpetok.models import _symbols  # the suite requires the C modules to be built (CI builds them)
 from bpetok.models.gemma4 import _NEWLINE_RUNS
 from bpetok.models.llama import SPACE, merger_module
-from helpers import BAICHUAN, GEMMA4, LLAMA_SPM, PHI3, load_cases
+from helpers import BAICHUAN, GEMMA4, LLAMA_SPM, PHI3, load_cases, on_threads
 
 PATHS = {"llama-spm": LLAMA_SPM, "phi-3": PHI3, "baichuan": BAICHUAN, "gemma-4": GEMMA4}
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -112,17 +111,8 @@ def test_threads_share_one_merger(model):
     rng = random.Random(7)
     inputs = ["".join(rng.choices("the quick brown fox é日本 ", k=rng.randrange(200, 3000))).encode() for _ in range(40)]
     expected = [merger.encode(data) for data in inputs]
-    results: dict[int, list] = {}
-
-    def work(k: int) -> None:
-        results[k] = [merger.encode(data) for data in inputs]
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert all(found == expected for found in results.values())
+    results = on_threads(lambda k: [merger.encode(data) for data in inputs])
+    assert all(found == expected for found in results)
 
 
 def test_spm_missing_byte_token_goes_to_python_which_says_so(tmp_path):

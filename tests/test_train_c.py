@@ -25,6 +25,8 @@ _train = pytest.importorskip("bpetok._train", reason="the C merge loop is not bu
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
 
+from test_train_twins import runs  # noqa: E402 - runs of letters, words and spaces, after the skips above
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Words over few symbols (many overlapping pairs: "a a a"), some above 255 as merged ids are.
@@ -109,15 +111,6 @@ def test_c_training_writes_the_python_loops_file_on_real_text(tmp_path, monkeypa
     assert len(fast.merges) > 500
     assert (fast.tokens, fast.merges) == (twin.tokens, twin.merges)
     assert (tmp_path / "c.gguf").read_bytes() == (tmp_path / "py.gguf").read_bytes()
-
-
-runs = st.lists(
-    st.one_of(
-        st.builds(lambda c, n: c * n, st.sampled_from(["a", "b", "ab", "aab", "é"]), st.integers(1, 60)),
-        st.sampled_from([" ", "\n", " ba", " aa", "x", " xa", "."]),
-    ),
-    max_size=40,
-).map("".join)
 
 
 @hypothesis.settings(max_examples=40, deadline=None)

@@ -12,6 +12,8 @@
 #ifndef BPETOK_RANK_TABLES_H
 #define BPETOK_RANK_TABLES_H
 
+#include "_merger_load.h"
+
 typedef struct {
     const unsigned char *p; /* NULL for a free slot */
     uint64_t hash;
@@ -135,20 +137,11 @@ static int build_ranks(Merger *self, PyObject *index, PyObject *merges)
     names.mask = size - 1;
     PyObject *key, *value;
     while (PyDict_Next(index, &pos, &key, &value)) {
-        if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) >= (Py_ssize_t)UINT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "the token index must be keyed by bytes");
+        const unsigned char *p;
+        uint32_t len, id;
+        if (token_index_entry(key, value, self->n_tokens, &p, &len, &id) < 0)
             goto done;
-        }
-        unsigned long long v = PyLong_AsUnsignedLongLong(value);
-        if (v == (unsigned long long)-1 && PyErr_Occurred())
-            goto done;
-        if (v >= self->n_tokens) {
-            PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
-            goto done;
-        }
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-        uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
-        if (names_add(&names, p, len, word_hash(p, len), (uint32_t)v) < 0) /* dict keys: each once */
+        if (names_add(&names, p, len, word_hash(p, len), id) < 0) /* dict keys: each once */
             goto no_memory;
     }
     if (table_init(&self->merges, (size_t)n_merges) < 0)
@@ -244,8 +237,8 @@ static PyObject *rank_merger(PyObject *Py_UNUSED(module), PyObject *args)
     unsigned long n_tokens;
     if (!PyArg_ParseTuple(args, "O!O!kO", &PyDict_Type, &index, &PyList_Type, &merges, &n_tokens, &byte_ids))
         return NULL;
-    Merger *self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
-    if (!self || setup(self, n_tokens, n_tokens, byte_ids, 0) < 0 || build_ranks(self, index, merges) < 0)
+    Merger *self = new_merger(n_tokens, byte_ids, 0);
+    if (self && build_ranks(self, index, merges) < 0)
         Py_CLEAR(self);
     return (PyObject *)self;
 }

@@ -7,6 +7,8 @@
 #ifndef BPETOK_SPM_TABLES_H
 #define BPETOK_SPM_TABLES_H
 
+#include "_merger_load.h"
+
 static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
 {
     PyObject **spanning = NULL; /* the texts that hold a ▁ after another character */
@@ -43,22 +45,17 @@ static int build_spm(Merger *self, PyObject *index, const uint64_t *priority)
     for (int more = 1; more;) {
         int count = 0;
         while (count < BATCH && (more = PyDict_Next(index, &pos, &key, &value))) {
-            unsigned long long v = PyLong_AsUnsignedLongLong(value);
-            if (v == (unsigned long long)-1 && PyErr_Occurred())
+            const unsigned char *p;
+            uint32_t len, id;
+            if (token_index_entry(key, value, self->n_tokens, &p, &len, &id) < 0)
                 goto fail;
-            if (v >= self->n_tokens) {
-                PyErr_Format(PyExc_ValueError, "token id %llu is out of range (below %lu)", v, (unsigned long)self->n_tokens);
-                goto fail;
-            }
-            const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key);
-            uint32_t len = (uint32_t)PyBytes_GET_SIZE(key);
             uint64_t hash = word_hash(p, len);
             PREFETCH(&t->short_tags[(size_t)hash & t->mask]);
             PREFETCH(&t->slots[(size_t)hash & t->mask]);
             batch[count].text = key;
             batch[count].p = p;
             batch[count].len = len;
-            batch[count].id = (uint32_t)v;
+            batch[count].id = id;
             batch[count].hash = hash;
             count++;
         }
@@ -147,8 +144,8 @@ static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
         }
         priority[i] = score_priority(score);
     }
-    self = (Merger *)MergerType.tp_alloc(&MergerType, 0);
-    if (!self || setup(self, n_tokens, n_tokens, byte_ids, missing_byte_fails) < 0 || build_spm(self, index, priority) < 0)
+    self = new_merger(n_tokens, byte_ids, missing_byte_fails);
+    if (self && build_spm(self, index, priority) < 0)
         Py_CLEAR(self);
 done:
     free(priority);

@@ -59,16 +59,11 @@ typedef struct {
 
 static void Wpm_dealloc(Wpm *self)
 {
-    free(self->class_starts);
-    free(self->class_codes);
-    free(self->nfd);
-    free(self->lower_from);
-    free(self->lower_to);
-    free(self->spaces);
+    BPETOK_FREE_ALL(free, self->class_starts, self->class_codes, self->nfd, self->lower_from, self->lower_to, self->spaces,
+                    self->id_len);
     sorted_trie_free(&self->trie);
     word_cache_free(&self->cache);
     id_ints_free(&self->ints);
-    free(self->id_len);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -256,21 +251,10 @@ typedef struct {
     size_t n_rows, rows_cap;
 } Out;
 
+/* Room for ``need`` items in one of Out's arrays (grow_array; no GIL needed). 0, or -1 out of memory. */
 static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
 {
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = *cap ? *cap : 64;
-    while (cap2 < need) {
-        if (cap2 > SIZE_MAX / 2 / itemsize)
-            return -1;
-        cap2 *= 2;
-    }
-    void *p = realloc(*buf, cap2 * itemsize);
-    if (p == NULL)
-        return -1;
-    *buf = p, *cap = cap2;
-    return 0;
+    return grow_array(buf, cap, need, itemsize, 64);
 }
 
 /* Appends ``c`` as UTF-8 (surrogates too, as Python's surrogatepass writes them). */

@@ -195,6 +195,14 @@ class CachingModel(TokenizerModel):
         cache = self._cache
         return {"pieces": {"entries": len(cache), "bytes": cache.used, "budget": cache.budget}}
 
+    def hand_cache_to(self, merger: Any) -> None:
+        """Where a compiled merger caches the words itself (``merger`` not None), its cache is the
+        pieces cache: it takes this model's budget and this model caches nothing (one cache, not
+        two). Call after :meth:`use_cache_budget`; :meth:`cache_info` then reads ``merger``'s."""
+        if merger is not None:
+            merger.set_cache_budget(self._cache.budget)
+            self._cache = IdCache(0)
+
 
 @functools.lru_cache(maxsize=16)
 def _finder(specials: tuple[str, ...]) -> re.Pattern[str] | None:

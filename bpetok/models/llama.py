@@ -35,7 +35,6 @@ import heapq
 from itertools import accumulate, repeat
 from typing import Any
 
-from bpetok.cache import IdCache
 from bpetok.compiled import compiled_module, warn_not_built
 from bpetok.errors import BpetokError
 from bpetok.hookspecs import hookimpl
@@ -194,9 +193,7 @@ class SentencePieceModel(CompiledMergeLoop):
         """Cache fragments within a quarter of ``cache_bytes``, or, when the C loop caches words,
         give it that budget (one cache either way)."""
         super().use_cache_budget(cache_bytes)
-        if self._word_merger is not None:
-            self._word_merger.set_cache_budget(self._cache.budget)
-            self._cache = IdCache(0)
+        self.hand_cache_to(self._word_merger)
 
     def cache_info(self) -> dict[str, dict[str, int]]:
         if self._word_merger is not None:

@@ -25,6 +25,7 @@ __all__ = [
     "PreTokenizer",
     "PreTokenizerSpec",
     "CollapsedRegexPreTokenizer",
+    "kernel_split_spec",
     "RegexChainPreTokenizer",
     "Splitter",
     "collapse",
@@ -292,6 +293,23 @@ class CollapsedRegexPreTokenizer:
                 at, done = end, i + 1
         return pieces
 
+
+def kernel_split_spec(
+    name: str, pre_names: tuple[str, ...], factory: Callable[[], PreTokenizer], llama_type: str, **flags
+) -> PreTokenizerSpec:
+    """The spec of a pre-tokenizer that the C kernel also splits, under the same ``name``
+    (``kernel_split``), and that may be cut at spaces (``space_chunks``: the pattern lets a space
+    after a non-space only start a piece, and nothing looks behind it). ``flags`` are the spec's
+    other fields (``clean_spaces``, ``description``...).
+
+    >>> spec = kernel_split_spec("qwen2", ("qwen2",), lambda: None, "QWEN2", clean_spaces=False)
+    >>> spec.kernel_split, spec.space_chunks, spec.clean_spaces
+    ('qwen2', True, False)
+    """
+    return PreTokenizerSpec(
+        name=name, pre_names=pre_names, factory=factory, llama_type=llama_type, space_chunks=True, kernel_split=name,
+        **flags,
+    )
 
 # The regex-chain mechanism lives in its own module; it builds on the collapsed text above.
 from bpetok.pretok.chain import RegexChainPreTokenizer, Splitter  # noqa: E402

@@ -13,7 +13,7 @@ by a placeholder for its class) gives the same pieces whatever Unicode version P
 from __future__ import annotations
 
 from bpetok.hookspecs import hookimpl
-from bpetok.pretok import CollapsedRegexPreTokenizer, PreTokenizerSpec
+from bpetok.pretok import CollapsedRegexPreTokenizer, kernel_split_spec
 from bpetok.pretok.chain import chain_spec
 
 __all__ = ["PATTERN", "PRE_NAMES", "make_pretokenizer", "bpetok_register_pretokenizers"]
@@ -60,24 +60,15 @@ def make_pretokenizer() -> CollapsedRegexPreTokenizer:
 
 @hookimpl
 def bpetok_register_pretokenizers(register):
+    # llama.cpp: clean_spaces stays at its BPE default (true) for LLAMA3. ignore_merges: a piece
+    # that is already a token is emitted whole, without running the merges (Llama 3's vocabulary
+    # has tokens BPE would not reach from their bytes). add_bos: used when the file has no
+    # tokenizer.ggml.add_bos_token key. The pattern lets a space after a non-space only start a
+    # piece (the optional prefix of a letter or punctuation run, or a whitespace run) and nothing
+    # looks behind, so bpetok may cut text there and cache whole chunks such as " word,".
     register(
-        PreTokenizerSpec(
-            name="llama3",
-            pre_names=PRE_NAMES,
-            factory=make_pretokenizer,
-            # llama.cpp: clean_spaces stays at its BPE default (true) for LLAMA3.
-            clean_spaces=True,
-            # A piece that is already a token is emitted whole, without running the merges:
-            # Llama 3's vocabulary has tokens BPE would not reach from their bytes.
-            ignore_merges=True,
-            # Used when the file has no tokenizer.ggml.add_bos_token key.
-            add_bos=True,
-            # A space after a non-space can only start a piece (the optional prefix of a letter
-            # or punctuation run, or a whitespace run), and nothing looks behind, so bpetok may
-            # cut text there and cache the ids of whole chunks such as " word,".
-            space_chunks=True,
-            llama_type="LLAMA3",
-            kernel_split="llama3",  # llama.cpp's custom llama3 splitter, in C (bpetok/pretok/_split.c)
+        kernel_split_spec(
+            "llama3", PRE_NAMES, make_pretokenizer, "LLAMA3", clean_spaces=True, ignore_merges=True, add_bos=True,
             description="Llama 3: numbers in runs of 1-3, case-insensitive contractions, ignore_merges",
         )
     )

@@ -8,7 +8,7 @@ implements its regex; laguna's after a first pass that cuts newline runs out).
 """
 
 from bpetok.hookspecs import hookimpl
-from bpetok.pretok import CollapsedRegexPreTokenizer, PreTokenizerSpec
+from bpetok.pretok import CollapsedRegexPreTokenizer, kernel_split_spec
 from bpetok.pretok.chain import chain_spec
 
 PATTERN = (
@@ -50,16 +50,10 @@ def bpetok_register_pretokenizers(register):
     # llama.cpp src/llama-vocab.cpp: these pre names map to LLAMA_VOCAB_PRE_TYPE_QWEN2 with
     # clean_spaces = false; "megrez" maps there too but keeps clean_spaces = true.
     for names, clean_spaces in ((("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"), False), (("megrez",), True)):
+        # The pattern lets a space only start a piece or sit in a whitespace run: text may be cut at spaces.
         register(
-            PreTokenizerSpec(
-                name="qwen2",
-                pre_names=names,
-                factory=make_pretokenizer,
-                clean_spaces=clean_spaces,
-                # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
-                space_chunks=True,
-                llama_type="QWEN2",
-                kernel_split="qwen2",  # llama.cpp's custom qwen2 splitter, in C (bpetok/pretok/_split.c)
+            kernel_split_spec(
+                "qwen2", names, make_pretokenizer, "QWEN2", clean_spaces=clean_spaces,
                 description="Qwen2/Qwen3: one digit per piece, case-insensitive contractions",
             )
         )

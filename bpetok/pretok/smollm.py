@@ -8,7 +8,7 @@ is kept whole. One regex over collapsed text gives the same pieces (the two-pass
 """
 
 from bpetok.hookspecs import hookimpl
-from bpetok.pretok import CollapsedRegexPreTokenizer, PreTokenizerSpec
+from bpetok.pretok import CollapsedRegexPreTokenizer, kernel_split_spec
 from bpetok.pretok.gpt2 import GPT2
 
 # llama.cpp's passes, as src/llama-vocab.cpp lists them.
@@ -45,16 +45,10 @@ TYPES = [
 @hookimpl
 def bpetok_register_pretokenizers(register):
     for llama_type, names, clean_spaces in TYPES:
+        # The pattern lets a space only start a piece or sit in a whitespace run: text may be cut at spaces.
         register(
-            PreTokenizerSpec(
-                name="smollm",
-                pre_names=names,
-                factory=make_pretokenizer,
-                clean_spaces=clean_spaces,
-                # A space can only start a piece or sit in a whitespace run: text may be cut at spaces.
-                space_chunks=True,
-                llama_type=llama_type,
-                kernel_split="smollm",  # PATTERN in C (bpetok/pretok/_split.c)
+            kernel_split_spec(
+                "smollm", names, make_pretokenizer, llama_type, clean_spaces=clean_spaces,
                 description="SmolLM2: digits cut out first, then GPT-2's pattern",
             )
         )

@@ -7,9 +7,13 @@ these tests also run from bpetok's root, where tests/helpers.py is importable as
 
 from __future__ import annotations
 
+import functools
 import gzip
+import importlib.util
 import json
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -24,6 +28,8 @@ from bpetok_hf.writer import export_hf
 
 DATA = pathlib.Path(__file__).parent / "data"
 ROOT = pathlib.Path(__file__).resolve().parents[3]  # bpetok's repository
+# bpetok's CLI module (bpetok.apps.cli since the layout moved it; bpetok.cli before).
+CLI = "bpetok.apps.cli" if importlib.util.find_spec("bpetok.apps") else "bpetok.cli"
 
 
 def _find(name: str) -> pathlib.Path:
@@ -35,11 +41,11 @@ def _find(name: str) -> pathlib.Path:
     raise FileNotFoundError(f"{name}: not in bpetok's tests/data; run these tests from a bpetok checkout")
 
 
-# name -> (GGUF, llama.cpp's reference cases), the three vocabularies the plugin is checked on.
+# name -> GGUF, the three vocabularies the plugin is checked on (llama.cpp's reference cases: name.jsonl.gz).
 VOCABS = {
-    "qwen3": ("ggml-vocab-qwen3.gguf.gz", "qwen3.jsonl.gz"),
-    "smollm2": ("ggml-vocab-smollm2.gguf.gz", "smollm2.jsonl.gz"),
-    "llama-bpe": ("ggml-vocab-llama-bpe.gguf.gz", "llama-bpe.jsonl.gz"),
+    "qwen3": "ggml-vocab-qwen3.gguf.gz",
+    "smollm2": "ggml-vocab-smollm2.gguf.gz",
+    "llama-bpe": "ggml-vocab-llama-bpe.gguf.gz",
 }
 
 
@@ -49,22 +55,22 @@ def _jsonl(path: pathlib.Path) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
+def read_jsonl():
+    """The records of a gzipped JSON-lines file (llama.cpp's reference cases, HF's recorded ids)."""
+    return _jsonl
+
+
+@pytest.fixture(scope="session")
 def gguf_path():
-    return lambda name: _find(VOCABS[name][0])
+    return lambda name: _find(VOCABS[name])
 
 
 @pytest.fixture(scope="session")
 def oracle_texts():
-    """llama.cpp's reference texts for a vocabulary with its ids (parse_special=True: HF always
-    cuts special tokens out), 2,900 per vocabulary."""
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = [c for c in _jsonl(_find(VOCABS[name][1])) if c["special"]]
-        return cache[name]
-
-    return get
+    """llama.cpp's reference texts for the vocabulary ``name`` (of VOCABS, or any other with its
+    ``name``.jsonl.gz in bpetok's tests/data) with its ids, those of parse_special=True: HF always
+    cuts special tokens out. 2,900 per vocabulary."""
+    return functools.cache(lambda name: [c for c in _jsonl(_find(f"{name}.jsonl.gz")) if c["special"]])
 
 
 @pytest.fixture(scope="session")
@@ -75,28 +81,26 @@ def corpus() -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def reference_texts(oracle_texts, corpus):
+    """The texts of ``oracle_texts(name)``, then the corpus sample: what a file made from the
+    vocabulary ``name`` is checked on."""
+    return lambda name: [c["text"] for c in oracle_texts(name)] + corpus
+
+
+@pytest.fixture(scope="session")
 def gguf_tokenizer(gguf_path):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = bpetok.from_file(gguf_path(name))
-        return cache[name]
-
-    return get
+    return functools.cache(lambda name: bpetok.from_file(gguf_path(name)))
 
 
 @pytest.fixture(scope="session")
 def exported(gguf_tokenizer, tmp_path_factory):
     """The directory bpetok-hf exports a vocabulary to (tokenizer.json, tokenizer_config.json)."""
-    cache = {}
 
+    @functools.cache
     def get(name):
-        if name not in cache:
-            out = tmp_path_factory.mktemp(f"hf-{name}")
-            export_hf(gguf_tokenizer(name), out)
-            cache[name] = out
-        return cache[name]
+        out = tmp_path_factory.mktemp(f"hf-{name}")
+        export_hf(gguf_tokenizer(name), out)
+        return out
 
     return get
 
@@ -118,3 +122,23 @@ def hf_ids():
 @pytest.fixture(scope="session")
 def plugin():
     return bpetok_hf
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """bpetok's CLI run as a user runs it, in a subprocess: ``cli("export", path, ...)`` -> CompletedProcess."""
+    return lambda *args: subprocess.run([sys.executable, "-m", CLI, *map(str, args)], capture_output=True, text=True,
+                                        timeout=300)
+
+
+@pytest.fixture(scope="session")
+def cli_export(cli, tmp_path_factory):
+    """``export GGUF --format hf`` by the CLI into a new folder named after ``name``: the folder."""
+
+    def export(gguf, name: str) -> pathlib.Path:
+        out = tmp_path_factory.mktemp(name)
+        result = cli("export", gguf, "--format", "hf", "-o", out)
+        assert result.returncode == 0, result.stderr
+        return out
+
+    return export

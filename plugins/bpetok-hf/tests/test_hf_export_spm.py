@@ -3,11 +3,9 @@ gives llama.cpp's recorded ids (tests/data/<name>.jsonl.gz)."""
 
 from __future__ import annotations
 
-import gzip
+import functools
 import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
@@ -26,33 +24,17 @@ def _gguf(name: str) -> pathlib.Path:
     return ROOT / "tests" / "data" / "llama.cpp-tests" / SPM[name]
 
 
-def _cases(name: str) -> list[dict]:
-    with gzip.open(ROOT / "tests" / "data" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
-        return [c for c in map(json.loads, f) if c["special"]]  # HF always cuts special tokens out
-
-
 @pytest.fixture(scope="module")
-def exported_spm(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            out = tmp_path_factory.mktemp(f"hf-{name}")
-            result = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "export", str(_gguf(name)), "--format", "hf",
-                                     "-o", str(out)], capture_output=True, text=True, timeout=300)
-            assert result.returncode == 0, result.stderr
-            cache[name] = out
-        return cache[name]
-
-    return get
+def exported_spm(cli_export):
+    return functools.cache(lambda name: cli_export(_gguf(name), f"hf-{name}"))
 
 
 @pytest.mark.parametrize("name", sorted(SPM))
-def test_transformers_gives_llama_cpp_ids(name, exported_spm):
+def test_transformers_gives_llama_cpp_ids(name, exported_spm, oracle_texts):
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(str(exported_spm(name)))
-    cases = _cases(name)
+    cases = oracle_texts(name)
     assert len(cases) >= 2900
     differ = [c["text"] for c in cases if hf(c["text"], add_special_tokens=False)["input_ids"] != c["ids"]]
     assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[0]!r:.200}"

@@ -15,11 +15,8 @@ it), so on this map it stands in for llama.cpp.
 from __future__ import annotations
 
 import functools
-import gzip
-import importlib.util
 import json
 import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -32,8 +29,6 @@ from bpetok.vocab import CHARSMAP_KEY
 from bpetok_hf.writer import ExportError, export_hf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-# bpetok's CLI module (bpetok.apps.cli since the layout moved it; bpetok.cli before).
-CLI = "bpetok.apps.cli" if importlib.util.find_spec("bpetok.apps") else "bpetok.cli"
 T5 = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-nomic-bert-moe.gguf.gz"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -56,12 +51,8 @@ def single_gguf(single_path):
 
 
 @pytest.fixture(scope="module")
-def t5_folder(single_path, tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf-t5")
-    result = subprocess.run([sys.executable, "-m", CLI, "export", str(single_path), "--format", "hf", "-o", str(out)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return out
+def t5_folder(single_path, cli_export):
+    return cli_export(single_path, "hf-t5")
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +62,10 @@ def t5_hf(t5_folder):
     return AutoTokenizer.from_pretrained(str(t5_folder))
 
 
-def _cases() -> list[dict]:
-    with gzip.open(ROOT / "tests" / "data" / "nomic-bert-moe.jsonl.gz", "rt", encoding="utf-8") as f:
-        return list(map(json.loads, f))
+@pytest.fixture(scope="module")
+def t5_cases(read_jsonl):
+    """llama.cpp's ids for nomic-bert-moe (T5), both parse_special values."""
+    return read_jsonl(ROOT / "tests" / "data" / "nomic-bert-moe.jsonl.gz")
 
 
 # --- a map with longer keys: refused --------------------------------------------------------------
@@ -111,9 +103,8 @@ def test_the_refusal_example_is_hf_tokenizers_own_behaviour(t5_gguf):
         assert hf.normalize_str(text) == hf_text, ascii(text)
 
 
-def test_the_cli_refuses_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", CLI, "export", str(T5), "--format", "hf", "-o", str(tmp_path / "o")],
-                            capture_output=True, text=True, timeout=300)
+def test_the_cli_refuses_in_one_line(tmp_path, cli):
+    result = cli("export", T5, "--format", "hf", "-o", tmp_path / "o")
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "keys of more than one character" in lines[0] and str(T5) in lines[0], result.stderr
@@ -145,11 +136,11 @@ def test_the_map_is_single_characters_ending_clusters(single_gguf, t5_folder):
     assert steps[0]["type"] == "Replace" and steps[0]["content"] == "\x01" and steps[1]["type"] == "Precompiled"
 
 
-def test_transformers_gives_bpetoks_ids_on_the_reference_texts(single_gguf, t5_hf):
+def test_transformers_gives_bpetoks_ids_on_the_reference_texts(single_gguf, t5_hf, t5_cases):
     # HF always cuts special tokens out (parse_special=True); with parse_special=False the texts
     # holding no special token's text are the same question.
     specials = [t for t in t5_hf.all_special_tokens if t]
-    cases = [c for c in _cases() if c["special"] or not any(s in c["text"] for s in specials)]
+    cases = [c for c in t5_cases if c["special"] or not any(s in c["text"] for s in specials)]
     assert len(cases) > 5000
     differ = [c["text"] for c in cases
               if t5_hf(c["text"], add_special_tokens=False)["input_ids"] != single_gguf.encode(c["text"], parse_special=c["special"])]
@@ -186,10 +177,10 @@ def test_special_tokens_as_llama_cpp(single_gguf, t5_hf, t5_folder):
     assert t5_hf.unk_token_id == single_gguf.special_ids["unk"] == 3
 
 
-def test_the_export_loads_back_with_hf_ids(t5_hf, t5_folder, corpus):
+def test_the_export_loads_back_with_hf_ids(t5_hf, t5_folder, corpus, t5_cases):
     back = bpetok.from_file(t5_folder)
     assert back.vocabulary.model == "hf-unigram"
-    texts = [c["text"] for c in _cases()[::8]] + corpus[:200]
+    texts = [c["text"] for c in t5_cases[::8]] + corpus[:200]
     differ = [t for t in texts if back.encode(t) != t5_hf(t, add_special_tokens=False)["input_ids"]]
     assert not differ, f"{len(differ)} differ, e.g. {differ[0]!r:.200}"
 

@@ -3,54 +3,27 @@ llama.cpp's recorded ids (tests/data/more-models/whitespace.jsonl.gz, 5,800 case
 parse_special values; parse_special=False is HF's ``split_special_tokens=True``).
 
 The vocabulary is rebuilt as the repository's tests/test_more_models.py builds it (llama.cpp's
-llama-bpe test vocabulary under ``model = whitespace``, ``pre = whitespace``), from
-../shared/vocab/more-models/make_bpe_variants.py.
+llama-bpe test vocabulary under ``model = whitespace``, ``pre = whitespace``), by the repository's
+scripts/make_bpe_variants.py.
 """
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import json
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
 import bpetok
-from bpetok.vocab.gguf import GGUFValueType, read_gguf
-from bpetok.vocab.gguf_writer import items_of, write_gguf
 
 from bpetok_hf.writer import ExportError, export_hf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-LLAMA_BPE = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-llama-bpe.gguf.gz"
 CASES = ROOT / "tests" / "data" / "more-models" / "whitespace.jsonl.gz"
-STRING, UINT32, INT32, ARRAY = GGUFValueType.STRING, GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.ARRAY
-CONTROL, NORMAL = 3, 1
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def bpe_variant(dst, model: str, pre: str, with_dna: bool = False, merges_extra: tuple = ()):
-    """make_bpe_variants.py's file: llama-bpe's tokens and merges under another model and pre."""
-    src = {k: v for k, _, v, _ in items_of(read_gguf(LLAMA_BPE))}
-    tokens, types = list(src["tokenizer.ggml.tokens"]), list(src["tokenizer.ggml.token_type"])
-    if with_dna:
-        tokens += [b"<dna>", b"</dna>", b"<oov>"]
-        types += [CONTROL] * 3
-        tokens += ["".join(k).encode() + "\ue000".encode() for k in itertools.product("ACGT", repeat=6)]
-        types += [NORMAL] * 4096
-    write_gguf(dst, [
-        ("general.architecture", STRING, "llama", None),
-        ("tokenizer.ggml.model", STRING, model, None),
-        ("tokenizer.ggml.pre", STRING, pre, None),
-        ("tokenizer.ggml.tokens", ARRAY, tokens, STRING),
-        ("tokenizer.ggml.token_type", ARRAY, types, INT32),
-        ("tokenizer.ggml.merges", ARRAY, list(merges_extra) + list(src["tokenizer.ggml.merges"]), STRING),
-        ("tokenizer.ggml.bos_token_id", UINT32, 128000, None),
-        ("tokenizer.ggml.eos_token_id", UINT32, 128001, None),
-    ])
-    return dst
+from make_bpe_variants import bpe_variant  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +32,8 @@ def whitespace_gguf(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def folder(whitespace_gguf, tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf-whitespace")
-    result = subprocess.run([sys.executable, "-m", "bpetok.apps.cli", "export", str(whitespace_gguf), "--format", "hf",
-                             "-o", str(out)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return out
+def folder(whitespace_gguf, cli_export):
+    return cli_export(whitespace_gguf, "hf-whitespace")
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +44,8 @@ def hf_pair(folder):
             False: AutoTokenizer.from_pretrained(str(folder), split_special_tokens=True)}
 
 
-def test_transformers_gives_llama_cpp_ids(hf_pair):
-    with gzip.open(CASES, "rt", encoding="utf-8") as f:
-        cases = [json.loads(line) for line in f]
+def test_transformers_gives_llama_cpp_ids(hf_pair, read_jsonl):
+    cases = read_jsonl(CASES)
     assert len(cases) == 5800 and {c["special"] for c in cases} == {True, False}
     differ = [c for c in cases if hf_pair[c["special"]](c["text"], add_special_tokens=False)["input_ids"] != c["ids"]]
     assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[0]!r:.200}"
@@ -91,11 +59,10 @@ def test_transformers_gives_bpetoks_ids_on_the_corpus(hf_pair, whitespace_gguf, 
     assert not differ, f"{len(differ)} of {2 * len(corpus)} differ, e.g. {differ[0]!r:.200}"
 
 
-def test_a_character_that_is_no_token_keeps_its_neighbours_apart(hf_pair, whitespace_gguf):
+def test_a_character_that_is_no_token_keeps_its_neighbours_apart(hf_pair, whitespace_gguf, read_jsonl):
     # llama.cpp: 'a', U+00AD (no token), 'b' stay three symbols, 'ab' is never made; HF would drop
     # the character and merge 'ab' but for the Isolated Split.
-    with gzip.open(CASES, "rt", encoding="utf-8") as f:
-        case = next(c for c in map(json.loads, f) if c["text"] == "a\xadb" and c["special"])
+    case = next(c for c in read_jsonl(CASES) if c["text"] == "a\xadb" and c["special"])
     tok = bpetok.from_file(whitespace_gguf)
     assert case["ids"] != tok.encode("ab")
     assert hf_pair[True]("a\xadb", add_special_tokens=False)["input_ids"] == case["ids"]

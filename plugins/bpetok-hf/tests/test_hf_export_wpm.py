@@ -4,12 +4,8 @@ Split steps; transformers loads the folder and gives llama.cpp's recorded ids
 
 from __future__ import annotations
 
-import gzip
-import importlib.util
 import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -22,8 +18,6 @@ from bpetok.gguf_writer import items_of, write_gguf
 from bpetok_hf.writer import ExportError, export_hf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-# bpetok's CLI module (bpetok.apps.cli since the layout moved it; bpetok.cli before).
-CLI = "bpetok.apps.cli" if importlib.util.find_spec("bpetok.apps") else "bpetok.cli"
 BERT = ROOT / "tests" / "data" / "llama.cpp-tests" / "ggml-vocab-bert-bge.gguf.gz"
 
 
@@ -33,12 +27,8 @@ def bert_gguf():
 
 
 @pytest.fixture(scope="module")
-def bert_folder(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf-bert")
-    result = subprocess.run([sys.executable, "-m", CLI, "export", str(BERT), "--format", "hf", "-o", str(out)],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return out
+def bert_folder(cli_export):
+    return cli_export(BERT, "hf-bert")
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +38,8 @@ def bert_hf(bert_folder):
     return AutoTokenizer.from_pretrained(str(bert_folder))
 
 
-def _cases() -> list[dict]:
-    with gzip.open(ROOT / "tests" / "data" / "bert-bge.jsonl.gz", "rt", encoding="utf-8") as f:
-        return [c for c in map(json.loads, f) if c["special"]]  # HF always cuts special tokens out
-
-
-def test_transformers_gives_llama_cpp_ids(bert_hf):
-    cases = _cases()
+def test_transformers_gives_llama_cpp_ids(bert_hf, oracle_texts):
+    cases = oracle_texts("bert-bge")
     assert len(cases) == 2900
     differ = [c["text"] for c in cases if bert_hf(c["text"], add_special_tokens=False)["input_ids"] != c["ids"]]
     assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[0]!r:.200}"
@@ -102,10 +87,10 @@ def test_cls_and_sep_as_llama_cpp(bert_gguf, bert_hf, bert_folder):
     assert bert_hf.cls_token_id == 101 and bert_hf.sep_token_id == 102
 
 
-def test_the_export_loads_back_with_hf_ids(bert_hf, bert_folder, corpus):
+def test_the_export_loads_back_with_hf_ids(bert_hf, bert_folder, reference_texts):
     back = bpetok.from_file(bert_folder)
     assert back.vocabulary.model == "hf-wordpiece"
-    texts = [c["text"] for c in _cases()] + corpus
+    texts = reference_texts("bert-bge")
     differ = [t for t in texts if back.encode(t) != bert_hf(t, add_special_tokens=False)["input_ids"]]
     assert not differ, f"{len(differ)} differ, e.g. {differ[0]!r:.200}"
 
@@ -123,14 +108,14 @@ def _with(tmp_path, changes: dict, tokens: dict | None = None) -> pathlib.Path:
     return tmp_path / "bert.gguf"
 
 
-def test_a_cased_vocabulary_keeps_case_and_accents(bert_hf, tmp_path):
+def test_a_cased_vocabulary_keeps_case_and_accents(bert_hf, tmp_path, oracle_texts):
     # tokenizer.ggml.normalizer.lowercase false: llama.cpp neither lowercases nor strips accents.
     from transformers import AutoTokenizer
 
     tok = bpetok.from_file(_with(tmp_path, {"tokenizer.ggml.normalizer.lowercase": False}))
     export_hf(tok, tmp_path / "out")
     hf = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
-    texts = [c["text"] for c in _cases()[::5]] + ["ÉCOLE École", "Hello World"]
+    texts = [c["text"] for c in oracle_texts("bert-bge")[::5]] + ["ÉCOLE École", "Hello World"]
     assert hf("ÉCOLE", add_special_tokens=False)["input_ids"] != bert_hf("ÉCOLE", add_special_tokens=False)["input_ids"]
     differ = [t for t in texts if hf(t, add_special_tokens=False)["input_ids"] != tok.encode(t)]
     assert not differ, f"{len(differ)} of {len(texts)} differ, e.g. {differ[0]!r:.200}"

@@ -6,7 +6,7 @@ of llama GGUFs (transformers' legacy layout) and Gemma 4, whose ids must stay ll
 
 from __future__ import annotations
 
-import gzip
+import functools
 import importlib.util
 import json
 import pathlib
@@ -25,35 +25,27 @@ _spec.loader.exec_module(references)
 FOLDERS = {"llama": ("LlamaTokenizer", "hf-metaspace"), "gemma": ("GemmaTokenizer", "llama")}
 
 
-def _jsonl(path):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    cache = {}
-
+    @functools.cache
     def get(name):
-        if name not in cache:
-            pytest.importorskip("sentencepiece", reason="the test extra's sentencepiece builds the SentencePiece model")
-            cache[name] = references.spm_folder(tmp_path_factory.mktemp(name) / name, FOLDERS[name][0])
-        return cache[name]
+        pytest.importorskip("sentencepiece", reason="the test extra's sentencepiece builds the SentencePiece model")
+        return references.spm_folder(tmp_path_factory.mktemp(name) / name, FOLDERS[name][0])
 
     return get
 
 
 @pytest.mark.parametrize("name", sorted(FOLDERS))
-def test_transformers_files_give_hf_ids(name, folder, corpus):
+def test_transformers_files_give_hf_ids(name, folder, reference_texts, read_jsonl):
     from tokenizers import Tokenizer
 
     path = folder(name) / "tokenizer.json"
     tok, hf = bpetok.from_file(folder(name)), Tokenizer.from_file(str(path))
     assert tok.vocabulary.model == FOLDERS[name][1]
-    recorded = _jsonl(DATA / f"{name}-spm-hf.jsonl.gz")
+    recorded = read_jsonl(DATA / f"{name}-spm-hf.jsonl.gz")
     for case in recorded:
         assert tok.encode(case["text"]) == case["ids"], case["text"]
-    texts = [c["text"] for c in _jsonl(ROOT / "tests/data/llama-spm.jsonl.gz") if c["special"]] + corpus
+    texts = reference_texts("llama-spm")
     differ = [t for t in texts if tok.encode(t) != hf.encode(t, add_special_tokens=False).ids]
     assert not differ, f"{len(differ)} of {len(texts)} differ, e.g. {differ[0]!r:.200}"
     assert tok.decode(tok.encode(" Hello  world")) == hf.decode(hf.encode(" Hello  world", add_special_tokens=False).ids)
@@ -62,13 +54,13 @@ def test_transformers_files_give_hf_ids(name, folder, corpus):
 @pytest.mark.parametrize("name, gguf, model", [("llama-spm", "ggml-vocab-llama-spm.gguf.gz", "llama"),
                                                ("phi-3", "ggml-vocab-phi-3.gguf.gz", "llama"),
                                                ("gemma-4", "ggml-vocab-gemma-4.gguf.gz", "gemma4")])
-def test_exported_files_read_back_with_llama_cpp_ids(name, gguf, model, tmp_path):
+def test_exported_files_read_back_with_llama_cpp_ids(name, gguf, model, tmp_path, oracle_texts):
     from bpetok_hf.writer import export_hf
 
     export_hf(bpetok.from_file(ROOT / "tests/data/llama.cpp-tests" / gguf), tmp_path)
     tok = bpetok.from_file(tmp_path)
     assert tok.vocabulary.model == model and tok.add_bos
-    cases = [c for c in _jsonl(ROOT / f"tests/data/{name}.jsonl.gz") if c["special"]]
+    cases = oracle_texts(name)
     differ = [c["text"] for c in cases if tok.encode(c["text"]) != c["ids"]]
     assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[0]!r:.200}"
 

@@ -9,7 +9,7 @@ Tekken: byte-level BPE, ``Split`` on Tekken's pattern + ``ByteLevel(use_regex=Fa
 
 from __future__ import annotations
 
-import gzip
+import functools
 import json
 import pathlib
 import sys
@@ -18,7 +18,6 @@ import pytest
 
 import bpetok
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
 DATA = pathlib.Path(__file__).parent / "data"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -27,45 +26,26 @@ import make_tekken_gemma_references as refs  # noqa: E402
 NAMES = ("tekken", "gemma")
 # The model each is read into, and llama.cpp's reference texts of the nearest vocabulary.
 MODEL = {"tekken": "gpt2", "gemma": "llama"}
-ORACLE = {"tekken": "qwen3.jsonl.gz", "gemma": "llama-spm.jsonl.gz"}
+ORACLE = {"tekken": "qwen3", "gemma": "llama-spm"}
 BOS = {"tekken": 1, "gemma": 2}
-
-
-def _jsonl(path):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = refs.unpack(name, tmp_path_factory.mktemp(name))
-        return cache[name]
-
-    return get
+    return functools.cache(lambda name: refs.unpack(name, tmp_path_factory.mktemp(name)))
 
 
 @pytest.fixture(scope="module")
 def loaded(folder):
-    cache = {}
-
-    def get(name, file=False):
-        if (name, file) not in cache:
-            cache[name, file] = bpetok.from_file(folder(name) / "tokenizer.json" if file else folder(name))
-        return cache[name, file]
-
-    return get
+    return functools.cache(lambda name, file=False: bpetok.from_file(folder(name) / "tokenizer.json" if file else folder(name)))
 
 
 @pytest.mark.parametrize("file", [False, True], ids=["folder", "tokenizer_json"])
 @pytest.mark.parametrize("name", NAMES)
-def test_recorded_hf_ids(name, file, loaded):
+def test_recorded_hf_ids(name, file, loaded, read_jsonl):
     # HF's answers pinned by the script, with and without the post-processor's BOS.
     tok = loaded(name, file)
-    cases = _jsonl(DATA / f"{name}-hf.jsonl.gz")
+    cases = read_jsonl(DATA / f"{name}-hf.jsonl.gz")
     assert [c["text"] for c in cases] == refs.TEXTS
     for case in cases:
         assert tok.encode(case["text"]) == case["ids"], case["text"]
@@ -75,13 +55,13 @@ def test_recorded_hf_ids(name, file, loaded):
 
 @pytest.mark.parametrize("file", [False, True], ids=["folder", "tokenizer_json"])
 @pytest.mark.parametrize("name", NAMES)
-def test_stored_folder_gives_hf_tokenizers_ids(name, file, folder, loaded, corpus):
+def test_stored_folder_gives_hf_tokenizers_ids(name, file, folder, loaded, reference_texts):
     from tokenizers import Tokenizer
 
     hf = Tokenizer.from_file(str(folder(name) / "tokenizer.json"))
     tok = loaded(name, file)
     assert tok.vocabulary.model == MODEL[name]
-    texts = [c["text"] for c in _jsonl(ROOT / "tests" / "data" / ORACLE[name]) if c["special"]] + corpus
+    texts = reference_texts(ORACLE[name])
     texts += refs.TEXTS
     differ = [t for t in texts if tok.encode(t) != hf.encode(t, add_special_tokens=False).ids]
     assert not differ, f"{len(differ)} of {len(texts)} differ, e.g. {differ[0]!r:.200}"

@@ -3,7 +3,7 @@ own fast classes save them (scripts/make_wp_ugm_references.py), give HF tokenize
 
 from __future__ import annotations
 
-import gzip
+import functools
 import json
 import pathlib
 import sys
@@ -13,7 +13,6 @@ import pytest
 import bpetok
 from bpetok import VocabularyError
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
 DATA = pathlib.Path(__file__).parent / "data"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -30,56 +29,32 @@ ORACLE = {"bert": "bert-bge", "bert-cased": "bert-bge", "xlmr": "nomic-bert-moe"
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = FOLDERS[name](tmp_path_factory.mktemp(name))
-        return cache[name]
-
-    return get
+    return functools.cache(lambda name: FOLDERS[name](tmp_path_factory.mktemp(name)))
 
 
 @pytest.fixture(scope="module")
 def loaded(folder):
     """bpetok's tokenizer of a folder, loaded once."""
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = bpetok.from_file(folder(name))
-        return cache[name]
-
-    return get
-
-
-def _jsonl(path):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
-def _texts(name, corpus):
-    """llama.cpp's reference texts of the vocabulary the folder was made from, and the corpus sample."""
-    return [c["text"] for c in _jsonl(ROOT / "tests" / "data" / f"{ORACLE[name]}.jsonl.gz") if c["special"]] + corpus
+    return functools.cache(lambda name: bpetok.from_file(folder(name)))
 
 
 @pytest.mark.parametrize("name", sorted(FOLDERS))
-def test_a_saved_folder_gives_hf_tokenizers_ids(name, folder, loaded, corpus):
+def test_a_saved_folder_gives_hf_tokenizers_ids(name, folder, loaded, reference_texts):
     from tokenizers import Tokenizer
 
     hf = Tokenizer.from_file(str(folder(name) / "tokenizer.json"))
     tok = loaded(name)
-    texts = _texts(name, corpus)
+    texts = reference_texts(ORACLE[name])  # of the vocabulary the folder was made from
     assert len(texts) == 3500
     differ = [t for t in texts if tok.encode(t) != hf.encode(t, add_special_tokens=False).ids]
     assert not differ, f"{len(differ)} of {len(texts)} differ, e.g. {differ[0]!r:.200}"
 
 
 @pytest.mark.parametrize("name", ["bert", "t5"])
-def test_recorded_hf_ids(name, folder):
+def test_recorded_hf_ids(name, folder, read_jsonl):
     # HF's answers pinned by scripts/make_wp_ugm_references.py; the tokenizer.json read alone.
     tok = bpetok.from_file(folder(name) / "tokenizer.json")
-    cases = _jsonl(DATA / f"{name}-hf.jsonl.gz")
+    cases = read_jsonl(DATA / f"{name}-hf.jsonl.gz")
     assert [c["text"] for c in cases] == refs.TEXTS
     for case in cases:
         assert tok.encode(case["text"]) == case["ids"], case["text"]
