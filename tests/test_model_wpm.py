@@ -165,6 +165,20 @@ def test_fast_and_reference_agree_on_any_text(bert, text):
         assert bert.encode(text, parse_special=parse_special) == bert.encode_reference(text, parse_special=parse_special)
 
 
+texts_with_specials = st.lists(
+    st.one_of(any_text, st.sampled_from(["[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]", " [SEP] ", "[CLS"])), max_size=8
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=texts_with_specials)
+def test_text_with_special_tokens_is_the_reference_partition(bert, text):
+    """The kernel's one call (``encode_cut``, cut by the specials' automaton) against the
+    partition and the reference word split, fragment by fragment."""
+    for parse_special in (False, True):
+        assert bert.encode(text, parse_special=parse_special) == bert.encode_reference(text, parse_special=parse_special)
+
+
 def test_invalid_utf8_becomes_u_fffd_which_the_normalizer_drops(bert):
     """llama.cpp decodes a byte that starts no sequence as U+FFFD, and preprocess drops U+FFFD."""
     assert bert.encode_bytes(b"hello \xffworld") == bert.encode("hello world")

@@ -463,6 +463,83 @@ static PyObject *Wpm_encode(Wpm *self, PyObject *args)
     return result;
 }
 
+PyDoc_STRVAR(encode_cut_doc,
+             "encode_cut(unk: int, plain, special, text: str, parse_special: bool) -> list[int] | None\n\n"
+             "encode() of each fragment of text's partition, each special's id after its fragment, in one\n"
+             "call: ``special`` where parse_special else ``plain`` is the bpetok._specials.Automaton of\n"
+             "that mode (None: the mode has no specials), whose cuts(text) give the fragments in\n"
+             "characters. None where encode would give None or there are no cuts to be had: the\n"
+             "Tokenizer then partitions and encodes as usual, which is what this equals.");
+
+static PyObject *cuts_name; /* "cuts", interned on first use */
+
+static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+        return NULL;
+    }
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *text = args[3];
+    int parse_special = PyObject_IsTrue(args[4]);
+    long long unk = PyLong_AsLongLong(args[0]);
+    if (parse_special < 0 || (unk == -1 && PyErr_Occurred()))
+        return NULL;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+    PyObject *automaton = parse_special ? args[2] : args[1], *cuts = NULL;
+    Py_ssize_t parts = 1;
+    if (automaton != Py_None) {
+        if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
+            return NULL;
+        if ((cuts = PyObject_CallMethodOneArg(automaton, cuts_name, text)) == NULL)
+            return NULL;
+        if (!PyBytes_Check(cuts) || PyBytes_GET_SIZE(cuts) % 12) {
+            Py_DECREF(cuts);
+            Py_RETURN_NONE; /* no cuts to be had: the Tokenizer's partition says what the text is */
+        }
+        if (PyBytes_GET_SIZE(cuts))
+            parts = PyBytes_GET_SIZE(cuts) / 12;
+    }
+    const unsigned char *triples = cuts && PyBytes_GET_SIZE(cuts) ? (const unsigned char *)PyBytes_AS_STRING(cuts) : NULL;
+    int kind = PyUnicode_KIND(text);
+    const char *data = PyUnicode_DATA(text);
+    uint32_t n_chars = (uint32_t)PyUnicode_GET_LENGTH(text), done = 0;
+    Out o = {0};
+    int rc = PyUnicode_GET_LENGTH(text) > (Py_ssize_t)UINT32_MAX - 1 ? 1 : 0; /* 1: answer None */
+    for (Py_ssize_t part = 0; rc == 0 && part < parts; part++) {
+        uint32_t triple[3] = {0, n_chars, UINT32_MAX}; /* start, end in characters; the special after */
+        if (triples)
+            memcpy(triple, triples + 12 * part, sizeof triple);
+        if (triple[0] > triple[1] || triple[1] > n_chars || triple[0] < done) {
+            rc = 1; /* not cuts of this text */
+            break;
+        }
+        rc = walk(self, kind, data + (size_t)triple[0] * (size_t)kind, triple[1] - triple[0], unk, &o);
+        if (rc == 0 && triple[2] != UINT32_MAX)
+            rc = push_id(&o, triple[2]);
+        done = triple[1];
+    }
+    Py_XDECREF(cuts);
+    free(o.word);
+    PyObject *result = NULL;
+    if (rc == 0)
+        result = id_ints_list(&self->ints, o.ids, o.n_ids);
+    else if (rc == 1 || rc == -2)
+        result = Py_NewRef(Py_None);
+    else
+        PyErr_NoMemory();
+    free(o.ids);
+    return result;
+}
+
 /* A bytes object of ``n`` int64 items. */
 static PyObject *int64_bytes(const int64_t *values, size_t n)
 {
@@ -506,6 +583,7 @@ static PyObject *Wpm_cache_stats(Wpm *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef Wpm_methods[] = {
+    {"encode_cut", (PyCFunction)(void (*)(void))Wpm_encode_cut, METH_FASTCALL, encode_cut_doc},
     {"set_cache_budget", (PyCFunction)Wpm_set_cache_budget, METH_O,
      "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
     {"cache_stats", (PyCFunction)Wpm_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},

@@ -230,21 +230,14 @@ class WordPieceModel(CachingModel):
         return mapped.split()
 
     def text_encoder(self, automata):
-        """In a mode with no special token to cut (parse_special False, unless the vocabulary has
-        USER_DEFINED tokens) the whole text is one fragment: the kernel's ``encode`` of it, without
-        the partition's Python steps, which cost as much as a short paragraph's words."""
+        """The kernel's ``encode_cut``: the text cut at its special tokens by the automaton
+        (``Automaton.cuts``) and each fragment encoded from the str itself, in one C call."""
         if self._kernel is None or type(self).encode_fragment is not WordPieceModel.encode_fragment:
             return None  # a subclass's encode_fragment is what the Tokenizer must call
         built = automata()
-        if built is None or (built[0] is not None and built[1] is not None):
+        if built is None:
             return None
-        plain = (built[0] is None, built[1] is None)  # by parse_special
-        encode, unk = self._kernel.encode, -1 if self.unk is None else self.unk
-
-        def encode_text(text: str, parse_special: bool) -> list[int] | None:
-            return encode(text, unk) if plain[parse_special] else None
-
-        return encode_text
+        return functools.partial(self._kernel.encode_cut, -1 if self.unk is None else self.unk, *built)
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens: the kernel's, or each word's from
