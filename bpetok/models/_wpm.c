@@ -471,8 +471,6 @@ PyDoc_STRVAR(encode_cut_doc,
              "characters. None where encode would give None or there are no cuts to be had: the\n"
              "Tokenizer then partitions and encodes as usual, which is what this equals.");
 
-static PyObject *cuts_name; /* "cuts", interned on first use */
-
 static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (!self->ready) {
@@ -494,20 +492,11 @@ static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nar
     }
     if (PyUnicode_READY(text) < 0)
         return NULL;
-    PyObject *automaton = parse_special ? args[2] : args[1], *cuts = NULL;
-    Py_ssize_t parts = 1;
-    if (automaton != Py_None) {
-        if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
-            return NULL;
-        if ((cuts = PyObject_CallMethodOneArg(automaton, cuts_name, text)) == NULL)
-            return NULL;
-        if (!PyBytes_Check(cuts) || PyBytes_GET_SIZE(cuts) % 12) {
-            Py_DECREF(cuts);
-            Py_RETURN_NONE; /* no cuts to be had: the Tokenizer's partition says what the text is */
-        }
-        if (PyBytes_GET_SIZE(cuts))
-            parts = PyBytes_GET_SIZE(cuts) / 12;
-    }
+    PyObject *cuts;
+    int found = automaton_cuts(parse_special ? args[2] : args[1], text, &cuts);
+    if (found != 0)
+        return found < 0 ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t parts = cuts && PyBytes_GET_SIZE(cuts) ? PyBytes_GET_SIZE(cuts) / 12 : 1;
     const unsigned char *triples = cuts && PyBytes_GET_SIZE(cuts) ? (const unsigned char *)PyBytes_AS_STRING(cuts) : NULL;
     int kind = PyUnicode_KIND(text);
     const char *data = PyUnicode_DATA(text);
