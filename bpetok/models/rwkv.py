@@ -86,19 +86,26 @@ class RwkvModel(CachingModel):
         # A text that two tokens share maps to the later one, as llama.cpp's trie insert overwrites.
         self.ids: dict[bytes, int] = {text: i for i, text in enumerate(texts) if text}
         self.unk = vocabulary.special_ids.get("unk")
-        self._trie = self._build_trie()
         module = compiled_module("bpetok.models._trie")
         if module is None:
             warn_not_built("bpetok.models._trie")
         self._walker = None
         if module is not None:
             try:
-                self._walker = module.Trie(*_flatten(self._trie))
+                # Flattened and let go: the C walk needs only its copy, and the dict trie (~100k
+                # dicts) would cost tens of MB and every full garbage collection a walk over it.
+                self._walker = module.Trie(*_flatten(self._build_trie()))
             except OverflowError:  # a trie past the double array's 4M slots: the walk runs in Python
                 self._walker = None
         self.compiled = self._walker is not None  # the C walk (bpetok/models/_trie.c)
         # The pure-Python engine's fast path, built at load (~0.6 s: not the first text's).
         self._pattern = self._build_pattern() if self._walker is None else None
+
+    @cached_property
+    def _trie(self) -> dict:
+        """The byte trie as nested dicts (key -1: the token ending there), built when first read:
+        by the readable walk and the pure-Python engine's regex, not by the C walk."""
+        return self._build_trie()
 
     def _build_trie(self) -> dict:
         root: dict = {}
