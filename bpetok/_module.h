@@ -1,7 +1,8 @@
 /* The glue every C module of bpetok would otherwise repeat: a type object's usual slots, the
  * module itself (multi-phase init, PEP 489: the import system makes the module, its exec function
- * fills it), the growing and freeing of a type's arrays, the reading of a byte_ids argument, and a str's UTF-8. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c,
- * _ugm.c, _wpm.c and models/gpt2/kernel/module.c.
+ * fills it), the growing and freeing of a type's arrays, the reading of a byte_ids argument, and a
+ * str's UTF-8. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c, _ugm.c,
+ * _wpm.c, _cut_text.h and models/gpt2/kernel/module.c, build.c and text.c.
  */
 
 #ifndef BPETOK_MODULE_H
