@@ -1,7 +1,8 @@
 /* The glue every C module of bpetok would otherwise repeat: a type object's usual slots, the
  * module itself (multi-phase init, PEP 489: the import system makes the module, its exec function
- * fills it), and the growing and freeing of a type's arrays. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c,
- * _ugm.c, _wpm.c and models/gpt2/kernel/module.c.
+ * fills it), the growing and freeing of a type's arrays, the reading of a byte_ids argument, and a
+ * str's UTF-8. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c, _ugm.c,
+ * _wpm.c, _cut_text.h and models/gpt2/kernel/module.c, build.c and text.c.
  */
 
 #ifndef BPETOK_MODULE_H
@@ -61,6 +62,55 @@ static inline int grow_array(void **buf, size_t *cap, size_t need, size_t size, 
     *buf = p;
     *cap = n;
     return 0;
+}
+
+/* The sequence ``byte_ids`` of 256 ids, one per byte value, each below ``below``, read into ``out``;
+ * where ``allow_none``, None stands for no id and is read as UINT32_MAX (an int32_t array, passed
+ * cast, as the signed and unsigned types may alias, reads it as -1). ``name`` opens the error
+ * messages (the argument, and where it comes from). 0, or -1 with an exception set. */
+static inline int read_byte_ids(PyObject *byte_ids, unsigned long below, int allow_none, const char *name, uint32_t out[256])
+{
+    PyObject *seq = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
+    if (seq == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(seq) != 256) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s must have 256 entries", name);
+        return -1;
+    }
+    for (int b = 0; b < 256; b++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, b);
+        if (allow_none && item == Py_None) {
+            out[b] = UINT32_MAX;
+            continue;
+        }
+        unsigned long long v = PyLong_AsUnsignedLongLong(item);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (v >= below) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "%s: byte id %llu at index %d is out of range (below %lu)", name, v, b, below);
+            return -1;
+        }
+        out[b] = (uint32_t)v;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* The UTF-8 of the str ``text`` (its own cached buffer) in *utf8 and *n: 0; 1 for a str with lone
+ * surrogates, which has no UTF-8 (no error set: each caller has its way with them); -1 with an
+ * exception set. */
+static inline int str_utf8(PyObject *text, const char **utf8, Py_ssize_t *n)
+{
+    if ((*utf8 = PyUnicode_AsUTF8AndSize(text, n)) != NULL)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+        return -1;
+    PyErr_Clear();
+    return 1;
 }
 
 /* Each type of the NULL-ended ``types`` readied and added to module ``m`` under its short name

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_module.h"
+
 typedef struct {
     size_t begin, end; /* the fragment's bytes */
     uint32_t special;  /* the special id after it, or UINT32_MAX */
@@ -46,13 +48,10 @@ static int cut_text(PyObject *text, PyObject *automaton, CutText *c)
 {
     static PyObject *cuts_name; /* "cuts", interned on first use */
     Py_ssize_t n;
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    if (utf8 == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-            return -1;
-        PyErr_Clear();
-        return 1;
-    }
+    const char *utf8;
+    int no_utf8 = str_utf8(text, &utf8, &n);
+    if (no_utf8 != 0)
+        return no_utf8;
     c->utf8 = (const unsigned char *)utf8;
     c->n = (size_t)n;
     c->one.begin = 0;

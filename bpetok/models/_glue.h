@@ -1,6 +1,6 @@
-/* What the Python types of the model kernels bpetok/models/_trie.c and _wpm.c share: copying an
- * array argument into memory of their own, each token id's int object, made once, and a text's
- * cuts at its special tokens from the shared automaton.
+/* What the Python types of the model kernels bpetok/models/_trie.c and _wpm.c share: copying array
+ * arguments into memory of their own, each token id's int object, made once, and a text's cuts at
+ * its special tokens from the shared automaton.
  */
 
 #ifndef BPETOK_GLUE_H
@@ -31,6 +31,27 @@ static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, cons
     *n = view.len / itemsize;
     PyBuffer_Release(&view);
     return out;
+}
+
+/* One array argument for copy_buffers: the object, its item size, where its copy and its item count
+ * go, and its name for the error messages. */
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t itemsize;
+    void **out;
+    Py_ssize_t *n;
+    const char *name;
+} BufferArg;
+
+/* copy_buffer on each of the ``n`` arguments in turn, stopping at the first that fails (the copies
+ * made before it stay in their ``out`` slots, for the caller's dealloc): 0, or -1 with an exception
+ * set. */
+static int copy_buffers(const BufferArg *args, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if ((*args[k].out = copy_buffer(args[k].obj, args[k].itemsize, args[k].n, args[k].name)) == NULL)
+            return -1;
+    return 0;
 }
 
 /* Each id's int object below ``n``, made when first returned: Python interns no int past 256,

@@ -664,26 +664,8 @@ static int setup(Merger *self, unsigned long n_symbols, unsigned long n_tokens, 
     self->n_symbols = (uint32_t)n_symbols;
     self->n_tokens = (uint32_t)n_tokens;
     self->missing_byte_fails = missing_byte_fails;
-    PyObject *bytes_seq = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
-    if (!bytes_seq)
+    if (read_byte_ids(byte_ids, self->n_tokens, 1, "byte_ids", (uint32_t *)self->byte_ids) < 0)
         return -1;
-    if (PySequence_Fast_GET_SIZE(bytes_seq) != 256) {
-        Py_DECREF(bytes_seq);
-        PyErr_SetString(PyExc_ValueError, "byte_ids must have 256 entries");
-        return -1;
-    }
-    for (Py_ssize_t b = 0; b < 256; b++) {
-        uint32_t v;
-        if (PySequence_Fast_GET_ITEM(bytes_seq, b) == Py_None) {
-            self->byte_ids[b] = -1;
-        } else if (read_u32(bytes_seq, b, self->n_tokens, "byte id", &v) < 0) {
-            Py_DECREF(bytes_seq);
-            return -1;
-        } else {
-            self->byte_ids[b] = (int32_t)v;
-        }
-    }
-    Py_DECREF(bytes_seq);
     if (!(self->id_objects = (PyObject **)PyMem_Calloc((size_t)n_tokens + 1, sizeof(PyObject *)))) {
         PyErr_NoMemory();
         return -1;
@@ -773,25 +755,31 @@ done:
     return status;
 }
 
-/* Take ``arg`` (bytes) into ``view``: 0 with the view held, 1 when the input is too long for
- * the C loop (view released: the caller returns None), -1 with an exception set. */
-static int take_input(Merger *self, PyObject *arg, const char *method, Py_buffer *view)
+/* What a method does with its input's bytes data[0..n), merging in ``w``: a new reference, or
+ * NULL with an exception set. */
+typedef PyObject *(*InputReader)(Merger *self, const unsigned char *data, uint32_t n, Work *w);
+
+/* What encode() and spans() share: ``arg`` (bytes) checked and held while ``run`` reads it, with
+ * merge work memory freed after; None when it is too long for the C loop; NULL with an exception
+ * set. */
+static PyObject *with_input(Merger *self, PyObject *arg, const char *method, InputReader run)
 {
     if (!PyBytes_Check(arg)) {
         PyErr_Format(PyExc_TypeError, "%s() takes bytes, not %.100s", method, Py_TYPE(arg)->tp_name);
-        return -1;
+        return NULL;
     }
     if (!self->units.slots || !self->merges.slots) {
         PyErr_SetString(PyExc_TypeError, "Merger is not initialised");
-        return -1;
+        return NULL;
     }
-    if (PyObject_GetBuffer(arg, view, PyBUF_SIMPLE) < 0)
-        return -1;
-    if (view->len > LONGEST_INPUT) {
-        PyBuffer_Release(view);
-        return 1;
-    }
-    return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Work w = {0};
+    PyObject *result = view.len > LONGEST_INPUT ? Py_NewRef(Py_None) : run(self, (const unsigned char *)view.buf, (uint32_t)view.len, &w);
+    work_free(&w);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
@@ -841,15 +829,13 @@ static Py_ssize_t encode_all_released(Merger *self, const unsigned char *data, u
 }
 
 /* encode_all on ``data`` (the GIL released when it is long) as a list; None for FAILED_BYTE. */
-static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_t n)
+static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_t n, Work *w)
 {
     int32_t small[SMALL_INPUT + 1];
-    Work w = {0};
     Py_ssize_t k = FAILED_MEMORY;
     int32_t *out = n <= SMALL_INPUT ? small : (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
     if (out)
-        k = encode_all_released(self, data, n, &w, out);
-    work_free(&w);
+        k = encode_all_released(self, data, n, w, out);
     PyObject *result = result_of(self, out, k);
     if (out != small)
         free(out);
@@ -858,15 +844,7 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
 
 static PyObject *Merger_encode(Merger *self, PyObject *arg)
 {
-    Py_buffer view;
-    int ready = take_input(self, arg, "encode", &view);
-    if (ready < 0)
-        return NULL;
-    if (ready > 0)
-        Py_RETURN_NONE;
-    PyObject *result = encode_to_list(self, (const unsigned char *)view.buf, (uint32_t)view.len);
-    PyBuffer_Release(&view);
-    return result;
+    return with_input(self, arg, "encode", encode_to_list);
 }
 
 #include "_fragments.h"
@@ -875,28 +853,25 @@ PyDoc_STRVAR(spans_doc, "spans(data: bytes) -> list[tuple[int, int]] | None\n\n"
                         "The final symbols as (start, length) byte spans, as merge_symbols gives them\n"
                         "(None for an input of 2 GiB or more).");
 
-static PyObject *Merger_spans(Merger *self, PyObject *arg)
+/* spans()'s reading of its input: the merged symbols' (start, length) spans. */
+static PyObject *spans_of(Merger *self, const unsigned char *data, uint32_t n, Work *w)
 {
-    Py_buffer view;
-    int ready = take_input(self, arg, "spans", &view);
-    if (ready < 0)
-        return NULL;
-    if (ready > 0)
-        Py_RETURN_NONE;
-    Work w = {0};
     int failed;
-    Py_BEGIN_ALLOW_THREADS failed = merge(self, (const unsigned char *)view.buf, (uint32_t)view.len, &w);
+    Py_BEGIN_ALLOW_THREADS failed = merge(self, data, n, w);
     Py_END_ALLOW_THREADS
     PyObject *result = failed ? PyErr_NoMemory() : PyList_New(0);
-    for (uint32_t i = 0; result && i < w.count; i = w.next[i]) {
-        PyObject *span = Py_BuildValue("(kk)", (unsigned long)w.start[i], (unsigned long)w.size[i]);
+    for (uint32_t i = 0; result && i < w->count; i = w->next[i]) {
+        PyObject *span = Py_BuildValue("(kk)", (unsigned long)w->start[i], (unsigned long)w->size[i]);
         if (!span || PyList_Append(result, span) < 0)
             Py_CLEAR(result);
         Py_XDECREF(span);
     }
-    work_free(&w);
-    PyBuffer_Release(&view);
     return result;
+}
+
+static PyObject *Merger_spans(Merger *self, PyObject *arg)
+{
+    return with_input(self, arg, "spans", spans_of);
 }
 
 PyDoc_STRVAR(set_cache_budget_doc, "set_cache_budget(budget: int) -> None\n\n"

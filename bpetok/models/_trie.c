@@ -45,11 +45,7 @@ typedef struct {
 
 static void Trie_dealloc(Trie *self)
 {
-    free(self->values);
-    free(self->first);
-    free(self->count);
-    free(self->edge_bytes);
-    free(self->edge_child);
+    BPETOK_FREE_ALL(free, self->values, self->first, self->count, self->edge_bytes, self->edge_child);
     da_free(&self->walked);
     id_ints_free(&self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -66,12 +62,14 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     Py_ssize_t n_values, n_first, n_count, n_bytes, n_child;
-    self->values = copy_buffer(values, 4, &n_values, "values");
-    self->first = self->values ? copy_buffer(first, 4, &n_first, "first") : NULL;
-    self->count = self->first ? copy_buffer(count, 4, &n_count, "count") : NULL;
-    self->edge_bytes = self->count ? copy_buffer(edge_bytes, 1, &n_bytes, "edge_bytes") : NULL;
-    self->edge_child = self->edge_bytes ? copy_buffer(edge_child, 4, &n_child, "edge_child") : NULL;
-    if (self->edge_child == NULL)
+    const BufferArg arrays[] = {
+        {values, 4, (void **)&self->values, &n_values, "values"},
+        {first, 4, (void **)&self->first, &n_first, "first"},
+        {count, 4, (void **)&self->count, &n_count, "count"},
+        {edge_bytes, 1, (void **)&self->edge_bytes, &n_bytes, "edge_bytes"},
+        {edge_child, 4, (void **)&self->edge_child, &n_child, "edge_child"},
+    };
+    if (copy_buffers(arrays, sizeof arrays / sizeof arrays[0]) < 0)
         return -1;
     if (n_values < 1 || n_values != n_first || n_values != n_count || n_bytes != n_child || n_values >= (Py_ssize_t)NONE
         || n_child >= (Py_ssize_t)NONE) {
@@ -327,11 +325,7 @@ typedef struct {
 
 static void Dictionary_dealloc(Dictionary *self)
 {
-    free(self->blob);
-    free(self->offsets);
-    free(self->ids);
-    free(self->scores);
-    free(self->by_two);
+    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->by_two);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -346,12 +340,15 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     Py_ssize_t n_blob, n_offsets, n_ids, n_scores, n_bytes;
-    self->blob = copy_buffer(blob, 1, &n_blob, "blob");
-    self->offsets = self->blob ? copy_buffer(offsets, 8, &n_offsets, "offsets") : NULL;
-    self->ids = self->offsets ? copy_buffer(ids, 4, &n_ids, "ids") : NULL;
-    self->scores = self->ids ? copy_buffer(scores, 4, &n_scores, "scores") : NULL;
-    uint32_t *bytes = self->scores ? copy_buffer(byte_ids, 4, &n_bytes, "byte_ids") : NULL;
-    if (bytes == NULL)
+    uint32_t *bytes = NULL;
+    const BufferArg arrays[] = {
+        {blob, 1, (void **)&self->blob, &n_blob, "blob"},
+        {offsets, 8, (void **)&self->offsets, &n_offsets, "offsets"},
+        {ids, 4, (void **)&self->ids, &n_ids, "ids"},
+        {scores, 4, (void **)&self->scores, &n_scores, "scores"},
+        {byte_ids, 4, (void **)&bytes, &n_bytes, "byte_ids"},
+    };
+    if (copy_buffers(arrays, sizeof arrays / sizeof arrays[0]) < 0)
         return -1;
     if (n_bytes != 256) {
         free(bytes);

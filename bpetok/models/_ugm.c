@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_module.h"
 #include "_cut_text.h"
 #include "_double_array.h"
 #include "_sorted_trie.h"
@@ -71,10 +72,7 @@ typedef struct {
 static void Lattice_dealloc(Lattice *self)
 {
     da_free(&self->trie);
-    free(self->cm_nodes);
-    free(self->cm_strings);
-    free(self->scored);
-    free(self->id_len);
+    BPETOK_FREE_ALL(free, self->cm_nodes, self->cm_strings, self->scored, self->id_len);
     word_cache_free(&self->cache);
     for (size_t k = 0; k < self->n_id_objects; k++)
         Py_XDECREF(self->id_objects[k]);
@@ -433,21 +431,37 @@ static int viterbi_input(Lattice *self, PyObject *arg, const char *name, size_t 
     return 0;
 }
 
-static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+/* A Viterbi over data[0..n) (0 < n <= UINT32_MAX), its ids to out (room for n): how many, or -1
+ * when the memory runs out. */
+typedef Py_ssize_t (*ViterbiRun)(Lattice *self, const unsigned char *data, size_t n, int32_t *out);
+
+/* What viterbi() and viterbi_words() share: the bytes ``arg`` checked, room for their ids (at most
+ * one a byte), ``run`` over them and its ids as a list; NULL with the error set. */
+static PyObject *viterbi_method(Lattice *self, PyObject *arg, const char *name, ViterbiRun run)
 {
     size_t n;
-    if (viterbi_input(self, arg, "viterbi_words", &n) < 0)
+    if (viterbi_input(self, arg, name, &n) < 0)
         return NULL;
     if (n == 0)
         return PyList_New(0);
-    /* at most one id per byte, over all the words together */
     int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
     if (!out)
         return PyErr_NoMemory();
-    Py_ssize_t count = viterbi_words(self, (const unsigned char *)PyBytes_AS_STRING(arg), n, out, NULL);
+    Py_ssize_t count = run(self, (const unsigned char *)PyBytes_AS_STRING(arg), n, out);
     PyObject *list = count < 0 ? PyErr_NoMemory() : ids_to_list(self, out, (size_t)count);
     free(out);
     return list;
+}
+
+/* The word by word Viterbi with the word cache (which the GIL guards). */
+static Py_ssize_t run_words(Lattice *self, const unsigned char *data, size_t n, int32_t *out)
+{
+    return viterbi_words(self, data, n, out, NULL);
+}
+
+static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
+{
+    return viterbi_method(self, arg, "viterbi_words", run_words);
 }
 
 static PyObject *Lattice_set_cache_budget(Lattice *self, PyObject *arg)
@@ -460,21 +474,12 @@ static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored)
     return word_cache_stats(&self->cache);
 }
 
-static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
+/* One Viterbi over the whole text, without the GIL when the text is long. */
+static Py_ssize_t run_whole(Lattice *self, const unsigned char *data, size_t n, int32_t *out)
 {
-    size_t n;
-    if (viterbi_input(self, arg, "viterbi", &n) < 0)
-        return NULL;
-    if (n == 0)
-        return PyList_New(0);
     Best *best = malloc((n + 1) * sizeof(Best));
-    int32_t *out = malloc(n * sizeof(int32_t) + sizeof(int32_t));
-    if (!best || !out) {
-        free(best);
-        free(out);
-        return PyErr_NoMemory();
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(arg);
+    if (!best)
+        return -1;
     size_t count;
     if (n >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
@@ -484,9 +489,12 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
         count = viterbi(self, data, n, best, out, NULL);
     }
     free(best);
-    PyObject *list = ids_to_list(self, out, count);
-    free(out);
-    return list;
+    return (Py_ssize_t)count;
+}
+
+static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
+{
+    return viterbi_method(self, arg, "viterbi", run_whole);
 }
 
 /* -- the normalizer (bpetok/models/charsmap.py's CharsMap.prefix and UnigramModel._spaces) ------ */
@@ -979,8 +987,6 @@ static PyMethodDef Lattice_methods[] = {
     {"cache_stats", (PyCFunction)Lattice_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
     {NULL, NULL, 0, NULL},
 };
-
-#include "../_module.h"
 
 static PyTypeObject LatticeType = {
     BPETOK_TYPE(Lattice, "bpetok.models._ugm.Lattice", "A unigram vocabulary's token trie and its Viterbi.")};

@@ -131,12 +131,15 @@ static int init_tables(Wpm *self, PyObject *class_starts, PyObject *class_codes,
                        PyObject *lower_to, PyObject *spaces)
 {
     Py_ssize_t n_codes, n_nfd_words, n_lower_to;
-    if ((self->class_starts = copy_buffer(class_starts, 4, &self->n_class, "class_starts")) == NULL
-        || (self->class_codes = copy_buffer(class_codes, 1, &n_codes, "class_codes")) == NULL
-        || (self->nfd = copy_buffer(nfd, 4, &n_nfd_words, "nfd")) == NULL
-        || (self->lower_from = copy_buffer(lower_from, 4, &self->n_lower, "lower_from")) == NULL
-        || (self->lower_to = copy_buffer(lower_to, 4, &n_lower_to, "lower_to")) == NULL
-        || (self->spaces = copy_buffer(spaces, 4, &self->n_space, "spaces")) == NULL)
+    const BufferArg tables[] = {
+        {class_starts, 4, (void **)&self->class_starts, &self->n_class, "class_starts"},
+        {class_codes, 1, (void **)&self->class_codes, &n_codes, "class_codes"},
+        {nfd, 4, (void **)&self->nfd, &n_nfd_words, "nfd"},
+        {lower_from, 4, (void **)&self->lower_from, &self->n_lower, "lower_from"},
+        {lower_to, 4, (void **)&self->lower_to, &n_lower_to, "lower_to"},
+        {spaces, 4, (void **)&self->spaces, &self->n_space, "spaces"},
+    };
+    if (copy_buffers(tables, sizeof tables / sizeof tables[0]) < 0)
         return -1;
     if (n_codes != self->n_class || n_nfd_words % 3 || n_lower_to != self->n_lower) {
         PyErr_SetString(PyExc_ValueError, "codepoint tables: class_starts/class_codes, lower_from/lower_to differ in length, or nfd is not triples");
@@ -213,11 +216,16 @@ static int Wpm_init(Wpm *self, PyObject *args, PyObject *kwds)
     if (init_tables(self, class_starts, class_codes, nfd, lower_from, lower_to, spaces) < 0)
         return -1;
     Py_ssize_t blob_len, n_offsets, n_ids;
-    uint8_t *blob = copy_buffer(blob_obj, 1, &blob_len, "blob");
-    uint32_t *offsets = blob ? copy_buffer(offsets_obj, 4, &n_offsets, "offsets") : NULL;
-    int32_t *ids = offsets ? copy_buffer(ids_obj, 4, &n_ids, "ids") : NULL;
+    uint8_t *blob = NULL;
+    uint32_t *offsets = NULL;
+    int32_t *ids = NULL;
+    const BufferArg vocab[] = {
+        {blob_obj, 1, (void **)&blob, &blob_len, "blob"},
+        {offsets_obj, 4, (void **)&offsets, &n_offsets, "offsets"},
+        {ids_obj, 4, (void **)&ids, &n_ids, "ids"},
+    };
     int rc = -1;
-    if (ids != NULL) {
+    if (copy_buffers(vocab, sizeof vocab / sizeof vocab[0]) == 0) {
         if (n_offsets != n_ids + 1)
             PyErr_SetString(PyExc_ValueError, "offsets: need one more than ids");
         else

@@ -18,8 +18,7 @@ the suffix) is its text without it, as llama.cpp erases it at load.
 from __future__ import annotations
 
 from bpetok.hookspecs import hookimpl
-from bpetok.models import ModelSpec
-from bpetok.models.whitespace_bpe import Gpt2RunsModel
+from bpetok.models.whitespace_bpe import Gpt2RunsModel, gpt2_runs_spec
 
 __all__ = ["HybridDnaModel"]
 
@@ -115,10 +114,8 @@ class HybridDnaModel(Gpt2RunsModel):
 
 
 # What this plugin registers: the model, and llama.cpp's defaults for it.
-MODEL_SPEC = ModelSpec(
-    name="hybriddna", factory=HybridDnaModel, pretokenized=False,
-    description="gpt2 BPE with <dna>...</dna> spans as DNA 6-mers (reserved U+E000 suffix), <oov>",
-    special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
+MODEL_SPEC = gpt2_runs_spec(
+    "hybriddna", HybridDnaModel, "gpt2 BPE with <dna>...</dna> spans as DNA 6-mers (reserved U+E000 suffix), <oov>"
 )
 
 

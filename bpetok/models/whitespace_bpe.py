@@ -22,7 +22,7 @@ from array import array
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from bpetok.cache import LONGEST_KEY, IdCache, as_ids
+from bpetok.cache import LONGEST_KEY, as_ids
 from bpetok.errors import UnsupportedVocabularyError
 from bpetok.hookspecs import hookimpl
 from bpetok.models import ModelSpec, TokenizerModel
@@ -123,9 +123,7 @@ class WhitespaceModel(Gpt2RunsModel):
         word cache is the pieces cache (one cache, not two)."""
         super().use_cache_budget(cache_bytes)
         if self._run_merger is not None:
-            model = self.runs.model
-            self._run_merger.set_cache_budget(model._cache.budget)
-            model._cache = IdCache(0)
+            self.runs.model.hand_cache_to(self._run_merger)
 
     def cache_info(self) -> dict[str, dict[str, int]]:
         if self._run_merger is not None:
@@ -317,12 +315,15 @@ class WhitespaceModel(Gpt2RunsModel):
         return offsets_by_walk(tok, text, ids, add_special=add_special, gap=gap, spelling=lambda i: self._spelling(tok, i))
 
 
+def gpt2_runs_spec(name: str, factory: type[Gpt2RunsModel], description: str) -> ModelSpec:
+    """The ModelSpec of a model that runs the gpt2 model on parts of its text (this one, hybriddna):
+    it cuts the text itself (not pretokenized), with llama.cpp's defaults for BPE, as for gpt2."""
+    return ModelSpec(name=name, factory=factory, pretokenized=False, description=description,
+                     special_ids={"bos": 11, "eos": 11})
+
+
 # What this plugin registers: the model, and llama.cpp's defaults for it.
-MODEL_SPEC = ModelSpec(
-    name="whitespace", factory=WhitespaceModel, pretokenized=False,
-    description="gpt2 BPE of each run between whitespace, the whitespace dropped",
-    special_ids={"bos": 11, "eos": 11},  # llama.cpp's BPE defaults, as for gpt2
-)
+MODEL_SPEC = gpt2_runs_spec("whitespace", WhitespaceModel, "gpt2 BPE of each run between whitespace, the whitespace dropped")
 
 
 @hookimpl

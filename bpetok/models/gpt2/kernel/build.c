@@ -10,6 +10,7 @@
  */
 
 #include "kernel.h"
+#include "../../../_module.h"
 
 static int read_u32(PyObject *value, uint32_t limit, const char *what, uint32_t *out)
 {
@@ -135,21 +136,8 @@ int kernel_tables_init(Kernel *self, PyObject *args, PyObject *kwds)
     }
     self->chunks.budget = (size_t)chunk_bytes;
 
-    PyObject *fast = PySequence_Fast(byte_ids, "byte_ids must be a sequence");
-    if (fast == NULL)
+    if (read_byte_ids(byte_ids, self->n_symbols, 0, "kernel tables: byte_ids", self->byte_ids) < 0)
         return -1;
-    if (PySequence_Fast_GET_SIZE(fast) != 256) {
-        Py_DECREF(fast);
-        PyErr_SetString(PyExc_ValueError, "kernel tables: byte_ids must have 256 entries");
-        return -1;
-    }
-    for (int b = 0; b < 256; b++) {
-        if (read_u32(PySequence_Fast_GET_ITEM(fast, b), self->n_symbols, "byte symbol", &self->byte_ids[b]) < 0) {
-            Py_DECREF(fast);
-            return -1;
-        }
-    }
-    Py_DECREF(fast);
     if (PyList_GET_SIZE(byte_chars) != 256) {
         PyErr_SetString(PyExc_ValueError, "kernel tables: byte_chars must have 256 entries");
         return -1;

@@ -518,22 +518,42 @@ static int lists_of_part(void *context, const Batch *b, size_t k)
     return 0;
 }
 
-static PyObject *Kernel_encode_texts(Kernel *self, PyObject *args, PyObject *kwargs)
+/* What a batch method makes of its encoded texts: out's parts, each text's number of ids (count
+ * texts), the indices of those left out, and what its PartReader made (NULL without one). A new
+ * reference, or NULL with the error set. */
+typedef PyObject *(*BatchResult)(const Encoded *out, const uint64_t *counts, Py_ssize_t count, PyObject *refused, PyObject *read);
+
+/* What encode_texts and encode_texts_flat share: their arguments (``format``, for
+ * PyArg_ParseTupleAndKeywords, ends in ":name"), the texts encoded (encode_all, with ``read``
+ * reading each part, or NULL), ``make``'s result of them, and the freeing of the rest. */
+static PyObject *encode_batch(Kernel *self, PyObject *args, PyObject *kwargs, const char *format, PartReader read, BatchResult make)
 {
     BatchArgs a;
-    if (batch_args(args, kwargs, "O|Oi:encode_texts", &a) < 0)
+    if (batch_args(args, kwargs, format, &a) < 0)
         return NULL;
     Encoded out = {0, NULL, NULL};
     uint64_t *counts;
     Py_ssize_t count;
-    PyObject *refused, *lists = NULL, *result = NULL;
-    if (encode_all(self, &a, "encode_texts", &out, &counts, &count, &refused, lists_of_part, &lists) == 0)
-        result = PyTuple_Pack(2, lists, refused);
-    Py_XDECREF(lists); /* on failure, with the items of the parts not read yet NULL */
+    PyObject *refused, *made = NULL, *result = NULL;
+    if (encode_all(self, &a, strchr(format, ':') + 1, &out, &counts, &count, &refused, read, &made) == 0)
+        result = make(&out, counts, count, refused, made);
+    Py_XDECREF(made); /* on failure, with the items of the parts not read yet NULL */
     Py_XDECREF(refused);
     PyMem_Free(counts);
     encoded_free(&out);
     return result;
+}
+
+/* encode_texts' BatchResult: the lists lists_of_part made, and the indices left out. */
+static PyObject *lists_and_refused(const Encoded *Py_UNUSED(out), const uint64_t *Py_UNUSED(counts), Py_ssize_t Py_UNUSED(count),
+                                   PyObject *refused, PyObject *lists)
+{
+    return PyTuple_Pack(2, lists, refused);
+}
+
+static PyObject *Kernel_encode_texts(Kernel *self, PyObject *args, PyObject *kwargs)
+{
+    return encode_batch(self, args, kwargs, "O|Oi:encode_texts", lists_of_part, lists_and_refused);
 }
 
 PyDoc_STRVAR(Kernel_encode_texts_flat_doc,
@@ -543,39 +563,35 @@ PyDoc_STRVAR(Kernel_encode_texts_flat_doc,
              "and the indices of the texts left out. The whole call but its copy of the two buffers runs\n"
              "without the GIL.");
 
+/* encode_texts_flat's BatchResult: the parts' ids copied straight into one bytearray, in order;
+ * the texts' counts into another; and the indices left out. */
+static PyObject *words_and_refused(const Encoded *out, const uint64_t *counts, Py_ssize_t count, PyObject *refused,
+                                   PyObject *Py_UNUSED(read))
+{
+    size_t n_ids = 0;
+    for (size_t k = 0; k < out->n_parts; k++)
+        n_ids += out->part_ids[k].n;
+    PyObject *result = NULL;
+    PyObject *ids = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n_ids * sizeof(uint32_t)));
+    PyObject *lengths = PyByteArray_FromStringAndSize((const char *)counts, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
+    if (ids != NULL && lengths != NULL) {
+        char *at = PyByteArray_AS_STRING(ids);
+        for (size_t k = 0; k < out->n_parts; k++) {
+            if (out->part_ids[k].n) {
+                memcpy(at, out->part_ids[k].ids, out->part_ids[k].n * sizeof(uint32_t));
+                at += out->part_ids[k].n * sizeof(uint32_t);
+            }
+        }
+        result = PyTuple_Pack(3, ids, lengths, refused);
+    }
+    Py_XDECREF(ids);
+    Py_XDECREF(lengths);
+    return result;
+}
+
 static PyObject *Kernel_encode_texts_flat(Kernel *self, PyObject *args, PyObject *kwargs)
 {
-    BatchArgs a;
-    if (batch_args(args, kwargs, "O|Oi:encode_texts_flat", &a) < 0)
-        return NULL;
-    Encoded out = {0, NULL, NULL};
-    uint64_t *counts;
-    Py_ssize_t count;
-    PyObject *refused, *result = NULL;
-    if (encode_all(self, &a, "encode_texts_flat", &out, &counts, &count, &refused, NULL, NULL) == 0) {
-        size_t n_ids = 0;
-        for (size_t k = 0; k < out.n_parts; k++)
-            n_ids += out.part_ids[k].n;
-        /* the parts' ids copied straight into the bytearray, in order */
-        PyObject *ids = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n_ids * sizeof(uint32_t)));
-        PyObject *lengths = PyByteArray_FromStringAndSize((const char *)counts, (Py_ssize_t)((size_t)count * sizeof(uint64_t)));
-        if (ids != NULL && lengths != NULL) {
-            char *at = PyByteArray_AS_STRING(ids);
-            for (size_t k = 0; k < out.n_parts; k++) {
-                if (out.part_ids[k].n) {
-                    memcpy(at, out.part_ids[k].ids, out.part_ids[k].n * sizeof(uint32_t));
-                    at += out.part_ids[k].n * sizeof(uint32_t);
-                }
-            }
-            result = PyTuple_Pack(3, ids, lengths, refused);
-        }
-        Py_XDECREF(ids);
-        Py_XDECREF(lengths);
-        Py_DECREF(refused);
-    }
-    PyMem_Free(counts);
-    encoded_free(&out);
-    return result;
+    return encode_batch(self, args, kwargs, "O|Oi:encode_texts_flat", NULL, words_and_refused);
 }
 
 PyDoc_STRVAR(split_doc, "split(name, text) -> list[str]: text's pieces by the compiled splitter name (see SPLITTERS).");
@@ -706,10 +722,7 @@ PyDoc_STRVAR(Kernel_doc,
              "compiled splitter (SPLITTERS) for encode_text and encode_texts, or None.");
 
 static PyTypeObject KernelType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bpetok.models.gpt2._kernel.Kernel",
-    .tp_basicsize = sizeof(Kernel),
-    .tp_dealloc = (destructor)Kernel_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    BPETOK_TYPE_CORE(Kernel, "bpetok.models.gpt2._kernel.Kernel"),
     .tp_doc = Kernel_doc,
     .tp_methods = Kernel_methods,
     .tp_getset = Kernel_getset,

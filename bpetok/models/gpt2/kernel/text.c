@@ -17,6 +17,7 @@
  */
 
 #include "kernel.h"
+#include "../../../_module.h"
 
 /* -- UTF-8 of strs ----------------------------------------------------------------------------- */
 
@@ -29,11 +30,11 @@ int utf8_of(PyObject *item, PyObject **keep, const unsigned char **text, size_t 
         return -1;
     }
     Py_ssize_t size;
-    const char *data = PyUnicode_AsUTF8AndSize(item, &size);
-    if (data == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-            return -1;
-        PyErr_Clear();
+    const char *data;
+    int status = str_utf8(item, &data, &size);
+    if (status < 0)
+        return -1;
+    if (status > 0) {
         PyObject *encoded = PyUnicode_AsEncodedString(item, "utf-8", "surrogatepass");
         if (encoded == NULL)
             return -1;
