@@ -1,7 +1,7 @@
 /* The glue every C module of bpetok would otherwise repeat: a type object's usual slots, the
  * module itself (multi-phase init, PEP 489: the import system makes the module, its exec function
- * fills it), the growing and freeing of a type's arrays, the reading of a byte_ids argument, and a
- * str's UTF-8. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c, _ugm.c,
+ * fills it), the growing and freeing of a type's arrays, the reading of a byte_ids argument, a
+ * str's UTF-8, and a text's cuts at its special tokens from the shared automaton. Included by bpetok/_specials.c, _train.c, models/_symbols.c, _trie.c, _ugm.c,
  * _wpm.c, _cut_text.h and models/gpt2/kernel/module.c, build.c and text.c.
  */
 
@@ -111,6 +111,29 @@ static inline int str_utf8(PyObject *text, const char **utf8, Py_ssize_t *n)
         return -1;
     PyErr_Clear();
     return 1;
+}
+
+/* ``automaton.cuts(text)`` (bpetok/_specials.c: (start, end, special id) uint32 triples in
+ * characters) into ``*cuts``: 0 with the bytes, or NULL where the automaton is None (the mode has
+ * no specials: the text is one fragment); 1 where there are no cuts to be had (the caller answers
+ * None and the Tokenizer partitions); -1 with an exception set. */
+static inline int automaton_cuts(PyObject *automaton, PyObject *text, PyObject **cuts)
+{
+    static PyObject *cuts_name; /* "cuts", interned on first use */
+    *cuts = NULL;
+    if (automaton == Py_None)
+        return 0;
+    if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
+        return -1;
+    PyObject *found = PyObject_CallMethodOneArg(automaton, cuts_name, text);
+    if (found == NULL)
+        return -1;
+    if (!PyBytes_Check(found) || PyBytes_GET_SIZE(found) % 12) {
+        Py_DECREF(found);
+        return 1;
+    }
+    *cuts = found;
+    return 0;
 }
 
 /* Each type of the NULL-ended ``types`` readied and added to module ``m`` under its short name

@@ -46,7 +46,6 @@ static inline void cut_text_free(CutText *c)
  * an exception set. On 0, cut_text_free(c) afterwards. */
 static int cut_text(PyObject *text, PyObject *automaton, CutText *c)
 {
-    static PyObject *cuts_name; /* "cuts", interned on first use */
     Py_ssize_t n;
     const char *utf8;
     int no_utf8 = str_utf8(text, &utf8, &n);
@@ -59,17 +58,10 @@ static int cut_text(PyObject *text, PyObject *automaton, CutText *c)
     c->one.special = UINT32_MAX;
     c->pieces = &c->one;
     c->count = 1;
-    if (automaton == Py_None)
-        return 0;
-    if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
-        return -1;
-    PyObject *cuts = PyObject_CallMethodOneArg(automaton, cuts_name, text);
-    if (cuts == NULL)
-        return -1;
-    if (!PyBytes_Check(cuts) || PyBytes_GET_SIZE(cuts) % 12) {
-        Py_DECREF(cuts);
-        return 1; /* None: the Tokenizer's partition says what the text is */
-    }
+    PyObject *cuts;
+    int found = automaton_cuts(automaton, text, &cuts);
+    if (found != 0 || cuts == NULL)
+        return found; /* 1: the Tokenizer's partition says what the text is; 0: one fragment */
     size_t triples = (size_t)PyBytes_GET_SIZE(cuts) / 12;
     if (triples == 0) { /* no special in the text: one fragment */
         Py_DECREF(cuts);

@@ -1,6 +1,5 @@
 /* What the Python types of the model kernels bpetok/models/_trie.c and _wpm.c share: copying array
- * arguments into memory of their own, each token id's int object, made once, and a text's cuts at
- * its special tokens from the shared automaton.
+ * arguments into memory of their own, and each token id's int object, made once.
  */
 
 #ifndef BPETOK_GLUE_H
@@ -102,29 +101,6 @@ static PyObject *id_ints_list(IdInts *t, const uint32_t *ids, size_t n)
         PyList_SET_ITEM(list, (Py_ssize_t)i, id);
     }
     return list;
-}
-
-/* ``automaton.cuts(text)`` (bpetok/_specials.c: (start, end, special id) uint32 triples in
- * characters) into ``*cuts``: 0 with the bytes, or NULL where the automaton is None (the mode has
- * no specials: the text is one fragment); 1 where there are no cuts to be had (the caller answers
- * None and the Tokenizer partitions); -1 with an exception set. */
-static inline int automaton_cuts(PyObject *automaton, PyObject *text, PyObject **cuts)
-{
-    static PyObject *cuts_name; /* "cuts", interned on first use */
-    *cuts = NULL;
-    if (automaton == Py_None)
-        return 0;
-    if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
-        return -1;
-    PyObject *found = PyObject_CallMethodOneArg(automaton, cuts_name, text);
-    if (found == NULL)
-        return -1;
-    if (!PyBytes_Check(found) || PyBytes_GET_SIZE(found) % 12) {
-        Py_DECREF(found);
-        return 1;
-    }
-    *cuts = found;
-    return 0;
 }
 
 #endif
