@@ -244,9 +244,15 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
 def _ids_array(tok: Tokenizer, text: str, parse_special: bool) -> np.ndarray:
     """``tok.encode(text)``'s ids as an array: encode_batch_to_numpy's where the model's kernel
     encodes without the GIL (byte-level BPE: it fills machine words, no int per id); else, where
-    encode is one C call (the tokenizer's text encoder: SentencePiece's), its list converted, for
-    encode_batch_to_numpy would cut the text and encode fragment by fragment."""
-    if tok._text_encoder is not None and not tok.encodes_without_gil:
+    encode is one C call (the tokenizer's text encoder: SentencePiece's), its ids as int32 bytes
+    where it gives them, else its list converted, for encode_batch_to_numpy would cut the text and
+    encode fragment by fragment."""
+    encoder = tok._text_encoder
+    if encoder is not None and not tok.encodes_without_gil:
+        if tok.model.text_encoder_gives_bytes and text and parse_special.__class__ is bool:
+            found = encoder(text, parse_special, True)  # what encode calls, its ids as machine words
+            if found is not None:
+                return np.frombuffer(found, dtype=np.int32)
         return np.frombuffer(array("I", tok.encode(text, parse_special=parse_special)), dtype=np.uint32)
     return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
 
@@ -299,15 +305,15 @@ def _spans_from_lengths(
     data = text.encode("utf-8", "surrogatepass")
     if check_pieces and len(body) and (int(body.min()) < 0 or int(body.max()) >= tok.n_tokens):
         return None
-    index = body.astype(np.intp)  # numpy gathers by intp fastest
-    kinds = t.kinds[index]
+    # gathers by the ids as they are (numpy casts them a chunk at a time: no intp copy of them all)
+    kinds = t.kinds[body]
     flagged = np.flatnonzero(kinds & (_SPECIAL_TOKEN | _UNFILLED))
     if len(flagged) and (kinds[flagged] & _UNFILLED).any():
-        t.ensure(index)
-        kinds = t.kinds[index]
+        t.ensure(body)
+        kinds = t.kinds[body]
         flagged = np.flatnonzero(kinds & _SPECIAL_TOKEN)
     specials = flagged.tolist()
-    packed = t.packed[index]  # a copy: changed below
+    packed = t.packed[body]  # a copy: changed below
     if tok.model.add_space_prefix:  # each fragment's first token holds the space the model added
         starts = [0] + ([k + 1 for k in specials] if tok.model.start_after_special else [])
         for k in sorted(set(starts) - set(specials)):
@@ -315,13 +321,14 @@ def _spans_from_lengths(
                 if t.pieces[int(body[k])][:1] != b" ":
                     return None
                 packed[k] -= _PACK + 1
-    ends = np.cumsum(packed)
+    lengths = packed.copy() if specials else None  # what the specials' loop changes, if it must
+    ends = np.cumsum(packed, out=packed)  # in place: a long text's fresh pages cost more than its sums
     if specials:  # each where the sums put it; whitespace it swallowed (ASCII) joins its span
         shift = 0
         for k in specials:
             token_id = int(body[k])
             piece, attr = t.pieces[token_id], t.attrs[token_id]
-            start = at = int(ends[k] - packed[k]) // _PACK + shift
+            start = at = (int(ends[k - 1]) // _PACK if k else 0) + shift
             if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
                 while at < len(data) and data[at] in _ASCII_SPACE:
                     at += 1
@@ -332,30 +339,30 @@ def _spans_from_lengths(
                 while end < len(data) and data[end] in _ASCII_SPACE:
                     end += 1
             swallowed = end - start - len(piece)
-            packed[k] += swallowed * (_PACK + 1)
+            lengths[k] += swallowed * (_PACK + 1)  # type: ignore[index]
             shift += swallowed
         if shift:
-            ends = np.cumsum(packed)
+            np.cumsum(lengths, out=ends)
     if (int(ends[-1]) // _PACK if len(body) else 0) != len(data):
         return None
     byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
-    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
-    if check_pieces and not _pieces_are_the_text(t, data, body, specials, byte_ends - (packed >> 32), byte_ends):
-        return None
     char_ends = np.bitwise_and(ends, _LOW, out=body_chars[:, 1])
+    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
     # the spans are contiguous here: each starts where the one before ends, and a token ends inside
     # a character where the next starts inside one (the first byte of its piece continues one)
     if len(body):
         body_bytes[0, 0], body_bytes[1:, 0] = 0, byte_ends[:-1]
         body_chars[0, 0], body_chars[1:, 0] = 0, char_ends[:-1]
-    continues = (kinds >> 2).view(bool)
-    partial = np.zeros(len(body), dtype=bool)
+    if check_pieces and not _pieces_are_the_text(t, data, body, specials, body_bytes[:, 0], byte_ends):
+        return None
+    continues = (kinds >> 2).view(bool)  # a new array: changed below
+    partial = np.empty(len(body), dtype=bool)
     partial[:-1] = continues[1:]
+    partial[-1:] = False
     if not text.isascii():
-        starts_mid = continues.copy()
-        starts_mid[specials] = False  # a special's span starts at its text
-        partial |= starts_mid
-        body_chars[:, 0] -= starts_mid
+        continues[specials] = False  # a special's span starts at its text
+        partial |= continues
+        body_chars[:, 0] -= continues
     return _with_added(body, added, len(data), len(text), byte_spans, char_spans, partial)
 
 
@@ -427,8 +434,9 @@ def _rows(n: int, added: tuple[list[int], list[int]]) -> tuple[np.ndarray, np.nd
     them, and the tokens' rows of each, which the caller fills (:func:`_with_added` the others):
     the spans are made where they are kept, not stacked from columns."""
     head, tail = added
-    byte_spans = np.empty((len(head) + n + len(tail), 2), dtype=np.int64)
-    char_spans = np.empty_like(byte_spans)
+    # one allocation for both: a long text's spans are one block, which the allocator keeps for
+    # the next call (two, and it hands their pages back, each page then faulted in afresh)
+    byte_spans, char_spans = np.empty((2, len(head) + n + len(tail), 2), dtype=np.int64)
     return byte_spans, char_spans, byte_spans[len(head) : len(head) + n], char_spans[len(head) : len(head) + n]
 
 
