@@ -355,11 +355,10 @@ def _spans_from_lengths(
         body_chars[0, 0], body_chars[1:, 0] = 0, char_ends[:-1]
     if check_pieces and not _pieces_are_the_text(t, data, body, specials, body_bytes[:, 0], byte_ends):
         return None
-    continues = (kinds >> 2).view(bool)  # a new array: changed below
-    partial = np.empty(len(body), dtype=bool)
-    partial[:-1] = continues[1:]
-    partial[-1:] = False
-    if not text.isascii():
+    partial = np.zeros(len(body), dtype=bool)
+    if not text.isascii():  # (an ASCII text's pieces all start and end on a character)
+        continues = (kinds >> 2).view(bool)  # a new array: changed below
+        partial[:-1] = continues[1:]
         continues[specials] = False  # a special's span starts at its text
         partial |= continues
         body_chars[:, 0] -= continues
