@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import weakref
 from array import array
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -250,7 +250,8 @@ def _ids_array(tok: Tokenizer, text: str, parse_special: bool) -> np.ndarray:
     encoder = tok._text_encoder
     if encoder is not None and not tok.encodes_without_gil:
         if tok.model.text_encoder_gives_bytes and text and parse_special.__class__ is bool:
-            found = encoder(text, parse_special, True)  # what encode calls, its ids as machine words
+            with_bytes: Callable[..., Any] = encoder  # its third argument, as_bytes
+            found = with_bytes(text, parse_special, True)  # what encode calls, its ids as machine words
             if found is not None:
                 return np.frombuffer(found, dtype=np.int32)
         return np.frombuffer(array("I", tok.encode(text, parse_special=parse_special)), dtype=np.uint32)
@@ -321,7 +322,8 @@ def _spans_from_lengths(
                 if t.pieces[int(body[k])][:1] != b" ":
                     return None
                 packed[k] -= _PACK + 1
-    lengths = packed.copy() if specials else None  # what the specials' loop changes, if it must
+    if specials:
+        lengths = packed.copy()  # what the specials' loop changes, if it must
     ends = np.cumsum(packed, out=packed)  # in place: a long text's fresh pages cost more than its sums
     if specials:  # each where the sums put it; whitespace it swallowed (ASCII) joins its span
         shift = 0
@@ -339,7 +341,7 @@ def _spans_from_lengths(
                 while end < len(data) and data[end] in _ASCII_SPACE:
                     end += 1
             swallowed = end - start - len(piece)
-            lengths[k] += swallowed * (_PACK + 1)  # type: ignore[index]
+            lengths[k] += swallowed * (_PACK + 1)
             shift += swallowed
         if shift:
             np.cumsum(lengths, out=ends)
