@@ -306,15 +306,15 @@ def _spans_from_lengths(
     data = text.encode("utf-8", "surrogatepass")
     if check_pieces and len(body) and (int(body.min()) < 0 or int(body.max()) >= tok.n_tokens):
         return None
-    # gathers by the ids as they are (numpy casts them a chunk at a time: no intp copy of them all)
-    kinds = t.kinds[body]
+    index = body.astype(np.intp)  # numpy gathers by intp fastest
+    kinds = t.kinds[index]
     flagged = np.flatnonzero(kinds & (_SPECIAL_TOKEN | _UNFILLED))
     if len(flagged) and (kinds[flagged] & _UNFILLED).any():
-        t.ensure(body)
-        kinds = t.kinds[body]
+        t.ensure(index)
+        kinds = t.kinds[index]
         flagged = np.flatnonzero(kinds & _SPECIAL_TOKEN)
     specials = flagged.tolist()
-    packed = t.packed[body]  # a copy: changed below
+    packed = t.packed[index]  # a copy: changed below
     if tok.model.add_space_prefix:  # each fragment's first token holds the space the model added
         starts = [0] + ([k + 1 for k in specials] if tok.model.start_after_special else [])
         for k in sorted(set(starts) - set(specials)):
