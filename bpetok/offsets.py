@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import weakref
 from array import array
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -244,9 +244,16 @@ def encode_with_offsets(tok: Tokenizer, text: str, *, parse_special: bool = True
 def _ids_array(tok: Tokenizer, text: str, parse_special: bool) -> np.ndarray:
     """``tok.encode(text)``'s ids as an array: encode_batch_to_numpy's where the model's kernel
     encodes without the GIL (byte-level BPE: it fills machine words, no int per id); else, where
-    encode is one C call (the tokenizer's text encoder: SentencePiece's), its list converted, for
-    encode_batch_to_numpy would cut the text and encode fragment by fragment."""
-    if tok._text_encoder is not None and not tok.encodes_without_gil:
+    encode is one C call (the tokenizer's text encoder: SentencePiece's), its ids as int32 bytes
+    where it gives them, else its list converted, for encode_batch_to_numpy would cut the text and
+    encode fragment by fragment."""
+    encoder = tok._text_encoder
+    if encoder is not None and not tok.encodes_without_gil:
+        if tok.model.text_encoder_gives_bytes and text and parse_special.__class__ is bool:
+            with_bytes: Callable[..., Any] = encoder  # its third argument, as_bytes
+            found = with_bytes(text, parse_special, True)  # what encode calls, its ids as machine words
+            if found is not None:
+                return np.frombuffer(found, dtype=np.int32)
         return np.frombuffer(array("I", tok.encode(text, parse_special=parse_special)), dtype=np.uint32)
     return tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
 
@@ -315,13 +322,15 @@ def _spans_from_lengths(
                 if t.pieces[int(body[k])][:1] != b" ":
                     return None
                 packed[k] -= _PACK + 1
-    ends = np.cumsum(packed)
+    if specials:
+        lengths = packed.copy()  # what the specials' loop changes, if it must
+    ends = np.cumsum(packed, out=packed)  # in place: a long text's fresh pages cost more than its sums
     if specials:  # each where the sums put it; whitespace it swallowed (ASCII) joins its span
         shift = 0
         for k in specials:
             token_id = int(body[k])
             piece, attr = t.pieces[token_id], t.attrs[token_id]
-            start = at = int(ends[k] - packed[k]) // _PACK + shift
+            start = at = (int(ends[k - 1]) // _PACK if k else 0) + shift
             if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
                 while at < len(data) and data[at] in _ASCII_SPACE:
                     at += 1
@@ -332,30 +341,29 @@ def _spans_from_lengths(
                 while end < len(data) and data[end] in _ASCII_SPACE:
                     end += 1
             swallowed = end - start - len(piece)
-            packed[k] += swallowed * (_PACK + 1)
+            lengths[k] += swallowed * (_PACK + 1)
             shift += swallowed
         if shift:
-            ends = np.cumsum(packed)
+            np.cumsum(lengths, out=ends)
     if (int(ends[-1]) // _PACK if len(body) else 0) != len(data):
         return None
     byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
-    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
-    if check_pieces and not _pieces_are_the_text(t, data, body, specials, byte_ends - (packed >> 32), byte_ends):
-        return None
     char_ends = np.bitwise_and(ends, _LOW, out=body_chars[:, 1])
+    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
     # the spans are contiguous here: each starts where the one before ends, and a token ends inside
     # a character where the next starts inside one (the first byte of its piece continues one)
     if len(body):
         body_bytes[0, 0], body_bytes[1:, 0] = 0, byte_ends[:-1]
         body_chars[0, 0], body_chars[1:, 0] = 0, char_ends[:-1]
-    continues = (kinds >> 2).view(bool)
+    if check_pieces and not _pieces_are_the_text(t, data, body, specials, body_bytes[:, 0], byte_ends):
+        return None
     partial = np.zeros(len(body), dtype=bool)
-    partial[:-1] = continues[1:]
-    if not text.isascii():
-        starts_mid = continues.copy()
-        starts_mid[specials] = False  # a special's span starts at its text
-        partial |= starts_mid
-        body_chars[:, 0] -= starts_mid
+    if not text.isascii():  # (an ASCII text's pieces all start and end on a character)
+        continues = (kinds >> 2).view(bool)  # a new array: changed below
+        partial[:-1] = continues[1:]
+        continues[specials] = False  # a special's span starts at its text
+        partial |= continues
+        body_chars[:, 0] -= continues
     return _with_added(body, added, len(data), len(text), byte_spans, char_spans, partial)
 
 
@@ -427,8 +435,9 @@ def _rows(n: int, added: tuple[list[int], list[int]]) -> tuple[np.ndarray, np.nd
     them, and the tokens' rows of each, which the caller fills (:func:`_with_added` the others):
     the spans are made where they are kept, not stacked from columns."""
     head, tail = added
-    byte_spans = np.empty((len(head) + n + len(tail), 2), dtype=np.int64)
-    char_spans = np.empty_like(byte_spans)
+    # one allocation for both: a long text's spans are one block, which the allocator keeps for
+    # the next call (two, and it hands their pages back, each page then faulted in afresh)
+    byte_spans, char_spans = np.empty((2, len(head) + n + len(tail), 2), dtype=np.int64)
     return byte_spans, char_spans, byte_spans[len(head) : len(head) + n], char_spans[len(head) : len(head) + n]
 
 

@@ -10,6 +10,7 @@ BPETOK_PURE_PYTHON=1 too.
 
 from __future__ import annotations
 
+from array import array
 import importlib.util
 import math
 import pathlib
@@ -321,6 +322,8 @@ def test_encode_cut_equals_partition_then_fragments(source, text, flags, gemma3_
                 )
                 at_start = False
         assert found == expected, (text, parse_special)
+        as_bytes = merger.encode_cut(prefix, after_special, keep_specials, *automata, text, parse_special, True)
+        assert array("i", as_bytes).tolist() == found  # the bytes form: the same ids as int32
         if flags == (model.add_space_prefix, True, True):
             assert tok.encode(text, parse_special=parse_special) == expected
 
@@ -332,8 +335,9 @@ def test_encode_cut_leaves_what_it_cannot_encode_to_the_caller():
     assert plain is None and special is not None  # llama-spm: CONTROL and UNKNOWN tokens only
     assert merger.encode_cut(True, True, True, plain, special, "a\ud800", True) is None
     assert merger.encode_cut(True, True, True, None, None, "", False) == []
-    with pytest.raises(TypeError, match="7 arguments"):
+    with pytest.raises(TypeError, match="7 or 8 arguments"):
         merger.encode_cut(True, True, True, plain, special, "a")
+    assert merger.encode_cut(True, True, True, plain, special, "a\ud800", True, True) is None  # not bytes either
     with pytest.raises(TypeError, match="takes a str"):
         merger.encode_cut(True, True, True, plain, special, b"a", False)
 

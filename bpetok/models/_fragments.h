@@ -406,25 +406,26 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
 
 PyDoc_STRVAR(encode_cut_doc,
              "encode_cut(prefix: bool, after_special: bool, keep_specials: bool, plain, special, text: str,\n"
-             "           parse_special: bool) -> list[int] | None\n\n"
+             "           parse_special: bool, as_bytes: bool = False) -> list[int] | bytes | None\n\n"
              "encode_parts of text's partition in one call, its fragments read from text's own UTF-8 (no str\n"
              "per fragment): ``special`` where parse_special else ``plain`` is the bpetok._specials.Automaton\n"
              "of that mode (None: the mode has no specials), whose cuts(text) give the fragments. None where\n"
              "encode_parts would give None or the automaton gives no cuts: the caller then partitions and\n"
-             "encodes as usual. Only for a Merger with ``words``.");
+             "encodes as usual. Only for a Merger with ``words``. ``as_bytes``: the ids as int32 in native\n"
+             "order (numpy reads them without an int per id: offsets' running sums).");
 
 static PyObject *cuts_name; /* "cuts", interned on first use */
 
 static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes 7 arguments (%zd given)", nargs);
+    if (nargs != 7 && nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "encode_cut() takes 7 or 8 arguments (%zd given)", nargs);
         return NULL;
     }
     int prefix = PyObject_IsTrue(args[0]), after_special = PyObject_IsTrue(args[1]), keep_specials = PyObject_IsTrue(args[2]);
-    int parse_special = PyObject_IsTrue(args[6]);
+    int parse_special = PyObject_IsTrue(args[6]), as_bytes = nargs == 8 ? PyObject_IsTrue(args[7]) : 0;
     PyObject *text = args[5], *automaton = parse_special ? args[4] : args[3];
-    if (prefix < 0 || after_special < 0 || keep_specials < 0 || parse_special < 0)
+    if (prefix < 0 || after_special < 0 || keep_specials < 0 || parse_special < 0 || as_bytes < 0)
         return NULL;
     if (!PyUnicode_Check(text)) {
         PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
@@ -517,7 +518,8 @@ static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize
         }
     }
     work_free(&w);
-    PyObject *result = status_result(self, status, out, k);
+    PyObject *result = as_bytes && status == 0 ? PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(k * sizeof(int32_t)))
+                                               : status_result(self, status, out, k);
     if (scratch != small_scratch)
         free(scratch);
     if (out != small_out)

@@ -60,6 +60,10 @@ class TokenizerModel(ABC):
     #: hybriddna split with a gpt2 one): its ``add_bos`` / ``clean_spaces`` are the defaults when
     #: the Tokenizer was given no pre-tokenizer. None: the model's spec's own defaults (else False).
     flags_pretokenizer: PreTokenizerSpec | None = None
+    #: Whether the callable :meth:`text_encoder` gives also takes ``as_bytes`` (a third argument):
+    #: True gives the ids as int32 bytes in native order, which numpy reads without an int per id
+    #: (:mod:`bpetok.offsets`' running sums).
+    text_encoder_gives_bytes: bool = False
 
     # -- what a model must write --------------------------------------------------------------
 

@@ -240,6 +240,8 @@ class SentencePieceModel(CompiledMergeLoop):
         flags = (self.add_space_prefix, self.start_after_special, self.emits_special_tokens)
         return functools.partial(self._word_merger.encode_cut, *flags, *built)
 
+    text_encoder_gives_bytes = True  # encode_cut's as_bytes
+
     def encode_fragment_bytes(self, data: bytes, at_start: bool) -> list[int]:
         """:meth:`encode_fragment` of raw bytes, invalid UTF-8 included: llama.cpp's session
         works on bytes, a symbol being as long as its first byte says (``unicode_len_utf8``)."""
