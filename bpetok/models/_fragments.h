@@ -414,8 +414,6 @@ PyDoc_STRVAR(encode_cut_doc,
              "encodes as usual. Only for a Merger with ``words``. ``as_bytes``: the ids as int32 in native\n"
              "order (numpy reads them without an int per id: offsets' running sums).");
 
-static PyObject *cuts_name; /* "cuts", interned on first use */
-
 static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 7 && nargs != 8) {
@@ -444,21 +442,11 @@ static PyObject *Merger_encode_cut(Merger *self, PyObject *const *args, Py_ssize
     if (ready > 0)
         Py_RETURN_NONE;
     Py_ssize_t n_chars = PyUnicode_GET_LENGTH(text);
-    PyObject *cuts = NULL;
-    Py_ssize_t parts = 1;
-    if (automaton != Py_None) {
-        if (!cuts_name && !(cuts_name = PyUnicode_InternFromString("cuts")))
-            return NULL;
-        cuts = PyObject_CallMethodOneArg(automaton, cuts_name, text);
-        if (!cuts)
-            return NULL;
-        if (!PyBytes_Check(cuts) || PyBytes_GET_SIZE(cuts) % 12) {
-            Py_DECREF(cuts);
-            Py_RETURN_NONE; /* None (no cuts to be had), or not the triples: partition instead */
-        }
-        if (PyBytes_GET_SIZE(cuts))
-            parts = PyBytes_GET_SIZE(cuts) / 12;
-    }
+    PyObject *cuts;
+    int found = automaton_cuts(automaton, text, &cuts);
+    if (found != 0) /* 1: no cuts to be had, the Tokenizer partitions instead */
+        return found < 0 ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t parts = cuts && PyBytes_GET_SIZE(cuts) ? PyBytes_GET_SIZE(cuts) / 12 : 1;
     const unsigned char *triples = cuts && PyBytes_GET_SIZE(cuts) ? (const unsigned char *)PyBytes_AS_STRING(cuts) : NULL;
     /* ``size`` (text_utf8's, a prefix counted) holds any one fragment escaped; the ids of all of
      * them, each with its prefix, and the specials fit in size + 4 a part. */
