@@ -272,6 +272,22 @@ def test_rwkv_str_walk_is_the_byte_walk(name, tok, text):
     assert model.encode_fragment(text, True) == model.encode_reference(text.encode("utf-8", "surrogatepass"))
 
 
+@pytest.mark.parametrize("name", ["rwkv-world"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["<s>", "\\n", " "])), max_size=8).map("".join))
+def test_rwkv_one_call_bytes_form_is_its_list(name, tok, text):
+    """encode_cut's as_bytes (what offsets read) gives the ids of its list form, as int32."""
+    encoder = tok._text_encoder
+    if encoder is None:
+        pytest.skip("the pure-Python engine has no C walk")
+    for parse_special in (False, True):
+        ids = encoder(text, parse_special)
+        found = encoder(text, parse_special, True)
+        assert (found is None) == (ids is None)
+        if ids is not None:
+            assert array("i", found).tolist() == ids == tok.encode_reference(text, parse_special=parse_special)
+
+
 @pytest.fixture(scope="module")
 def small_rwkv(tmp_path_factory) -> bpetok.Tokenizer:
     """A trie where a walk meets every case: a first byte that is a token or only starts one

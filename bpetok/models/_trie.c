@@ -268,8 +268,11 @@ static Py_ssize_t walk_pieces(const Trie *t, const CutText *cut, int64_t unk, ui
  * leaves to the Python twin. */
 static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    int as_bytes = nargs == 6 ? PyObject_IsTrue(args[5]) : 0; /* the ids as int32 bytes (offsets) */
+    if (as_bytes < 0)
+        return NULL;
     CutText cut;
-    int status = cut_arguments(args, nargs, self->values != NULL, "Trie", &cut);
+    int status = cut_arguments(args, nargs == 6 ? 5 : nargs, self->values != NULL, "Trie", &cut);
     if (status != 0)
         return status < 0 ? NULL : Py_NewRef(Py_None);
     long long unk = PyLong_AsLongLong(args[0]);
@@ -293,7 +296,9 @@ static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t n
         written = walk_pieces(self, &cut, unk, out);
     }
     cut_text_free(&cut);
-    PyObject *result = written < 0 ? Py_NewRef(Py_None) : id_ints_list(&self->ints, out, (size_t)written);
+    PyObject *result = written < 0 ? Py_NewRef(Py_None)
+                       : as_bytes  ? PyBytes_FromStringAndSize((const char *)out, written * (Py_ssize_t)sizeof(uint32_t))
+                                   : id_ints_list(&self->ints, out, (size_t)written);
     if (out != small)
         free(out);
     return result;
@@ -575,8 +580,9 @@ static PyMethodDef Trie_methods[] = {
     {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS,
      "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates"},
     {"encode_cut", (PyCFunction)(void (*)(void))Trie_encode_cut, METH_FASTCALL,
-     "encode_cut(unk: int, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole text's ids,\n"
-     "cut at the specials by the Automaton of that mode (None: none); None where the Tokenizer must partition"},
+     "encode_cut(unk: int, plain, special, text: str, parse_special: bool, as_bytes: bool = False) -> list[int] | bytes\n"
+     "| None: a whole text's ids (as int32 bytes with as_bytes), cut at the specials by the Automaton of that mode\n"
+     "(None: none); None where the Tokenizer must partition"},
     {NULL, NULL, 0, NULL},
 };
 

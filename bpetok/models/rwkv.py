@@ -136,6 +136,8 @@ class RwkvModel(CachingModel):
                 return found
         return self.encode_fragment_bytes(text.encode("utf-8", "surrogatepass"), at_start)
 
+    text_encoder_gives_bytes = True  # encode_cut's as_bytes
+
     def text_encoder(self, automata):
         """Where the C walk runs: its ``encode_cut``, which takes the special tokens' cuts from
         the automaton (``Automaton.cuts``) and walks each fragment in the text's own UTF-8, as
