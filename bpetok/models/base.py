@@ -127,6 +127,16 @@ class TokenizerModel(ABC):
         has no such call, and the automata are not built."""
         return None
 
+    def _own_automata(
+        self, automata: Callable[[], tuple[Any, Any] | None], defined_in: type[TokenizerModel]
+    ) -> tuple[Any, Any] | None:
+        """For a :meth:`text_encoder`: ``automata()`` where this model encodes fragments as
+        ``defined_in`` wrote it, else None (a subclass with its own :meth:`encode_fragment` is
+        left to the Tokenizer's partition, which calls it)."""
+        if type(self).encode_fragment is not defined_in.encode_fragment:
+            return None
+        return automata()
+
     def encode_fragments(self, fragments: Sequence[str], *, workers: int = 1) -> list[list[int]]:
         """:meth:`encode_fragment` of many fragments, each at the start (each starts a text or
         follows a special token). ``workers``: threads the model may use."""

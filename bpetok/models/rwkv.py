@@ -143,9 +143,7 @@ class RwkvModel(CachingModel):
         the automaton (``Automaton.cuts``) and walks each fragment in the text's own UTF-8, as
         the Tokenizer's partition and :meth:`encode_fragment` would (a subclass with its own
         :meth:`encode_fragment` is left to those)."""
-        if self._walker is None or type(self).encode_fragment is not RwkvModel.encode_fragment:
-            return None
-        built = automata()
+        built = self._own_automata(automata, RwkvModel) if self._walker is not None else None
         if built is None:
             return None
         return functools.partial(self._walker.encode_cut, -1 if self.unk is None else self.unk, *built)

@@ -263,9 +263,7 @@ class UnigramModel(CachingModel):
         fragment from the text's own UTF-8, as the Tokenizer's partition and
         :meth:`encode_fragment` would (a subclass with its own :meth:`encode_fragment` is left
         to those)."""
-        if not self._normalizes_in_c or type(self).encode_fragment is not UnigramModel.encode_fragment:
-            return None
-        built = automata()
+        built = self._own_automata(automata, UnigramModel) if self._normalizes_in_c else None
         if built is None:
             return None
         return functools.partial(self._lattice.encode_cut, self.per_word, *built)

@@ -232,9 +232,7 @@ class WordPieceModel(CachingModel):
     def text_encoder(self, automata):
         """The kernel's ``encode_cut``: the text cut at its special tokens by the automaton
         (``Automaton.cuts``) and each fragment encoded from the str itself, in one C call."""
-        if self._kernel is None or type(self).encode_fragment is not WordPieceModel.encode_fragment:
-            return None  # a subclass's encode_fragment is what the Tokenizer must call
-        built = automata()
+        built = self._own_automata(automata, WordPieceModel) if self._kernel is not None else None
         if built is None:
             return None
         return functools.partial(self._kernel.encode_cut, -1 if self.unk is None else self.unk, *built)

@@ -107,9 +107,7 @@ class ByteLevelModel(TokenizerModel):
         """With the kernel's splitter: a text the automaton (``Automaton.cuts``) cuts no special
         token from is one ``encode_text`` call, whose list the Tokenizer returns as it is (not
         copied into another); a text with one gives None, and the Tokenizer partitions it."""
-        if not self.releases_gil or type(self).encode_fragment is not ByteLevelModel.encode_fragment:
-            return None
-        built = automata()
+        built = self._own_automata(automata, ByteLevelModel) if self.releases_gil else None
         if built is None:
             return None
 
