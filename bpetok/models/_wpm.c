@@ -27,6 +27,7 @@
 
 #include "_glue.h"
 #include "../_module.h"
+#include "_cut_text.h"
 #include "_sorted_trie.h"
 #include "_word_cache.h"
 
@@ -481,27 +482,15 @@ PyDoc_STRVAR(encode_cut_doc,
 
 static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+    PyObject *automaton;
+    if (cut_check_arguments(args, nargs, self->ready, "Wpm", &automaton) < 0)
         return NULL;
-    }
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes 5 arguments (%zd given)", nargs);
-        return NULL;
-    }
     PyObject *text = args[3];
-    int parse_special = PyObject_IsTrue(args[4]);
     long long unk = PyLong_AsLongLong(args[0]);
-    if (parse_special < 0 || (unk == -1 && PyErr_Occurred()))
-        return NULL;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0)
+    if ((unk == -1 && PyErr_Occurred()) || PyUnicode_READY(text) < 0)
         return NULL;
     PyObject *cuts;
-    int found = automaton_cuts(parse_special ? args[2] : args[1], text, &cuts);
+    int found = automaton_cuts(automaton, text, &cuts);
     if (found != 0)
         return found < 0 ? NULL : Py_NewRef(Py_None);
     Py_ssize_t parts = cuts && PyBytes_GET_SIZE(cuts) ? PyBytes_GET_SIZE(cuts) / 12 : 1;
