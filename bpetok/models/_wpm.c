@@ -247,23 +247,41 @@ typedef struct {
     int64_t at, byte_start, byte_end;
 } Source;
 
+/* A token's row: id, char start, char end, byte start, byte end. */
+#define ROW 5
+/* What encode_cut_spans gives a token: its span (the row less the id), then its id as int32. */
+#define SPAN_BYTES (4 * sizeof(int64_t))
+
 typedef struct {
     uint8_t *word; /* U+2581 then the word's UTF-8 */
     size_t word_len, word_cap;
     uint32_t *ids;
     size_t n_ids, ids_cap;
-    /* with spans: where in the text each byte of word comes from, and a row per token */
+    /* with spans: each token's row (a block each call: when it is freed, glibc's heap keeps
+     * the memory for the larger result that follows, where an exact block would be mapped anew) */
     int with_spans;
+    int64_t *rows;
+    size_t n_rows, rows_cap;
+    /* Where the word's bytes come from. While ``contiguous``, the word is the text's characters
+     * word_at to next_at - 1 (their UTF-8 from word_byte on), none dropped between and each as
+     * long in UTF-8 as the one it became (most words: the normalizer only lowercases them): a
+     * byte's source follows from its place in the word and nothing is recorded. Else ``source``
+     * holds each byte's. */
+    int contiguous;
+    int64_t word_at, word_byte, next_at;
     Source *source;
     size_t source_cap;
-    int64_t *rows; /* id, char start, char end, byte start, byte end */
-    size_t n_rows, rows_cap;
 } Out;
 
 /* Room for ``need`` items in one of Out's arrays (grow_array; no GIL needed). 0, or -1 out of memory. */
 static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
 {
     return grow_array(buf, cap, need, itemsize, 64);
+}
+
+static inline int utf8_length(uint32_t c)
+{
+    return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
 }
 
 /* Appends ``c`` as UTF-8 (surrogates too, as Python's surrogatepass writes them). */
@@ -354,40 +372,116 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
     return 0;
 }
 
-/* The source of the word's bytes from ``from`` on. */
-static int note_source(Out *o, size_t from, Source src)
+/* The contiguous word's bytes [3, upto) each with its source in ``source``: the word stops
+ * being contiguous. */
+static int record_sources(Out *o, size_t upto)
 {
+    if (grow((void **)&o->source, &o->source_cap, upto, sizeof(Source)) < 0)
+        return -1;
+    Source src = {o->word_at, o->word_byte, o->word_byte};
+    for (size_t b = 3; b < upto; src.at++) {
+        /* the word holds whole characters (put_utf8's): each lead byte says its length */
+        size_t end = b + CUT_UTF8_LENGTH[o->word[b] >> 4];
+        src.byte_start = src.byte_end;
+        src.byte_end += (int64_t)(end - b);
+        for (; b < end && b < upto; b++)
+            o->source[b] = src;
+    }
+    o->contiguous = 0;
+    return 0;
+}
+
+/* The word's bytes from ``from`` on came from character ``at`` of the text (its UTF-8 bytes
+ * [byte_start, byte_end)). */
+static inline int note_source(Out *o, size_t from, int64_t at, int64_t byte_start, int64_t byte_end)
+{
+    int same_length = (int64_t)(o->word_len - from) == byte_end - byte_start;
+    if (from == 3) {
+        o->contiguous = same_length;
+        o->word_at = at, o->word_byte = byte_start;
+    } else if (o->contiguous && (!same_length || at != o->next_at) && record_sources(o, from) < 0) {
+        return -1;
+    }
+    o->next_at = at + 1;
+    if (o->contiguous)
+        return 0;
     if (grow((void **)&o->source, &o->source_cap, o->word_len, sizeof(Source)) < 0)
         return -1;
+    Source src = {at, byte_start, byte_end};
     for (size_t b = from; b < o->word_len; b++)
         o->source[b] = src;
     return 0;
 }
 
-static int push_row(Out *o, uint32_t id, const Source *first, const Source *last, int empty)
+/* Reads the sources of a word's bytes (of ``n``, 3 <= b < n), left to right or nearly. */
+typedef struct {
+    const Out *o;
+    int ascii;     /* contiguous and one byte a character */
+    size_t lead;   /* contiguous: a character's lead byte, */
+    int64_t at;    /* and its index in the text */
+} SourceReader;
+
+static inline SourceReader source_reader(const Out *o, size_t n)
 {
-    if (grow((void **)&o->rows, &o->rows_cap, 5 * (o->n_rows + 1), sizeof(int64_t)) < 0)
+    SourceReader r = {o, o->contiguous && (int64_t)(n - 3) == o->next_at - o->word_at, 3, o->word_at};
+    return r;
+}
+
+/* The source of the character byte ``b`` of the word is in. */
+static inline Source source_at(SourceReader *r, size_t b)
+{
+    const Out *o = r->o;
+    if (!o->contiguous)
+        return o->source[b];
+    int64_t start = o->word_byte + (int64_t)(b - 3);
+    if (r->ascii)
+        return (Source){o->word_at + (int64_t)(b - 3), start, start + 1};
+    const uint8_t *word = o->word;
+    while ((word[b] & 0xC0) == 0x80) /* to the lead byte (byte 3 is one) */
+        b--, start--;
+    while (r->lead < b) /* the reader moves a character at a time: it stays on lead bytes */
+        r->lead += CUT_UTF8_LENGTH[word[r->lead] >> 4], r->at++;
+    while (r->lead > b) {
+        do
+            r->lead--;
+        while ((word[r->lead] & 0xC0) == 0x80);
+        r->at--;
+    }
+    return (Source){r->at, start, start + CUT_UTF8_LENGTH[word[b] >> 4]};
+}
+
+/* A token's row. 0, or -1 out of memory. */
+static inline int push_row(Out *o, uint32_t id, int64_t char_start, int64_t char_end, int64_t byte_start, int64_t byte_end)
+{
+    if (o->n_rows >= o->rows_cap && grow((void **)&o->rows, &o->rows_cap, o->n_rows + 1, ROW * sizeof(int64_t)) < 0)
         return -1;
-    int64_t *r = o->rows + 5 * o->n_rows++;
-    r[0] = id;
-    r[1] = first->at, r[2] = empty ? first->at : last->at + 1;
-    r[3] = first->byte_start, r[4] = empty ? first->byte_start : last->byte_end;
+    int64_t *r = o->rows + ROW * o->n_rows++;
+    r[0] = id, r[1] = char_start, r[2] = char_end, r[3] = byte_start, r[4] = byte_end;
     return 0;
 }
 
-/* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
- * of its first byte past the U+2581 to the end of the source of its last; a token that is the
+/* A token's span from the start of ``first`` to the end of ``last`` (``empty``: at first's start). */
+static inline int push_source_row(Out *o, uint32_t id, Source first, Source last, int empty)
+{
+    return empty ? push_row(o, id, first.at, first.at, first.byte_start, first.byte_start)
+                 : push_row(o, id, first.at, last.at + 1, first.byte_start, last.byte_end);
+}
+
+/* flush_word, and with spans each new token's (wpm.py's ``fragment_spans``): from the source of
+ * its first byte past the U+2581 to the end of the source of its last; a token that is the
  * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
  * -3: an id with no known length or past the word (a broken table). */
 static int end_word(Wpm *w, Out *o, int64_t unk)
 {
     size_t n = o->word_len, first_id = o->n_ids;
-    int rc = flush_word(w, o, unk);
+    int rc = flush_word(w, o, unk); /* it keeps the word's bytes */
     if (rc < 0 || !o->with_spans || n <= 3)
         return rc;
-    const Source *src = o->source;
-    if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk)
-        return push_row(o, o->ids[first_id], &src[3], &src[n - 1], 0);
+    SourceReader r = source_reader(o, n);
+    if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk) {
+        Source first = source_at(&r, 3);
+        return push_source_row(o, (uint32_t)unk, first, source_at(&r, n - 1), 0);
+    }
     size_t at = 0;
     for (size_t k = first_id; k < o->n_ids; k++) {
         uint32_t id = o->ids[k];
@@ -395,38 +489,41 @@ static int end_word(Wpm *w, Out *o, int64_t unk)
         if (len == 0 || len > n - at)
             return -3;
         size_t end = at + len, first = at > 3 ? at : 3;
-        if (push_row(o, id, &src[first], &src[end > first ? end - 1 : first], end <= first) < 0)
+        Source from = source_at(&r, first);
+        if (push_source_row(o, id, from, end > first ? source_at(&r, end - 1) : from, end <= first) < 0)
             return -1;
         at = end;
     }
     return at == n ? 0 : -3;
 }
 
-static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, Out *o)
+/* Characters [from, to) of the text (``kind``, ``text``), whose UTF-8 starts at *byte_at (moved
+ * past them), into ``o``. */
+static int walk(Wpm *w, int kind, const void *text, Py_ssize_t from, Py_ssize_t to, int64_t unk, Out *o, int64_t *byte_at)
 {
     if (grow((void **)&o->word, &o->word_cap, 64, 1) < 0)
         return -1;
     memcpy(o->word, "\xe2\x96\x81", 3);
     o->word_len = 3;
-    int64_t byte_at = 0; /* of codepoint i in the text's UTF-8 */
-    for (Py_ssize_t i = 0; i < n; i++) {
+    int64_t byte_end = *byte_at;
+    for (Py_ssize_t i = from; i < to; i++) {
         uint32_t c = PyUnicode_READ(kind, text, i);
-        Source here = {i, byte_at, byte_at + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4)};
-        byte_at = here.byte_end;
+        int64_t byte_start = byte_end;
+        byte_end += utf8_length(c);
         uint32_t entry = c < 0x10000 ? w->bmp[c] : map_codepoint(w, c);
         int rc = 0;
         size_t before = o->word_len;
         switch (entry >> 24) {
         case JOIN:
             if ((rc = put_utf8(o, entry & 0x1FFFFF)) == 0 && o->with_spans)
-                rc = note_source(o, before, here);
+                rc = note_source(o, before, i, byte_start, byte_end);
             break;
         case BOUNDARY:
             rc = end_word(w, o, unk);
             break;
         case OWN:
             if ((rc = end_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
-                && (!o->with_spans || (rc = note_source(o, 3, here)) == 0))
+                && (!o->with_spans || (rc = note_source(o, 3, i, byte_start, byte_end)) == 0))
                 rc = end_word(w, o, unk);
             break;
         default: /* DROP */
@@ -435,40 +532,114 @@ static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, O
         if (rc < 0)
             return rc;
     }
+    *byte_at = byte_end;
     return end_word(w, o, unk);
 }
 
-/* encode's and encode_with_spans' arguments (text: str, unk: int), walked into ``o``: walk's
- * result, or ARGS_REFUSED with an exception set. */
-#define ARGS_REFUSED (-4)
-static int walk_args(Wpm *self, PyObject *args, Out *o)
+/* Walks each fragment of ``text`` between the specials ``cuts`` finds (Automaton.cuts' triples;
+ * NULL or empty: the text is one fragment) into ``o``, each special's id after its fragment.
+ * With spans a special's runs from the end of the fragment before it to the start of the one
+ * after, so it holds what its LSTRIP and RSTRIP swallowed (norm_offsets._walk_rows), or from the
+ * text's start, or to its end. walk's result, or 1: the caller answers None (cuts that are not
+ * this text's; with spans, two specials with no fragment between, whose spans would need their
+ * lengths: the Tokenizer's partition finds them). */
+static int walk_cuts(Wpm *self, PyObject *text, PyObject *cuts, int64_t unk, Out *o)
 {
-    PyObject *text;
-    long long unk;
-    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
-        return ARGS_REFUSED;
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
-        return ARGS_REFUSED;
+    if (PyUnicode_GET_LENGTH(text) > (Py_ssize_t)UINT32_MAX - 1)
+        return 1;
+    int has_cuts = cuts && PyBytes_GET_SIZE(cuts);
+    Py_ssize_t parts = has_cuts ? PyBytes_GET_SIZE(cuts) / 12 : 1;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    uint32_t n_chars = (uint32_t)PyUnicode_GET_LENGTH(text), done = 0;
+    int64_t byte_at = 0;
+    size_t open_row = 0; /* where ``open``: the row of the special whose end is the next fragment's start */
+    int open = 0;
+    for (Py_ssize_t part = 0; part < parts; part++) {
+        uint32_t triple[3] = {0, n_chars, UINT32_MAX}; /* start, end in characters; the special after */
+        if (has_cuts)
+            memcpy(triple, PyBytes_AS_STRING(cuts) + 12 * part, sizeof triple);
+        if (triple[0] > triple[1] || triple[1] > n_chars || triple[0] < done)
+            return 1; /* not cuts of this text */
+        int empty = triple[0] == triple[1];
+        if (o->with_spans) {
+            if (empty && part > 0 && triple[2] != UINT32_MAX)
+                return 1;
+            for (uint32_t i = done; i < triple[0]; i++) /* the special before, and what it swallowed */
+                byte_at += utf8_length(PyUnicode_READ(kind, data, i));
+            if (open) {
+                int64_t *row = o->rows + ROW * open_row;
+                row[2] = triple[0], row[4] = byte_at;
+            }
+        }
+        int rc = walk(self, kind, data, triple[0], triple[1], unk, o, &byte_at);
+        if (rc == 0 && triple[2] != UINT32_MAX) {
+            rc = push_id(o, triple[2]);
+            if (rc == 0 && o->with_spans) {
+                int at_start = empty && part == 0;
+                rc = push_row(o, triple[2], at_start ? 0 : triple[1], 0, at_start ? 0 : byte_at, 0);
+                open_row = o->n_rows - 1;
+            }
+        }
+        open = triple[2] != UINT32_MAX;
+        if (rc != 0)
+            return rc;
+        done = triple[1];
     }
-    if (PyUnicode_READY(text) < 0)
-        return ARGS_REFUSED;
-    return walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), unk, o);
+    return o->with_spans && open ? 1 : 0; /* cuts end with a fragment: else not Automaton.cuts' */
+}
+
+/* encode_cut's and encode_cut_spans' arguments (cut_check_arguments; unk: int) and the text's
+ * cuts (NULL: one fragment): 0, 1 where the caller answers None (no cuts to be had), -1 with an
+ * exception set. */
+static int cut_call(Wpm *self, PyObject *const *args, Py_ssize_t nargs, long long *unk, PyObject **cuts)
+{
+    PyObject *automaton;
+    if (cut_check_arguments(args, nargs, self->ready, "Wpm", &automaton) < 0)
+        return -1;
+    *unk = PyLong_AsLongLong(args[0]);
+    if ((*unk == -1 && PyErr_Occurred()) || PyUnicode_READY(args[3]) < 0)
+        return -1;
+    return automaton_cuts(automaton, args[3], cuts);
+}
+
+/* walk's and walk_cuts' results as an exception: -1 out of memory, -3 a broken table. */
+static void walk_error(int rc)
+{
+    if (rc == -3)
+        PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
+    else
+        PyErr_NoMemory();
+}
+
+static void out_free(Out *o)
+{
+    BPETOK_FREE_ALL(free, o->word, o->ids, o->source, o->rows);
 }
 
 static PyObject *Wpm_encode(Wpm *self, PyObject *args)
 {
+    PyObject *text;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
+        return NULL;
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+        return NULL;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
     Out o = {0};
-    int rc = walk_args(self, args, &o);
-    free(o.word);
+    int64_t byte_at = 0;
+    int rc = walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text), unk, &o, &byte_at);
     PyObject *result = NULL;
     if (rc == 0)
         result = id_ints_list(&self->ints, o.ids, o.n_ids);
     else if (rc == -2)
         result = Py_NewRef(Py_None);
-    else if (rc != ARGS_REFUSED)
-        PyErr_NoMemory();
-    free(o.ids);
+    else
+        walk_error(rc);
+    out_free(&o);
     return result;
 }
 
@@ -482,79 +653,91 @@ PyDoc_STRVAR(encode_cut_doc,
 
 static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *automaton;
-    if (cut_check_arguments(args, nargs, self->ready, "Wpm", &automaton) < 0)
-        return NULL;
-    PyObject *text = args[3];
-    long long unk = PyLong_AsLongLong(args[0]);
-    if ((unk == -1 && PyErr_Occurred()) || PyUnicode_READY(text) < 0)
-        return NULL;
+    long long unk;
     PyObject *cuts;
-    int found = automaton_cuts(automaton, text, &cuts);
+    int found = cut_call(self, args, nargs, &unk, &cuts);
     if (found != 0)
         return found < 0 ? NULL : Py_NewRef(Py_None);
-    Py_ssize_t parts = cuts && PyBytes_GET_SIZE(cuts) ? PyBytes_GET_SIZE(cuts) / 12 : 1;
-    const unsigned char *triples = cuts && PyBytes_GET_SIZE(cuts) ? (const unsigned char *)PyBytes_AS_STRING(cuts) : NULL;
-    int kind = PyUnicode_KIND(text);
-    const char *data = PyUnicode_DATA(text);
-    uint32_t n_chars = (uint32_t)PyUnicode_GET_LENGTH(text), done = 0;
     Out o = {0};
-    int rc = PyUnicode_GET_LENGTH(text) > (Py_ssize_t)UINT32_MAX - 1 ? 1 : 0; /* 1: answer None */
-    for (Py_ssize_t part = 0; rc == 0 && part < parts; part++) {
-        uint32_t triple[3] = {0, n_chars, UINT32_MAX}; /* start, end in characters; the special after */
-        if (triples)
-            memcpy(triple, triples + 12 * part, sizeof triple);
-        if (triple[0] > triple[1] || triple[1] > n_chars || triple[0] < done) {
-            rc = 1; /* not cuts of this text */
-            break;
-        }
-        rc = walk(self, kind, data + (size_t)triple[0] * (size_t)kind, triple[1] - triple[0], unk, &o);
-        if (rc == 0 && triple[2] != UINT32_MAX)
-            rc = push_id(&o, triple[2]);
-        done = triple[1];
-    }
+    int rc = walk_cuts(self, args[3], cuts, unk, &o);
     Py_XDECREF(cuts);
-    free(o.word);
     PyObject *result = NULL;
     if (rc == 0)
         result = id_ints_list(&self->ints, o.ids, o.n_ids);
     else if (rc == 1 || rc == -2)
         result = Py_NewRef(Py_None);
     else
-        PyErr_NoMemory();
-    free(o.ids);
+        walk_error(rc);
+    out_free(&o);
     return result;
 }
 
-/* A bytes object of ``n`` int64 items. */
-static PyObject *int64_bytes(const int64_t *values, size_t n)
-{
-    return PyBytes_FromStringAndSize(n ? (const char *)values : "", (Py_ssize_t)(n * sizeof(int64_t)));
-}
+PyDoc_STRVAR(encode_cut_spans_doc,
+             "encode_cut_spans(unk: int, plain, special, text: str, parse_special: bool) -> bytearray | None\n\n"
+             "encode_cut's tokens with their spans in text, as one buffer: a row of four int64 a token\n"
+             "(char start, char end, byte start, byte end), then the ids as int32, native order. A special's\n"
+             "span holds the whitespace its LSTRIP/RSTRIP swallowed. None where encode_cut gives None, and\n"
+             "where two specials have no fragment between them: the caller then partitions.");
 
-static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
+static PyObject *Wpm_encode_cut_spans(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    long long unk;
+    PyObject *cuts;
+    int found = cut_call(self, args, nargs, &unk, &cuts);
+    if (found != 0)
+        return found < 0 ? NULL : Py_NewRef(Py_None);
     Out o = {0};
     o.with_spans = 1;
-    int rc = walk_args(self, args, &o);
+    int rc = walk_cuts(self, args[3], cuts, unk, &o);
+    Py_XDECREF(cuts);
+    PyObject *result = NULL;
+    if (rc == 1 || rc == -2) {
+        result = Py_NewRef(Py_None);
+    } else if (rc < 0) {
+        walk_error(rc);
+    } else if (o.n_rows != o.n_ids) {
+        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
+    } else if ((result = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(o.n_rows * (SPAN_BYTES + sizeof(int32_t)))))) {
+        char *spans = PyByteArray_AS_STRING(result), *ids = spans + o.n_rows * SPAN_BYTES;
+        for (size_t k = 0; k < o.n_rows; k++) {
+            int32_t id = (int32_t)o.rows[ROW * k];
+            memcpy(spans + k * SPAN_BYTES, o.rows + ROW * k + 1, SPAN_BYTES);
+            memcpy(ids + k * sizeof id, &id, sizeof id);
+        }
+    }
+    out_free(&o);
+    return result;
+}
+
+/* encode_with_spans(text, unk): a fragment's tokens as int64 rows (id, char start, char end, byte
+ * start, byte end), what norm_offsets' fragment walk takes. */
+static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
+{
+    PyObject *text;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
+        return NULL;
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+        return NULL;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+    Out o = {0};
+    o.with_spans = 1;
+    int64_t byte_at = 0;
+    int rc = walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text), unk, &o, &byte_at);
     PyObject *result = NULL;
     if (rc == -2) {
         result = Py_NewRef(Py_None);
-    } else if (rc == -3) {
-        PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
-    } else if (rc == -1) {
-        PyErr_NoMemory();
-    } else if (rc == ARGS_REFUSED) {
-        /* the exception is set */
+    } else if (rc < 0) {
+        walk_error(rc);
     } else if (o.n_rows != o.n_ids) {
         PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
     } else {
-        result = int64_bytes(o.rows, 5 * o.n_rows);
+        result = PyBytes_FromStringAndSize(o.n_rows ? (const char *)o.rows : "", (Py_ssize_t)(o.n_rows * ROW * sizeof(int64_t)));
     }
-    free(o.word);
-    free(o.ids);
-    free(o.source);
-    free(o.rows);
+    out_free(&o);
     return result;
 }
 
@@ -575,6 +758,7 @@ static PyMethodDef Wpm_methods[] = {
     {"cache_stats", (PyCFunction)Wpm_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
     {"encode", (PyCFunction)Wpm_encode, METH_VARARGS,
      "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0"},
+    {"encode_cut_spans", (PyCFunction)(void (*)(void))Wpm_encode_cut_spans, METH_FASTCALL, encode_cut_spans_doc},
     {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS,
      "encode_with_spans(text: str, unk: int) -> bytes | None: encode's tokens as int64 rows (id, char start, char "
      "end, byte start, byte end): each one's span in the text; None as encode"},
