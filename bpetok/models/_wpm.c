@@ -247,21 +247,21 @@ typedef struct {
     int64_t at, byte_start, byte_end;
 } Source;
 
-/* A token's row: id, char start, char end, byte start, byte end. */
-#define ROW 5
-/* What encode_cut_spans gives a token: its span (the row less the id), then its id as int32. */
-#define SPAN_BYTES (4 * sizeof(int64_t))
+/* A token's span: char start, char end, byte start, byte end. */
+#define SPAN 4
 
 typedef struct {
     uint8_t *word; /* U+2581 then the word's UTF-8 */
     size_t word_len, word_cap;
     uint32_t *ids;
     size_t n_ids, ids_cap;
-    /* with spans: each token's row (a block each call: when it is freed, glibc's heap keeps
-     * the memory for the larger result that follows, where an exact block would be mapped anew) */
+    /* With spans: each token's, and room for the ids after them: the first n_spans * (SPAN
+     * int64 + one int32) bytes are then encode_cut_spans' result, copied in one go. (A block each
+     * call, at least the result's size: when it is freed glibc's heap keeps the memory for the
+     * result that follows, where a block only the size of the result is mapped anew each call.) */
     int with_spans;
-    int64_t *rows;
-    size_t n_rows, rows_cap;
+    int64_t *spans;
+    size_t n_spans, spans_cap;
     /* Where the word's bytes come from. While ``contiguous``, the word is the text's characters
      * word_at to next_at - 1 (their UTF-8 from word_byte on), none dropped between and each as
      * long in UTF-8 as the one it became (most words: the normalizer only lowercases them): a
@@ -413,62 +413,103 @@ static inline int note_source(Out *o, size_t from, int64_t at, int64_t byte_star
     return 0;
 }
 
-/* Reads the sources of a word's bytes (of ``n``, 3 <= b < n), left to right or nearly. */
-typedef struct {
-    const Out *o;
-    int ascii;     /* contiguous and one byte a character */
-    size_t lead;   /* contiguous: a character's lead byte, */
-    int64_t at;    /* and its index in the text */
-} SourceReader;
-
-static inline SourceReader source_reader(const Out *o, size_t n)
+/* The span of the next token. 0, or -1 out of memory. */
+static inline int push_span(Out *o, int64_t char_start, int64_t char_end, int64_t byte_start, int64_t byte_end)
 {
-    SourceReader r = {o, o->contiguous && (int64_t)(n - 3) == o->next_at - o->word_at, 3, o->word_at};
-    return r;
-}
-
-/* The source of the character byte ``b`` of the word is in. */
-static inline Source source_at(SourceReader *r, size_t b)
-{
-    const Out *o = r->o;
-    if (!o->contiguous)
-        return o->source[b];
-    int64_t start = o->word_byte + (int64_t)(b - 3);
-    if (r->ascii)
-        return (Source){o->word_at + (int64_t)(b - 3), start, start + 1};
-    const uint8_t *word = o->word;
-    while ((word[b] & 0xC0) == 0x80) /* to the lead byte (byte 3 is one) */
-        b--, start--;
-    while (r->lead < b) /* the reader moves a character at a time: it stays on lead bytes */
-        r->lead += CUT_UTF8_LENGTH[word[r->lead] >> 4], r->at++;
-    while (r->lead > b) {
-        do
-            r->lead--;
-        while ((word[r->lead] & 0xC0) == 0x80);
-        r->at--;
-    }
-    return (Source){r->at, start, start + CUT_UTF8_LENGTH[word[b] >> 4]};
-}
-
-/* A token's row. 0, or -1 out of memory. */
-static inline int push_row(Out *o, uint32_t id, int64_t char_start, int64_t char_end, int64_t byte_start, int64_t byte_end)
-{
-    if (o->n_rows >= o->rows_cap && grow((void **)&o->rows, &o->rows_cap, o->n_rows + 1, ROW * sizeof(int64_t)) < 0)
+    if (o->n_spans >= o->spans_cap
+        && grow((void **)&o->spans, &o->spans_cap, o->n_spans + 1, SPAN * sizeof(int64_t) + sizeof(int32_t)) < 0)
         return -1;
-    int64_t *r = o->rows + ROW * o->n_rows++;
-    r[0] = id, r[1] = char_start, r[2] = char_end, r[3] = byte_start, r[4] = byte_end;
+    int64_t *span = o->spans + SPAN * o->n_spans++;
+    span[0] = char_start, span[1] = char_end, span[2] = byte_start, span[3] = byte_end;
     return 0;
 }
 
-/* A token's span from the start of ``first`` to the end of ``last`` (``empty``: at first's start). */
-static inline int push_source_row(Out *o, uint32_t id, Source first, Source last, int empty)
+/* The index in the text of the character at byte ``b`` of a contiguous word (a lead byte, or the
+ * word's end), counted by ``cursor`` (a lead byte and its character's index) moved there. */
+typedef struct {
+    size_t b;
+    int64_t at;
+} Cursor;
+
+static inline int64_t char_index(const uint8_t *word, Cursor *cursor, size_t b)
 {
-    return empty ? push_row(o, id, first.at, first.at, first.byte_start, first.byte_start)
-                 : push_row(o, id, first.at, last.at + 1, first.byte_start, last.byte_end);
+    while (cursor->b < b) /* from lead byte to lead byte: the word holds whole characters */
+        cursor->b += CUT_UTF8_LENGTH[word[cursor->b] >> 4], cursor->at++;
+    while (cursor->b > b) {
+        do
+            cursor->b--;
+        while ((word[cursor->b] & 0xC0) == 0x80);
+        cursor->at--;
+    }
+    return cursor->at;
 }
 
-/* flush_word, and with spans each new token's (wpm.py's ``fragment_spans``): from the source of
- * its first byte past the U+2581 to the end of the source of its last; a token that is the
+/* The length of token ``id`` in bytes where it fits in the ``left`` bytes of its word, else 0. */
+static inline size_t token_length(const Wpm *w, uint32_t id, size_t left)
+{
+    size_t len = id < w->ints.n ? w->id_len[id] : 0;
+    return len <= left ? len : 0;
+}
+
+/* end_word's spans of the tokens from ``first_id`` on, which cut a contiguous word of ``n`` bytes:
+ * each spans the characters its first and last bytes are in. */
+static int contiguous_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
+{
+    const uint8_t *word = o->word;
+    int ascii = (int64_t)(n - 3) == o->next_at - o->word_at;
+    int64_t byte0 = o->word_byte - 3; /* the text's byte offset of word byte 0 (U+2581 is no text) */
+    Cursor cursor = {3, o->word_at};
+    size_t at = 0;
+    for (size_t k = first_id; k < o->n_ids; k++) {
+        uint32_t id = o->ids[k];
+        size_t len = token_length(w, id, n - at);
+        if (len == 0)
+            return -3;
+        size_t end = at + len, lo = at > 3 ? at : 3, hi = end;
+        int rc;
+        if (hi <= lo) { /* the U+2581 alone */
+            rc = push_span(o, o->word_at, o->word_at, o->word_byte, o->word_byte);
+        } else if (ascii) {
+            rc = push_span(o, o->word_at + (int64_t)(lo - 3), o->word_at + (int64_t)(hi - 3), byte0 + (int64_t)lo,
+                          byte0 + (int64_t)hi);
+        } else { /* a token that cuts a character spans all of it */
+            while ((word[lo] & 0xC0) == 0x80) /* byte 3 is a lead byte */
+                lo--;
+            while (hi < n && (word[hi] & 0xC0) == 0x80)
+                hi++;
+            int64_t char_start = char_index(word, &cursor, lo);
+            rc = push_span(o, char_start, char_index(word, &cursor, hi), byte0 + (int64_t)lo, byte0 + (int64_t)hi);
+        }
+        if (rc < 0)
+            return -1;
+        at = end;
+    }
+    return at == n ? 0 : -3;
+}
+
+/* contiguous_spans for a word whose bytes have their sources recorded. */
+static int recorded_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
+{
+    const Source *src = o->source;
+    size_t at = 0;
+    for (size_t k = first_id; k < o->n_ids; k++) {
+        uint32_t id = o->ids[k];
+        size_t len = token_length(w, id, n - at);
+        if (len == 0)
+            return -3;
+        size_t end = at + len, first = at > 3 ? at : 3;
+        const Source *from = &src[first], *last = &src[end - 1];
+        int rc = end <= first ? push_span(o, from->at, from->at, from->byte_start, from->byte_start)
+                              : push_span(o, from->at, last->at + 1, from->byte_start, last->byte_end);
+        if (rc < 0)
+            return -1;
+        at = end;
+    }
+    return at == n ? 0 : -3;
+}
+
+/* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
+ * of its first byte past the U+2581 to the end of the source of its last; a token that is the
  * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
  * -3: an id with no known length or past the word (a broken table). */
 static int end_word(Wpm *w, Out *o, int64_t unk)
@@ -477,24 +518,13 @@ static int end_word(Wpm *w, Out *o, int64_t unk)
     int rc = flush_word(w, o, unk); /* it keeps the word's bytes */
     if (rc < 0 || !o->with_spans || n <= 3)
         return rc;
-    SourceReader r = source_reader(o, n);
     if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk) {
-        Source first = source_at(&r, 3);
-        return push_source_row(o, (uint32_t)unk, first, source_at(&r, n - 1), 0);
+        if (o->contiguous)
+            return push_span(o, o->word_at, o->next_at, o->word_byte, o->word_byte + (int64_t)(n - 3));
+        const Source *src = o->source;
+        return push_span(o, src[3].at, src[n - 1].at + 1, src[3].byte_start, src[n - 1].byte_end);
     }
-    size_t at = 0;
-    for (size_t k = first_id; k < o->n_ids; k++) {
-        uint32_t id = o->ids[k];
-        size_t len = id < w->ints.n ? w->id_len[id] : 0;
-        if (len == 0 || len > n - at)
-            return -3;
-        size_t end = at + len, first = at > 3 ? at : 3;
-        Source from = source_at(&r, first);
-        if (push_source_row(o, id, from, end > first ? source_at(&r, end - 1) : from, end <= first) < 0)
-            return -1;
-        at = end;
-    }
-    return at == n ? 0 : -3;
+    return o->contiguous ? contiguous_spans(w, o, first_id, n) : recorded_spans(w, o, first_id, n);
 }
 
 /* Characters [from, to) of the text (``kind``, ``text``), whose UTF-8 starts at *byte_at (moved
@@ -553,7 +583,7 @@ static int walk_cuts(Wpm *self, PyObject *text, PyObject *cuts, int64_t unk, Out
     const void *data = PyUnicode_DATA(text);
     uint32_t n_chars = (uint32_t)PyUnicode_GET_LENGTH(text), done = 0;
     int64_t byte_at = 0;
-    size_t open_row = 0; /* where ``open``: the row of the special whose end is the next fragment's start */
+    size_t open_span = 0; /* where ``open``: the span of the special whose end is the next fragment's start */
     int open = 0;
     for (Py_ssize_t part = 0; part < parts; part++) {
         uint32_t triple[3] = {0, n_chars, UINT32_MAX}; /* start, end in characters; the special after */
@@ -568,8 +598,8 @@ static int walk_cuts(Wpm *self, PyObject *text, PyObject *cuts, int64_t unk, Out
             for (uint32_t i = done; i < triple[0]; i++) /* the special before, and what it swallowed */
                 byte_at += utf8_length(PyUnicode_READ(kind, data, i));
             if (open) {
-                int64_t *row = o->rows + ROW * open_row;
-                row[2] = triple[0], row[4] = byte_at;
+                int64_t *span = o->spans + SPAN * open_span;
+                span[1] = triple[0], span[3] = byte_at;
             }
         }
         int rc = walk(self, kind, data, triple[0], triple[1], unk, o, &byte_at);
@@ -577,8 +607,8 @@ static int walk_cuts(Wpm *self, PyObject *text, PyObject *cuts, int64_t unk, Out
             rc = push_id(o, triple[2]);
             if (rc == 0 && o->with_spans) {
                 int at_start = empty && part == 0;
-                rc = push_row(o, triple[2], at_start ? 0 : triple[1], 0, at_start ? 0 : byte_at, 0);
-                open_row = o->n_rows - 1;
+                rc = push_span(o, at_start ? 0 : triple[1], 0, at_start ? 0 : byte_at, 0);
+                open_span = o->n_spans - 1;
             }
         }
         open = triple[2] != UINT32_MAX;
@@ -614,7 +644,7 @@ static void walk_error(int rc)
 
 static void out_free(Out *o)
 {
-    BPETOK_FREE_ALL(free, o->word, o->ids, o->source, o->rows);
+    BPETOK_FREE_ALL(free, o->word, o->ids, o->source, o->spans);
 }
 
 static PyObject *Wpm_encode(Wpm *self, PyObject *args)
@@ -695,15 +725,14 @@ static PyObject *Wpm_encode_cut_spans(Wpm *self, PyObject *const *args, Py_ssize
         result = Py_NewRef(Py_None);
     } else if (rc < 0) {
         walk_error(rc);
-    } else if (o.n_rows != o.n_ids) {
+    } else if (o.n_spans != o.n_ids) {
         PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
-    } else if ((result = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(o.n_rows * (SPAN_BYTES + sizeof(int32_t)))))) {
-        char *spans = PyByteArray_AS_STRING(result), *ids = spans + o.n_rows * SPAN_BYTES;
-        for (size_t k = 0; k < o.n_rows; k++) {
-            int32_t id = (int32_t)o.rows[ROW * k];
-            memcpy(spans + k * SPAN_BYTES, o.rows + ROW * k + 1, SPAN_BYTES);
-            memcpy(ids + k * sizeof id, &id, sizeof id);
-        }
+    } else if (o.n_spans == 0) {
+        result = PyByteArray_FromStringAndSize(NULL, 0);
+    } else {
+        /* the ids into the room after the spans (push_span grew it for them) */
+        memcpy(o.spans + SPAN * o.n_spans, o.ids, o.n_ids * sizeof(uint32_t));
+        result = PyByteArray_FromStringAndSize((const char *)o.spans, (Py_ssize_t)(o.n_spans * (SPAN * sizeof(int64_t) + sizeof(int32_t))));
     }
     out_free(&o);
     return result;
@@ -732,10 +761,14 @@ static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
         result = Py_NewRef(Py_None);
     } else if (rc < 0) {
         walk_error(rc);
-    } else if (o.n_rows != o.n_ids) {
+    } else if (o.n_spans != o.n_ids) {
         PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
-    } else {
-        result = PyBytes_FromStringAndSize(o.n_rows ? (const char *)o.rows : "", (Py_ssize_t)(o.n_rows * ROW * sizeof(int64_t)));
+    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(o.n_ids * (SPAN + 1) * sizeof(int64_t))))) {
+        int64_t *row = (int64_t *)PyBytes_AS_STRING(result);
+        for (size_t k = 0; k < o.n_ids; k++, row += SPAN + 1) {
+            row[0] = o.ids[k];
+            memcpy(row + 1, o.spans + SPAN * k, SPAN * sizeof(int64_t));
+        }
     }
     out_free(&o);
     return result;
