@@ -444,11 +444,13 @@ static inline int64_t char_index(const uint8_t *word, Cursor *cursor, size_t b)
     return cursor->at;
 }
 
-/* The length of token ``id`` in bytes where it fits in the ``left`` bytes of its word, else 0. */
-static inline size_t token_length(const Wpm *w, uint32_t id, size_t left)
+/* Where in its word of ``n`` bytes token ``k`` (of o->ids), which starts at byte ``at``, ends; 0
+ * where its length is not known or past the word. */
+static inline size_t token_end(const Wpm *w, const Out *o, size_t k, size_t at, size_t n)
 {
+    uint32_t id = o->ids[k];
     size_t len = id < w->ints.n ? w->id_len[id] : 0;
-    return len <= left ? len : 0;
+    return len && len <= n - at ? at + len : 0;
 }
 
 /* end_word's spans of the tokens from ``first_id`` on, which cut a contiguous word of ``n`` bytes:
@@ -461,11 +463,9 @@ static int contiguous_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
     Cursor cursor = {3, o->word_at};
     size_t at = 0;
     for (size_t k = first_id; k < o->n_ids; k++) {
-        uint32_t id = o->ids[k];
-        size_t len = token_length(w, id, n - at);
-        if (len == 0)
+        size_t end = token_end(w, o, k, at, n), lo = at > 3 ? at : 3, hi = end;
+        if (end == 0)
             return -3;
-        size_t end = at + len, lo = at > 3 ? at : 3, hi = end;
         int rc;
         if (hi <= lo) { /* the U+2581 alone */
             rc = push_span(o, o->word_at, o->word_at, o->word_byte, o->word_byte);
@@ -493,11 +493,9 @@ static int recorded_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
     const Source *src = o->source;
     size_t at = 0;
     for (size_t k = first_id; k < o->n_ids; k++) {
-        uint32_t id = o->ids[k];
-        size_t len = token_length(w, id, n - at);
-        if (len == 0)
+        size_t end = token_end(w, o, k, at, n), first = at > 3 ? at : 3;
+        if (end == 0)
             return -3;
-        size_t end = at + len, first = at > 3 ? at : 3;
         const Source *from = &src[first], *last = &src[end - 1];
         int rc = end <= first ? push_span(o, from->at, from->at, from->byte_start, from->byte_start)
                               : push_span(o, from->at, last->at + 1, from->byte_start, last->byte_end);
@@ -619,27 +617,55 @@ static int walk_cuts(Wpm *self, PyObject *text, PyObject *cuts, int64_t unk, Out
     return o->with_spans && open ? 1 : 0; /* cuts end with a fragment: else not Automaton.cuts' */
 }
 
-/* encode_cut's and encode_cut_spans' arguments (cut_check_arguments; unk: int) and the text's
- * cuts (NULL: one fragment): 0, 1 where the caller answers None (no cuts to be had), -1 with an
- * exception set. */
-static int cut_call(Wpm *self, PyObject *const *args, Py_ssize_t nargs, long long *unk, PyObject **cuts)
+/* What a call answers where its walk failed, as ``rc`` says: None (1: no cuts to be had or not
+ * this text's; -2: a word without tokens and no unknown token), else NULL with the error set. */
+#define ARGS_REFUSED (-4) /* the exception is set */
+static PyObject *walk_failure(int rc)
 {
-    PyObject *automaton;
-    if (cut_check_arguments(args, nargs, self->ready, "Wpm", &automaton) < 0)
-        return -1;
-    *unk = PyLong_AsLongLong(args[0]);
-    if ((*unk == -1 && PyErr_Occurred()) || PyUnicode_READY(args[3]) < 0)
-        return -1;
-    return automaton_cuts(automaton, args[3], cuts);
-}
-
-/* walk's and walk_cuts' results as an exception: -1 out of memory, -3 a broken table. */
-static void walk_error(int rc)
-{
+    if (rc == 1 || rc == -2)
+        return Py_NewRef(Py_None);
     if (rc == -3)
         PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
-    else
+    else if (rc != ARGS_REFUSED)
         PyErr_NoMemory();
+    return NULL;
+}
+
+/* encode's and encode_with_spans' arguments (text: str, unk: int), walked into ``o``: walk's
+ * result, or ARGS_REFUSED. */
+static int walk_args(Wpm *self, PyObject *args, Out *o)
+{
+    PyObject *text;
+    long long unk;
+    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
+        return ARGS_REFUSED;
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
+        return ARGS_REFUSED;
+    }
+    if (PyUnicode_READY(text) < 0)
+        return ARGS_REFUSED;
+    int64_t byte_at = 0;
+    return walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text), unk, o, &byte_at);
+}
+
+/* encode_cut's and encode_cut_spans' arguments (cut_check_arguments; unk: int), the text cut by
+ * the automaton of the mode and walked into ``o``: walk_cuts' result, 1 where there are no cuts
+ * to be had, or ARGS_REFUSED. */
+static int walk_cut_args(Wpm *self, PyObject *const *args, Py_ssize_t nargs, Out *o)
+{
+    PyObject *automaton, *cuts;
+    if (cut_check_arguments(args, nargs, self->ready, "Wpm", &automaton) < 0)
+        return ARGS_REFUSED;
+    long long unk = PyLong_AsLongLong(args[0]);
+    if ((unk == -1 && PyErr_Occurred()) || PyUnicode_READY(args[3]) < 0)
+        return ARGS_REFUSED;
+    int found = automaton_cuts(automaton, args[3], &cuts);
+    if (found != 0)
+        return found < 0 ? ARGS_REFUSED : 1;
+    int rc = walk_cuts(self, args[3], cuts, unk, o);
+    Py_XDECREF(cuts);
+    return rc;
 }
 
 static void out_free(Out *o)
@@ -649,26 +675,9 @@ static void out_free(Out *o)
 
 static PyObject *Wpm_encode(Wpm *self, PyObject *args)
 {
-    PyObject *text;
-    long long unk;
-    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
-        return NULL;
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0)
-        return NULL;
     Out o = {0};
-    int64_t byte_at = 0;
-    int rc = walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text), unk, &o, &byte_at);
-    PyObject *result = NULL;
-    if (rc == 0)
-        result = id_ints_list(&self->ints, o.ids, o.n_ids);
-    else if (rc == -2)
-        result = Py_NewRef(Py_None);
-    else
-        walk_error(rc);
+    int rc = walk_args(self, args, &o);
+    PyObject *result = rc == 0 ? id_ints_list(&self->ints, o.ids, o.n_ids) : walk_failure(rc);
     out_free(&o);
     return result;
 }
@@ -683,95 +692,63 @@ PyDoc_STRVAR(encode_cut_doc,
 
 static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long unk;
-    PyObject *cuts;
-    int found = cut_call(self, args, nargs, &unk, &cuts);
-    if (found != 0)
-        return found < 0 ? NULL : Py_NewRef(Py_None);
     Out o = {0};
-    int rc = walk_cuts(self, args[3], cuts, unk, &o);
-    Py_XDECREF(cuts);
-    PyObject *result = NULL;
-    if (rc == 0)
-        result = id_ints_list(&self->ints, o.ids, o.n_ids);
-    else if (rc == 1 || rc == -2)
-        result = Py_NewRef(Py_None);
-    else
-        walk_error(rc);
+    int rc = walk_cut_args(self, args, nargs, &o);
+    PyObject *result = rc == 0 ? id_ints_list(&self->ints, o.ids, o.n_ids) : walk_failure(rc);
     out_free(&o);
     return result;
 }
 
-PyDoc_STRVAR(encode_cut_spans_doc,
-             "encode_cut_spans(unk: int, plain, special, text: str, parse_special: bool) -> bytearray | None\n\n"
-             "encode_cut's tokens with their spans in text, as one buffer: a row of four int64 a token\n"
-             "(char start, char end, byte start, byte end), then the ids as int32, native order. A special's\n"
-             "span holds the whitespace its LSTRIP/RSTRIP swallowed. None where encode_cut gives None, and\n"
-             "where two specials have no fragment between them: the caller then partitions.");
+/* A walk with spans (``rc``, into ``o``) as a call's answer: ``make(o)`` where it walked, else
+ * walk_failure's; ``o`` freed. */
+static PyObject *spans_answer(int rc, Out *o, PyObject *(*make)(Out *))
+{
+    PyObject *result = NULL;
+    if (rc != 0)
+        result = walk_failure(rc);
+    else if (o->n_spans != o->n_ids)
+        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
+    else
+        result = make(o);
+    out_free(o);
+    return result;
+}
+
+/* encode_cut_spans' buffer: the spans, then the ids as int32 (in the room push_span grew for them). */
+static PyObject *spans_then_ids(Out *o)
+{
+    if (o->n_spans == 0)
+        return PyByteArray_FromStringAndSize(NULL, 0);
+    memcpy(o->spans + SPAN * o->n_spans, o->ids, o->n_ids * sizeof(uint32_t));
+    return PyByteArray_FromStringAndSize((const char *)o->spans, (Py_ssize_t)(o->n_spans * (SPAN * sizeof(int64_t) + sizeof(int32_t))));
+}
+
+/* encode_with_spans' rows: id, then the span, five int64 a token. */
+static PyObject *id_span_rows(Out *o)
+{
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(o->n_ids * (SPAN + 1) * sizeof(int64_t)));
+    if (result == NULL)
+        return NULL;
+    int64_t *row = (int64_t *)PyBytes_AS_STRING(result);
+    for (size_t k = 0; k < o->n_ids; k++, row += SPAN + 1) {
+        row[0] = o->ids[k];
+        memcpy(row + 1, o->spans + SPAN * k, SPAN * sizeof(int64_t));
+    }
+    return result;
+}
 
 static PyObject *Wpm_encode_cut_spans(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    long long unk;
-    PyObject *cuts;
-    int found = cut_call(self, args, nargs, &unk, &cuts);
-    if (found != 0)
-        return found < 0 ? NULL : Py_NewRef(Py_None);
     Out o = {0};
     o.with_spans = 1;
-    int rc = walk_cuts(self, args[3], cuts, unk, &o);
-    Py_XDECREF(cuts);
-    PyObject *result = NULL;
-    if (rc == 1 || rc == -2) {
-        result = Py_NewRef(Py_None);
-    } else if (rc < 0) {
-        walk_error(rc);
-    } else if (o.n_spans != o.n_ids) {
-        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
-    } else if (o.n_spans == 0) {
-        result = PyByteArray_FromStringAndSize(NULL, 0);
-    } else {
-        /* the ids into the room after the spans (push_span grew it for them) */
-        memcpy(o.spans + SPAN * o.n_spans, o.ids, o.n_ids * sizeof(uint32_t));
-        result = PyByteArray_FromStringAndSize((const char *)o.spans, (Py_ssize_t)(o.n_spans * (SPAN * sizeof(int64_t) + sizeof(int32_t))));
-    }
-    out_free(&o);
-    return result;
+    return spans_answer(walk_cut_args(self, args, nargs, &o), &o, spans_then_ids);
 }
 
-/* encode_with_spans(text, unk): a fragment's tokens as int64 rows (id, char start, char end, byte
- * start, byte end), what norm_offsets' fragment walk takes. */
 static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
 {
-    PyObject *text;
-    long long unk;
-    if (!PyArg_ParseTuple(args, "UL", &text, &unk))
-        return NULL;
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0)
-        return NULL;
     Out o = {0};
     o.with_spans = 1;
-    int64_t byte_at = 0;
-    int rc = walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text), unk, &o, &byte_at);
-    PyObject *result = NULL;
-    if (rc == -2) {
-        result = Py_NewRef(Py_None);
-    } else if (rc < 0) {
-        walk_error(rc);
-    } else if (o.n_spans != o.n_ids) {
-        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
-    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(o.n_ids * (SPAN + 1) * sizeof(int64_t))))) {
-        int64_t *row = (int64_t *)PyBytes_AS_STRING(result);
-        for (size_t k = 0; k < o.n_ids; k++, row += SPAN + 1) {
-            row[0] = o.ids[k];
-            memcpy(row + 1, o.spans + SPAN * k, SPAN * sizeof(int64_t));
-        }
-    }
-    out_free(&o);
-    return result;
+    return spans_answer(walk_args(self, args, &o), &o, id_span_rows);
 }
 
 static PyObject *Wpm_set_cache_budget(Wpm *self, PyObject *arg)
@@ -791,7 +768,11 @@ static PyMethodDef Wpm_methods[] = {
     {"cache_stats", (PyCFunction)Wpm_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
     {"encode", (PyCFunction)Wpm_encode, METH_VARARGS,
      "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0"},
-    {"encode_cut_spans", (PyCFunction)(void (*)(void))Wpm_encode_cut_spans, METH_FASTCALL, encode_cut_spans_doc},
+    {"encode_cut_spans", (PyCFunction)(void (*)(void))Wpm_encode_cut_spans, METH_FASTCALL,
+     "encode_cut_spans(unk, plain, special, text, parse_special) -> bytearray | None: encode_cut's tokens, a row of\n"
+     "four int64 each (char start, char end, byte start, byte end: a special's holds the whitespace its\n"
+     "LSTRIP/RSTRIP swallowed), then their ids as int32. None as encode_cut, and where two specials have\n"
+     "no text between them: the caller then partitions."},
     {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS,
      "encode_with_spans(text: str, unk: int) -> bytes | None: encode's tokens as int64 rows (id, char start, char "
      "end, byte start, byte end): each one's span in the text; None as encode"},
