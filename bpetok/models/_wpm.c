@@ -263,12 +263,12 @@ typedef struct {
     int64_t *spans;
     size_t n_spans, spans_cap;
     /* Where the word's bytes come from. While ``contiguous``, the word is the text's characters
-     * word_at to next_at - 1 (their UTF-8 from word_byte on), none dropped between and each as
-     * long in UTF-8 as the one it became (most words: the normalizer only lowercases them): a
-     * byte's source follows from its place in the word and nothing is recorded. Else ``source``
-     * holds each byte's. */
+     * from word_at on (their UTF-8 from word_byte on) up to the one that ends it, none dropped
+     * between and each as long in UTF-8 as the one it became (most words: the normalizer only
+     * lowercases them): a byte's source follows from its place in the word and nothing is
+     * recorded. Else ``source`` holds each byte's. */
     int contiguous;
-    int64_t word_at, word_byte, next_at;
+    int64_t word_at, word_byte;
     Source *source;
     size_t source_cap;
 } Out;
@@ -399,10 +399,9 @@ static inline int note_source(Out *o, size_t from, int64_t at, int64_t byte_star
     if (from == 3) {
         o->contiguous = same_length;
         o->word_at = at, o->word_byte = byte_start;
-    } else if (o->contiguous && (!same_length || at != o->next_at) && record_sources(o, from) < 0) {
+    } else if (o->contiguous && !same_length && record_sources(o, from) < 0) {
         return -1;
     }
-    o->next_at = at + 1;
     if (o->contiguous)
         return 0;
     if (grow((void **)&o->source, &o->source_cap, o->word_len, sizeof(Source)) < 0)
@@ -453,12 +452,13 @@ static inline size_t token_end(const Wpm *w, const Out *o, size_t k, size_t at, 
     return len && len <= n - at ? at + len : 0;
 }
 
-/* end_word's spans of the tokens from ``first_id`` on, which cut a contiguous word of ``n`` bytes:
- * each spans the characters its first and last bytes are in. */
-static int contiguous_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
+/* end_word's spans of the tokens from ``first_id`` on, which cut a contiguous word of ``n`` bytes
+ * (the text's characters word_at to next_at - 1): each spans the characters its first and last
+ * bytes are in. */
+static int contiguous_spans(const Wpm *w, Out *o, size_t first_id, size_t n, int64_t next_at)
 {
     const uint8_t *word = o->word;
-    int ascii = (int64_t)(n - 3) == o->next_at - o->word_at;
+    int ascii = (int64_t)(n - 3) == next_at - o->word_at;
     int64_t byte0 = o->word_byte - 3; /* the text's byte offset of word byte 0 (U+2581 is no text) */
     Cursor cursor = {3, o->word_at};
     size_t at = 0;
@@ -509,8 +509,9 @@ static int recorded_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
 /* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
  * of its first byte past the U+2581 to the end of the source of its last; a token that is the
  * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
+ * ``next_at``: the index of the character that ends the word (or of the fragment's end).
  * -3: an id with no known length or past the word (a broken table). */
-static int end_word(Wpm *w, Out *o, int64_t unk)
+static int end_word(Wpm *w, Out *o, int64_t unk, int64_t next_at)
 {
     size_t n = o->word_len, first_id = o->n_ids;
     int rc = flush_word(w, o, unk); /* it keeps the word's bytes */
@@ -518,11 +519,11 @@ static int end_word(Wpm *w, Out *o, int64_t unk)
         return rc;
     if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk) {
         if (o->contiguous)
-            return push_span(o, o->word_at, o->next_at, o->word_byte, o->word_byte + (int64_t)(n - 3));
+            return push_span(o, o->word_at, next_at, o->word_byte, o->word_byte + (int64_t)(n - 3));
         const Source *src = o->source;
         return push_span(o, src[3].at, src[n - 1].at + 1, src[3].byte_start, src[n - 1].byte_end);
     }
-    return o->contiguous ? contiguous_spans(w, o, first_id, n) : recorded_spans(w, o, first_id, n);
+    return o->contiguous ? contiguous_spans(w, o, first_id, n, next_at) : recorded_spans(w, o, first_id, n);
 }
 
 /* Characters [from, to) of the text (``kind``, ``text``), whose UTF-8 starts at *byte_at (moved
@@ -547,21 +548,23 @@ static int walk(Wpm *w, int kind, const void *text, Py_ssize_t from, Py_ssize_t 
                 rc = note_source(o, before, i, byte_start, byte_end);
             break;
         case BOUNDARY:
-            rc = end_word(w, o, unk);
+            rc = end_word(w, o, unk, i);
             break;
         case OWN:
-            if ((rc = end_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
+            if ((rc = end_word(w, o, unk, i)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
                 && (!o->with_spans || (rc = note_source(o, 3, i, byte_start, byte_end)) == 0))
-                rc = end_word(w, o, unk);
+                rc = end_word(w, o, unk, i + 1);
             break;
-        default: /* DROP */
+        default: /* DROP: inside a word, its characters are no longer the text's in a row */
+            if (o->with_spans && o->word_len > 3 && o->contiguous)
+                rc = record_sources(o, o->word_len);
             break;
         }
         if (rc < 0)
             return rc;
     }
     *byte_at = byte_end;
-    return end_word(w, o, unk);
+    return end_word(w, o, unk, to);
 }
 
 /* Walks each fragment of ``text`` between the specials ``cuts`` finds (Automaton.cuts' triples;
