@@ -13,9 +13,13 @@
  * ``encode(text, unk)`` splits the text into words, puts U+2581 in front of each and cuts it from
  * the left into the longest tokens; a word with a position no token starts at is ``unk``; where
  * there is no unknown token (``unk`` < 0) it returns None and the Python twin raises.
+ * ``encode_cut`` does it for a whole text cut at its specials by the automaton's cuts;
+ * ``encode_with_spans`` and ``encode_cut_spans`` also give each token's span in the text (wpm.py's
+ * ``fragment_spans`` is the twin, tests/test_offsets_models.py holds them equal).
  *
  * Memory safety: every table and token offset is checked when built; the walk reads the text within
- * its length; the word and id buffers grow with checked sizes. The walk holds the GIL: it writes
+ * its length, a span's word bytes within the word; the word, id and span buffers grow with checked
+ * sizes. The walk holds the GIL: it writes
  * to the word cache, which callers on other threads share.
  */
 
