@@ -69,11 +69,14 @@ static void keep_together(Trie *self);
 static void Trie_dealloc(Trie *self)
 {
     BPETOK_FREE_ALL(free, self->values, self->first, self->count, self->edge_bytes, self->edge_child);
-    if (self->hot != NULL) { /* pairs and the double array's arrays lie in it */
+    if (self->hot != NULL) { /* pairs, the double array's arrays and the ints' table lie in it */
+        id_ints_release(&self->ints);
         free(self->hot);
         self->pairs = NULL;
         self->walked.slots = NULL;
         self->walked.values = NULL;
+        self->ints.ints = NULL;
+        self->ints.n = 0;
     }
     da_free(&self->walked);
     free(self->pairs);
@@ -162,6 +165,7 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
         return -1;
     if (max_id >= 0 && max_id < (1 << 26) && id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
         return -1;
+    keep_together(self);
     return 0;
 }
 
@@ -187,18 +191,19 @@ static int build_pairs(Trie *self)
             p->token = !first ? PAIR_UNKNOWN : p->word & DA_HAS_VALUE ? d->values[s2] : token1;
         }
     }
-    keep_together(self);
     return 0;
 }
 
-/* The arrays the walk reads (~1.5 MB for a 65k-token vocabulary) moved into one block of whole
- * 2 MB pages, which the kernel may back with huge pages (madvise): the walk's loads, scattered
- * over them, then miss the TLB far less. Where that memory is not to be had they stay put. */
+/* The arrays the walk and the id lists read (~2 MB for a 65k-token vocabulary: the pair table,
+ * the double array's slots and values, the ints' table) moved into one block of whole 2 MB
+ * pages, which the kernel may back with huge pages (madvise): loads scattered over them then
+ * miss the TLB far less. Where that memory is not to be had they stay put. */
 static void keep_together(Trie *self)
 {
     const size_t huge = (size_t)2 << 20;
     size_t pair_bytes = PAIRS * sizeof(TriePair), slot_bytes = (size_t)self->walked.n_slots * sizeof(uint32_t);
-    size_t size = (pair_bytes + 2 * slot_bytes + huge - 1) / huge * huge;
+    size_t int_bytes = self->ints.n * sizeof(PyObject *);
+    size_t size = (pair_bytes + 2 * slot_bytes + int_bytes + huge - 1) / huge * huge;
     void *hot;
     if (posix_memalign(&hot, huge, size) != 0)
         return;
@@ -209,12 +214,16 @@ static void keep_together(Trie *self)
     memcpy(at, self->pairs, pair_bytes);
     memcpy(at + pair_bytes, self->walked.slots, slot_bytes);
     memcpy(at + pair_bytes + slot_bytes, self->walked.values, slot_bytes);
+    if (int_bytes != 0) /* no int made yet: all NULL */
+        memcpy(at + pair_bytes + 2 * slot_bytes, self->ints.ints, int_bytes);
     free(self->pairs);
     free(self->walked.slots);
     free(self->walked.values);
+    free(self->ints.ints);
     self->pairs = (TriePair *)at;
     self->walked.slots = (uint32_t *)(at + pair_bytes);
     self->walked.values = (int32_t *)(at + pair_bytes + slot_bytes);
+    self->ints.ints = int_bytes != 0 ? (PyObject **)(at + pair_bytes + 2 * slot_bytes) : NULL;
     self->hot = hot;
 }
 
