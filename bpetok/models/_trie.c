@@ -36,8 +36,8 @@
  * 512 KiB, of which a text touches the few pairs it has): ``word`` is the double-array slot the
  * two bytes lead to (0: they lead nowhere: the token is one byte), ``token`` the longest token
  * of those one or two bytes (two when ``word`` has DA_HAS_VALUE), -1 for none, PAIR_UNKNOWN
- * where the first byte starts no token. A token is ~3 bytes on average: this takes two of its
- * ~4 dependent loads out of the walk. */
+ * where the first byte starts no token. A token is ~3 bytes on average: two of its ~4 dependent
+ * loads become one. */
 typedef struct {
     uint32_t word;
     int32_t token;
@@ -56,7 +56,7 @@ typedef struct {
     uint32_t *edge_child; /* per edge */
     DoubleArray walked;   /* the same trie as a double array (_double_array.h): the walk reads this */
     TriePair *pairs;      /* PAIRS entries: the walk's first two steps (build_pairs) */
-    void *hot;            /* NULL, or one block holding pairs, walked.slots and walked.values (keep_together) */
+    void *hot;            /* NULL, or one block holding pairs, walked's slots and values, ints' table (keep_together) */
     /* Each id's int object, made when first returned: in the order texts use them, so a text's
      * ints lie together. Made at load, in trie order, a text's few thousand were spread over
      * 65k ints' 2 MB, and building its list missed the cache and the TLB on most of them. */
