@@ -194,7 +194,7 @@ static int build_pairs(Trie *self)
     return 0;
 }
 
-/* The arrays the walk and the id lists read (~2 MB for a 65k-token vocabulary: the pair table,
+/* The arrays the walk and the id lists read (~3 MB for a 65k-token vocabulary: the pair table,
  * the double array's slots and values, the ints' table) moved into one block of whole 2 MB
  * pages, which the kernel may back with huge pages (madvise): loads scattered over them then
  * miss the TLB far less. Where that memory is not to be had they stay put. */
