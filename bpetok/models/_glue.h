@@ -72,10 +72,16 @@ static int id_ints_alloc(IdInts *t, size_t n)
     return 0;
 }
 
-static void id_ints_free(IdInts *t)
+/* The ints let go, the table left to whoever allocated it. */
+static void id_ints_release(IdInts *t)
 {
     for (size_t k = 0; k < t->n; k++)
-        Py_XDECREF(t->ints[k]);
+        Py_CLEAR(t->ints[k]);
+}
+
+static void id_ints_free(IdInts *t)
+{
+    id_ints_release(t);
     free(t->ints);
     t->ints = NULL;
     t->n = 0;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "_glue.h"
 #include "../_module.h"
@@ -31,6 +32,20 @@
 /* Ids of texts up to this many bytes go to the stack, not malloc'd memory. */
 #define STACK_IDS 1024
 
+/* The walk's first two steps in one load, indexed by a token's first two bytes (65536 entries,
+ * 512 KiB, of which a text touches the few pairs it has): ``word`` is the double-array slot the
+ * two bytes lead to (0: they lead nowhere: the token is one byte), ``token`` the longest token
+ * of those one or two bytes (two when ``word`` has DA_HAS_VALUE), -1 for none, PAIR_UNKNOWN
+ * where the first byte starts no token. A token is ~3 bytes on average: two of its ~4 dependent
+ * loads become one. */
+typedef struct {
+    uint32_t word;
+    int32_t token;
+} TriePair;
+
+#define PAIRS 65536
+#define PAIR_UNKNOWN (-2)
+
 typedef struct {
     PyObject_HEAD
     uint32_t n_nodes;
@@ -40,13 +55,31 @@ typedef struct {
     uint8_t *edge_bytes;  /* per edge */
     uint32_t *edge_child; /* per edge */
     DoubleArray walked;   /* the same trie as a double array (_double_array.h): the walk reads this */
-    IdInts ints;          /* each id's int object, all made at load (a cold text makes none) */
+    TriePair *pairs;      /* PAIRS entries: the walk's first two steps (build_pairs) */
+    void *hot;            /* NULL, or one block holding pairs, walked's slots and values, ints' table (keep_together) */
+    /* Each id's int object, made when first returned: in the order texts use them, so a text's
+     * ints lie together. Made at load, in trie order, a text's few thousand were spread over
+     * 65k ints' 2 MB, and building its list missed the cache and the TLB on most of them. */
+    IdInts ints;
 } Trie;
+
+static int build_pairs(Trie *self);
+static void keep_together(Trie *self);
 
 static void Trie_dealloc(Trie *self)
 {
     BPETOK_FREE_ALL(free, self->values, self->first, self->count, self->edge_bytes, self->edge_child);
+    if (self->hot != NULL) { /* pairs, the double array's arrays and the ints' table lie in it */
+        id_ints_release(&self->ints);
+        free(self->hot);
+        self->pairs = NULL;
+        self->walked.slots = NULL;
+        self->walked.values = NULL;
+        self->ints.ints = NULL;
+        self->ints.n = 0;
+    }
     da_free(&self->walked);
+    free(self->pairs);
     id_ints_free(&self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -128,55 +161,121 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
     }
     int built = da_build(&self->walked, &packed);
     sorted_trie_free(&packed);
-    if (built < 0)
+    if (built < 0 || build_pairs(self) < 0)
         return -1;
-    if (max_id >= 0 && max_id < (1 << 26)) {
-        if (id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
-            return -1;
-        for (uint32_t node = 0; node < self->n_nodes; node++) {
-            int32_t id = self->values[node];
-            if (id >= 0 && self->ints.ints[id] == NULL && (self->ints.ints[id] = PyLong_FromLong(id)) == NULL)
-                return -1;
+    if (max_id >= 0 && max_id < (1 << 26) && id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
+        return -1;
+    keep_together(self);
+    return 0;
+}
+
+/* The pair table of the double array: 0, or -1 with MemoryError set. Each slot read is checked
+ * to lie in the array (da_build keeps every base + 255 within it). */
+static int build_pairs(Trie *self)
+{
+    const DoubleArray *d = &self->walked;
+    self->pairs = malloc(PAIRS * sizeof(TriePair));
+    if (self->pairs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint32_t root_base = da_base(d->slots[0]);
+    for (uint32_t b0 = 0; b0 < 256; b0++) {
+        uint32_t s1 = root_base + b0, word1 = s1 < d->n_slots ? d->slots[s1] : 0;
+        int first = da_is_child(word1, (uint8_t)b0);
+        int32_t token1 = first && (word1 & DA_HAS_VALUE) ? d->values[s1] : -1;
+        for (uint32_t b1 = 0; b1 < 256; b1++) {
+            TriePair *p = &self->pairs[b0 << 8 | b1];
+            uint32_t s2 = da_base(word1) + b1, word2 = first && s2 < d->n_slots ? d->slots[s2] : 0;
+            p->word = da_is_child(word2, (uint8_t)b1) ? word2 : 0;
+            p->token = !first ? PAIR_UNKNOWN : p->word & DA_HAS_VALUE ? d->values[s2] : token1;
         }
     }
     return 0;
 }
 
-/* The walk; returns the number of ids written, or -1 where the Python twin must answer. One
- * load of a double-array slot a byte (_double_array.h); a token's id is read only where its
- * slot says it has one. */
+/* The arrays the walk and the id lists read (~3 MB for a 65k-token vocabulary: the pair table,
+ * the double array's slots and values, the ints' table) moved into one block of whole 2 MB
+ * pages, which the kernel may back with huge pages (madvise): loads scattered over them then
+ * miss the TLB far less. Where that memory is not to be had they stay put. */
+static void keep_together(Trie *self)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t pair_bytes = PAIRS * sizeof(TriePair), slot_bytes = (size_t)self->walked.n_slots * sizeof(uint32_t);
+    size_t int_bytes = self->ints.n * sizeof(PyObject *);
+    size_t size = (pair_bytes + 2 * slot_bytes + int_bytes + huge - 1) / huge * huge;
+    void *hot;
+    if (posix_memalign(&hot, huge, size) != 0)
+        return;
+#ifdef MADV_HUGEPAGE
+    madvise(hot, size, MADV_HUGEPAGE); /* advice: without it the block still works */
+#endif
+    char *at = hot;
+    memcpy(at, self->pairs, pair_bytes);
+    memcpy(at + pair_bytes, self->walked.slots, slot_bytes);
+    memcpy(at + pair_bytes + slot_bytes, self->walked.values, slot_bytes);
+    if (int_bytes != 0) /* no int made yet: all NULL */
+        memcpy(at + pair_bytes + 2 * slot_bytes, self->ints.ints, int_bytes);
+    free(self->pairs);
+    free(self->walked.slots);
+    free(self->walked.values);
+    free(self->ints.ints);
+    self->pairs = (TriePair *)at;
+    self->walked.slots = (uint32_t *)(at + pair_bytes);
+    self->walked.values = (int32_t *)(at + pair_bytes + slot_bytes);
+    self->ints.ints = int_bytes != 0 ? (PyObject **)(at + pair_bytes + 2 * slot_bytes) : NULL;
+    self->hot = hot;
+}
+
+/* The walk; returns the number of ids written, or -1 where the Python twin must answer. A
+ * token's first two bytes are one load of the pair table, each byte after them one load of a
+ * double-array slot (_double_array.h); a token's id is read only where its slot says it has one. */
 static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t unk, uint32_t *out)
 {
     Py_ssize_t pos = 0, written = 0;
     const uint32_t *slots = t->walked.slots;
     const int32_t *values = t->walked.values;
-    const uint32_t root_base = da_base(slots[0]);
-    while (pos < n) {
-        uint32_t s = root_base + data[pos], word = slots[s];
-        if (!da_is_child(word, data[pos])) { /* no token starts with this byte */
+    while (pos + 1 < n) { /* two bytes left at least: the pair table takes the first two steps */
+        const TriePair *pair = &t->pairs[data[pos] << 8 | data[pos + 1]];
+        uint32_t word = pair->word;
+        int32_t token = pair->token;
+        Py_ssize_t end = pos + (word & DA_HAS_VALUE ? 2 : 1);
+        if (token == PAIR_UNKNOWN) { /* no token starts with this byte */
             if (unk < 0)
                 return -1;
             out[written++] = (uint32_t)unk;
             pos++;
             continue;
         }
-        int32_t token = word & DA_HAS_VALUE ? values[s] : -1;
-        Py_ssize_t end = pos + 1;
-        for (Py_ssize_t at = pos + 1; at < n; at++) {
-            uint32_t next = da_base(word) + data[at];
-            uint32_t next_word = slots[next];
-            if (!da_is_child(next_word, data[at]))
-                break;
-            word = next_word;
-            if (word & DA_HAS_VALUE) {
-                token = values[next];
-                end = at + 1;
+        if (word != 0) {
+            for (Py_ssize_t at = pos + 2; at < n; at++) {
+                uint32_t next = da_base(word) + data[at];
+                uint32_t next_word = slots[next];
+                if (!da_is_child(next_word, data[at]))
+                    break;
+                word = next_word;
+                if (word & DA_HAS_VALUE) {
+                    token = values[next];
+                    end = at + 1;
+                }
             }
         }
         if (token < 0)
             return -1;
         out[written++] = (uint32_t)token;
         pos = end;
+    }
+    if (pos < n) { /* the last byte, alone */
+        uint32_t s = da_base(slots[0]) + data[pos], word = slots[s];
+        if (!da_is_child(word, data[pos])) {
+            if (unk < 0)
+                return -1;
+            out[written++] = (uint32_t)unk;
+        } else if (word & DA_HAS_VALUE) {
+            out[written++] = (uint32_t)values[s];
+        } else {
+            return -1;
+        }
     }
     return written;
 }
