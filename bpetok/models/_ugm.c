@@ -497,6 +497,8 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 
 /* -- the normalizer (bpetok/models/charsmap.py's CharsMap.prefix and UnigramModel._spaces) ------ */
 
+/* It writes to a Buffer (_sourced_bytes.h): the normalized bytes and, for the spans, where each came from. */
+
 #define CORRUPT (-2)
 
 static inline uint32_t xcda_base(uint32_t packed)
