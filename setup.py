@@ -39,7 +39,7 @@ setup(
             "bpetok.models._ugm",
             sources=["bpetok/models/_ugm.c"],
             depends=["bpetok/_module.h", "bpetok/models/_sorted_trie.h", "bpetok/models/_word_cache.h",
-                     "bpetok/models/_double_array.h", "bpetok/models/_cut_text.h"],
+                     "bpetok/models/_double_array.h", "bpetok/models/_cut_text.h", "bpetok/models/_sourced_bytes.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

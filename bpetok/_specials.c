@@ -587,6 +587,10 @@ static int append_new(PyObject *list, PyObject *item) {
     return r;
 }
 
+PyDoc_STRVAR(Automaton_partition_doc,
+             "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
+             "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap.");
+
 static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
     PyObject *text, *spans = NULL, *span_seq = NULL, *result = NULL;
     if (!PyArg_ParseTuple(args, "U|O:partition", &text, &spans)) return NULL;
@@ -665,6 +669,12 @@ done:
 /* Texts up to this many characters keep their consumed bits on the stack. */
 #define CUTS_SMALL_WORDS 16
 
+PyDoc_STRVAR(Automaton_cuts_doc,
+             "cuts(text) -> bytes | None: partition(text)'s fragments as (start, end, id) uint32 triples, native\n"
+             "byte order: the fragment [start, end) in characters (start == end: none), then the special id\n"
+             "(0xFFFFFFFF after the last). b'' when no special is cut; None when the text is 2**31 characters\n"
+             "or more, or an id is no uint32.");
+
 /* partition() without the str objects, for a caller that encodes the fragments from the text's
  * own UTF-8 (bpetok/models/_fragments.h, Merger.encode_cut): the same fragments, as (start, end,
  * id) uint32 triples, native byte order: the raw fragment [start, end) in characters (start ==
@@ -733,14 +743,8 @@ static PyObject *Automaton_cuts(Automaton *self, PyObject *text) {
 }
 
 static PyMethodDef Automaton_methods[] = {
-    {"partition", (PyCFunction)Automaton_partition, METH_VARARGS,
-     "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
-     "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap."},
-    {"cuts", (PyCFunction)Automaton_cuts, METH_O,
-     "cuts(text) -> bytes | None: partition(text)'s fragments as (start, end, id) uint32 triples, native\n"
-     "byte order: the fragment [start, end) in characters (start == end: none), then the special id\n"
-     "(0xFFFFFFFF after the last). b'' when no special is cut; None when the text is 2**31 characters\n"
-     "or more, or an id is no uint32."},
+    {"partition", (PyCFunction)Automaton_partition, METH_VARARGS, Automaton_partition_doc},
+    {"cuts", (PyCFunction)Automaton_cuts, METH_O, Automaton_cuts_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -84,25 +84,48 @@ static void Trie_dealloc(Trie *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
+#define MOST_BUFFER_ARGS 8
+
+/* What Trie() and Dictionary(), whose arguments are all arrays, do first: take the ``n`` arguments
+ * (at most MOST_BUFFER_ARGS) by position or by the names in ``arrays``, refuse a second init where
+ * the object is already ``initialised``, and copy each argument (copy_buffers): 0, or -1 with an
+ * exception set. */
+static int parse_buffer_args(PyObject *args, PyObject *kwds, BufferArg *arrays, size_t n, int initialised, const char *type)
 {
-    PyObject *values, *first, *count, *edge_bytes, *edge_child;
-    static char *kwlist[] = {"values", "first", "count", "edge_bytes", "edge_child", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &values, &first, &count, &edge_bytes, &edge_child))
-        return -1;
-    if (self->values != NULL) {
-        PyErr_SetString(PyExc_TypeError, "Trie is already initialised");
+    char *kwlist[MOST_BUFFER_ARGS + 1] = {NULL}, format[MOST_BUFFER_ARGS + 1] = {0};
+    PyObject *objs[MOST_BUFFER_ARGS] = {NULL};
+    if (n > MOST_BUFFER_ARGS) {
+        PyErr_Format(PyExc_SystemError, "%s: more than %d array arguments", type, MOST_BUFFER_ARGS);
         return -1;
     }
+    for (size_t k = 0; k < n; k++) {
+        kwlist[k] = (char *)arrays[k].name;
+        format[k] = 'O';
+    }
+    /* n objects: the pointers past the format's n are not read. */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                                     &objs[6], &objs[7]))
+        return -1;
+    if (initialised) {
+        PyErr_Format(PyExc_TypeError, "%s is already initialised", type);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++)
+        arrays[k].obj = objs[k];
+    return copy_buffers(arrays, n);
+}
+
+static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
+{
     Py_ssize_t n_values, n_first, n_count, n_bytes, n_child;
-    const BufferArg arrays[] = {
-        {values, 4, (void **)&self->values, &n_values, "values"},
-        {first, 4, (void **)&self->first, &n_first, "first"},
-        {count, 4, (void **)&self->count, &n_count, "count"},
-        {edge_bytes, 1, (void **)&self->edge_bytes, &n_bytes, "edge_bytes"},
-        {edge_child, 4, (void **)&self->edge_child, &n_child, "edge_child"},
+    BufferArg arrays[] = {
+        {"values", 4, (void **)&self->values, &n_values},
+        {"first", 4, (void **)&self->first, &n_first},
+        {"count", 4, (void **)&self->count, &n_count},
+        {"edge_bytes", 1, (void **)&self->edge_bytes, &n_bytes},
+        {"edge_child", 4, (void **)&self->edge_child, &n_child},
     };
-    if (copy_buffers(arrays, sizeof arrays / sizeof arrays[0]) < 0)
+    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], self->values != NULL, "Trie") < 0)
         return -1;
     if (n_values < 1 || n_values != n_first || n_values != n_count || n_bytes != n_child || n_values >= (Py_ssize_t)NONE
         || n_child >= (Py_ssize_t)NONE) {
@@ -310,6 +333,9 @@ static PyObject *encode_data(Trie *self, const uint8_t *data, Py_ssize_t len, lo
     return list;
 }
 
+PyDoc_STRVAR(Trie_encode_doc,
+             "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer");
+
 static PyObject *Trie_encode(Trie *self, PyObject *args)
 {
     Py_buffer data;
@@ -320,6 +346,9 @@ static PyObject *Trie_encode(Trie *self, PyObject *args)
     PyBuffer_Release(&data);
     return result;
 }
+
+PyDoc_STRVAR(Trie_encode_text_doc,
+             "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates");
 
 /* encode() of a str's UTF-8: an ASCII str's own bytes (no copy), else its encoding; None for a str
  * that is no UTF-8 (lone surrogates: the caller encodes it with surrogatepass). */
@@ -359,6 +388,11 @@ static Py_ssize_t walk_pieces(const Trie *t, const CutText *cut, int64_t unk, ui
     }
     return written;
 }
+
+PyDoc_STRVAR(Trie_encode_cut_doc,
+             "encode_cut(unk: int, plain, special, text: str, parse_special: bool, as_bytes: bool = False) -> list[int] | bytes\n"
+             "| None: a whole text's ids (as int32 bytes with as_bytes), cut at the specials by the Automaton of that mode\n"
+             "(None: none); None where the Tokenizer must partition");
 
 /* encode_cut(unk, plain, special, text, parse_special): a whole text's ids in one call, the text
  * cut at its special tokens by the automaton of that mode (_cut_text.h), each fragment walked in
@@ -422,50 +456,37 @@ typedef struct {
     uint64_t *offsets; /* n + 1 */
     int32_t *ids;
     int32_t *scores;
-    uint32_t byte_ids[256];
+    uint32_t *byte_ids; /* 256: each byte's id where no token covers it */
     uint32_t (*by_two)[2]; /* per first two bytes: the run [lo, hi) of the texts of 2+ bytes that start so */
     uint32_t by_one[256][2]; /* per first byte: the run of the texts that start with it */
 } Dictionary;
 
 static void Dictionary_dealloc(Dictionary *self)
 {
-    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->by_two);
+    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->byte_ids, self->by_two);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *blob, *offsets, *ids, *scores, *byte_ids;
-    static char *kwlist[] = {"blob", "offsets", "ids", "scores", "byte_ids", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob, &offsets, &ids, &scores, &byte_ids))
-        return -1;
-    if (self->blob != NULL) {
-        PyErr_SetString(PyExc_TypeError, "Dictionary is already initialised");
-        return -1;
-    }
-    Py_ssize_t n_blob, n_offsets, n_ids, n_scores, n_bytes;
-    uint32_t *bytes = NULL;
-    const BufferArg arrays[] = {
-        {blob, 1, (void **)&self->blob, &n_blob, "blob"},
-        {offsets, 8, (void **)&self->offsets, &n_offsets, "offsets"},
-        {ids, 4, (void **)&self->ids, &n_ids, "ids"},
-        {scores, 4, (void **)&self->scores, &n_scores, "scores"},
-        {byte_ids, 4, (void **)&bytes, &n_bytes, "byte_ids"},
+    Py_ssize_t n_blob, n_offsets, n_scores, n_bytes;
+    BufferArg arrays[] = {
+        {"blob", 1, (void **)&self->blob, &n_blob},
+        {"offsets", 8, (void **)&self->offsets, &n_offsets},
+        {"ids", 4, (void **)&self->ids, &self->n},
+        {"scores", 4, (void **)&self->scores, &n_scores},
+        {"byte_ids", 4, (void **)&self->byte_ids, &n_bytes},
     };
-    if (copy_buffers(arrays, sizeof arrays / sizeof arrays[0]) < 0)
+    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], self->blob != NULL, "Dictionary") < 0)
         return -1;
     if (n_bytes != 256) {
-        free(bytes);
         PyErr_SetString(PyExc_ValueError, "byte_ids: need 256 ids");
         return -1;
     }
-    memcpy(self->byte_ids, bytes, sizeof(self->byte_ids));
-    free(bytes);
-    if (n_offsets < 1 || n_ids != n_offsets - 1 || n_scores != n_ids) {
+    if (n_offsets < 1 || self->n != n_offsets - 1 || n_scores != self->n) {
         PyErr_SetString(PyExc_ValueError, "dictionary arrays: need n + 1 offsets, n ids and n scores");
         return -1;
     }
-    self->n = n_ids;
     if (self->n >= (Py_ssize_t)UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "dictionary: too many tokens");
         return -1;
@@ -619,14 +640,11 @@ static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t
         }
     }
 done:
-    free(cost);
-    free(step_len);
-    free(step_id);
-    free(start);
-    free(match_len);
-    free(match_k);
+    BPETOK_FREE_ALL(free, cost, step_len, step_id, start, match_len, match_k);
     return written;
 }
+
+PyDoc_STRVAR(Dictionary_best_path_doc, "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8");
 
 static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
 {
@@ -665,8 +683,7 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
 }
 
 static PyMethodDef Dictionary_methods[] = {
-    {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS,
-     "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8"},
+    {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS, Dictionary_best_path_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -674,14 +691,9 @@ static PyTypeObject DictionaryType = {BPETOK_TYPE(Dictionary, "bpetok.models._tr
     "Sorted token texts and scores for plamo2's best path (bpetok/models/plamo2.py).")};
 
 static PyMethodDef Trie_methods[] = {
-    {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
-     "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
-    {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS,
-     "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates"},
-    {"encode_cut", (PyCFunction)(void (*)(void))Trie_encode_cut, METH_FASTCALL,
-     "encode_cut(unk: int, plain, special, text: str, parse_special: bool, as_bytes: bool = False) -> list[int] | bytes\n"
-     "| None: a whole text's ids (as int32 bytes with as_bytes), cut at the specials by the Automaton of that mode\n"
-     "(None: none); None where the Tokenizer must partition"},
+    {"encode", (PyCFunction)Trie_encode, METH_VARARGS, Trie_encode_doc},
+    {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS, Trie_encode_text_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Trie_encode_cut, METH_FASTCALL, Trie_encode_cut_doc},
     {NULL, NULL, 0, NULL},
 };
 
