@@ -429,9 +429,9 @@ def spans_over_kept_chars(
 ) -> TokenOffsets | None:
     """:func:`spans_over_kept_bytes` where each token spells whole characters (``spelled``: its
     bytes * ``_PACK`` + its characters, none empty), counted in characters (``dropped`` and
-    ``sizes``, each character's UTF-8 bytes, one per character): the bytes dropped before a token
-    are those of the characters dropped before it, which a running sum over the dropped
-    characters alone gives. None where the tokens do not add up to the kept characters."""
+    ``sizes``, each character's UTF-8 bytes, one per character): a token's bytes are those of the
+    characters in its span, which a running sum over the characters' sizes gives. None where the
+    tokens do not add up to the kept characters."""
     kept = np.flatnonzero(~dropped)
     ends = np.cumsum(spelled)
     if len(body) == 0 or int(ends[-1]) & _LOW != len(kept):
@@ -439,23 +439,16 @@ def spans_over_kept_chars(
     kept_ends = ends & _LOW
     kept_before = kept_ends - (spelled & _LOW)  # kept characters before each token
     byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
-    char_starts = body_chars[:, 0] = kept[kept_before]
+    body_chars[:, 0] = kept[kept_before]
     body_chars[:, 1] = kept[kept_ends - 1] + 1
     n_bytes = len(text)
     if text.isascii():
         body_bytes[:] = body_chars
     else:
-        gone_before = char_starts - kept_before  # dropped characters before each token
-        if ((sizes > 1) & dropped).any():
-            gone = np.flatnonzero(dropped)
-            gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
-            np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
-            gone_before, n_gone = gone_bytes[gone_before], int(gone_bytes[-1])
-        else:  # only ASCII dropped (whitespace): as many bytes as characters
-            n_gone = len(dropped) - len(kept)
-        byte_ends = np.add(ends >> 32, gone_before, out=body_bytes[:, 1])
-        np.subtract(byte_ends, spelled >> 32, out=body_bytes[:, 0])
-        n_bytes = int(ends[-1] >> 32) + n_gone
+        bytes_before = np.zeros(len(sizes) + 1, dtype=np.int64)  # the text's bytes before each character
+        np.cumsum(sizes, out=bytes_before[1:])
+        bytes_before.take(body_chars, out=body_bytes, mode="clip")  # (in range; "clip" writes out unbuffered)
+        n_bytes = int(bytes_before[-1])
     return _with_added(body, added, n_bytes, len(text), byte_spans, char_spans, np.zeros(len(body), dtype=bool))
 
 
