@@ -361,8 +361,8 @@ def _spans_from_lengths(
     data = text.encode("utf-8", "surrogatepass") if encoded else b""
     if specials:
         lengths = steps.copy()  # what the specials' loop changes, if it must
-    spans = steps  # in place: a long text's fresh pages cost more than its sums
-    np.cumsum(steps.reshape(-1), out=spans.reshape(-1))
+    spans = steps  # summed in place: a long text's fresh pages cost more than its sums
+    np.cumsum(spans.reshape(-1), out=spans.reshape(-1))
     if specials:  # each where the sums put it; whitespace it swallowed (ASCII) joins its span
         shift = 0
         for k in specials:
