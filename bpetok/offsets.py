@@ -445,7 +445,8 @@ def spans_over_kept_chars(
     if text.isascii():
         body_bytes[:] = body_chars
     else:
-        bytes_before = np.zeros(len(sizes) + 1, dtype=np.int64)  # the text's bytes before each character
+        bytes_before = np.empty(len(sizes) + 1, dtype=np.int64)  # the text's bytes before each character
+        bytes_before[0] = 0  # (not zeros: calloc hands a long text fresh pages)
         np.cumsum(sizes, out=bytes_before[1:])
         bytes_before.take(body_chars, out=body_bytes, mode="clip")  # (in range; "clip" writes out unbuffered)
         n_bytes = int(bytes_before[-1])
