@@ -120,6 +120,12 @@ typedef struct {
     uint32_t merged;
 } MergeText;
 
+PyDoc_STRVAR(rank_merger_doc, "rank_merger(index, merges, n_tokens, byte_ids, missing_byte_fails=False) -> Merger\n\n"
+                              "gemma4's tables from its token index (text -> id) and merge strings (``b\"left right\"``,\n"
+                              "the rank their position): two adjacent symbols merge by the lowest rank of ``left right``;\n"
+                              "a final symbol that is no token falls back to its bytes' ``byte_ids`` (a byte without one\n"
+                              "is dropped, or makes encode() give None with missing_byte_fails).");
+
 /* Fill ``self``'s units and merges from the token index (bytes -> id below n_tokens) and the
  * merge strings (a list of bytes, rank = position). 0, or -1 with an exception set. */
 static int build_ranks(Merger *self, PyObject *index, PyObject *merges)
@@ -228,12 +234,6 @@ done:
     names_free(&names);
     return status;
 }
-
-PyDoc_STRVAR(rank_merger_doc, "rank_merger(index, merges, n_tokens, byte_ids, missing_byte_fails=False) -> Merger\n\n"
-                              "gemma4's tables from its token index (text -> id) and merge strings (``b\"left right\"``,\n"
-                              "the rank their position): two adjacent symbols merge by the lowest rank of ``left right``;\n"
-                              "a final symbol that is no token falls back to its bytes' ``byte_ids`` (a byte without one\n"
-                              "is dropped, or makes encode() give None with missing_byte_fails).");
 
 static PyObject *rank_merger(PyObject *Py_UNUSED(module), PyObject *args)
 {

@@ -139,6 +139,12 @@ done:
     return status;
 }
 
+PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails=False) -> Merger | None\n\n"
+                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
+                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
+                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
+                             "right after another character.");
+
 /* spm_merger()'s TablesBuilder: the priorities of ``scores``, then build_spm. */
 static int spm_tables(Merger *self, PyObject *index, PyObject *scores)
 {
@@ -149,12 +155,6 @@ static int spm_tables(Merger *self, PyObject *index, PyObject *scores)
     free(priority);
     return status;
 }
-
-PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails=False) -> Merger | None\n\n"
-                             "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
-                             "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
-                             "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
-                             "right after another character.");
 
 static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
 {
