@@ -320,7 +320,8 @@ typedef struct {
 
 /* -- merge.c: one piece's bytes -> ids ------------------------------------------------------- */
 
-/* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL). */
+/* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL):
+ * heap, sym, rank, merged, next, prev and text are one allocation, from heap (merge.c). */
 typedef struct {
     uint32_t *sym, *rank, *merged, *next, *prev;
     uint64_t *heap;

@@ -123,15 +123,11 @@ void table_free(BytesTable *t)
  * the leftmost first on ties. */
 typedef uint64_t HeapItem;
 
+/* The per-piece arrays (sym, rank, merged, next, prev, heap, text) are one block, from s->heap:
+ * a call that merges a few short pieces then costs one allocation, not seven. */
 void scratch_free(Scratch *s)
 {
-    PyMem_RawFree(s->sym);
-    PyMem_RawFree(s->rank);
-    PyMem_RawFree(s->merged);
-    PyMem_RawFree(s->next);
-    PyMem_RawFree(s->prev);
     PyMem_RawFree(s->heap);
-    PyMem_RawFree(s->text);
     PyMem_RawFree(s->heads);
     PyMem_RawFree(s->order);
     memset(s, 0, sizeof(*s));
@@ -142,27 +138,25 @@ static int scratch_reserve(Scratch *s, size_t n)
     if (n <= s->capacity)
         return 0;
     size_t capacity = n < 64 ? 64 : n;
-    uint32_t *heads = s->heads;
-    uint64_t *order = s->order;
-    size_t n_heads = s->n_heads;
-    s->heads = NULL; /* the bucket heads outlive a resize */
-    s->order = NULL;
-    scratch_free(s);
-    s->heads = heads;
-    s->order = order;
-    s->n_heads = n_heads;
-    s->sym = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->rank = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->merged = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->next = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->prev = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    /* A heap holds at most (n - 1) pairs at first plus 2 per merge (n - 1 merges): under 3n. */
-    s->heap = PyMem_RawMalloc(capacity * 3 * sizeof(HeapItem));
-    s->text = PyMem_RawMalloc(capacity * 2);
-    if (!s->sym || !s->rank || !s->merged || !s->next || !s->prev || !s->heap || !s->text) {
-        scratch_free(s);
+    /* A heap holds at most (n - 1) pairs at first plus 2 per merge (n - 1 merges): under 3n. Then
+     * five arrays of uint32, then the text (2 bytes per byte at most). */
+    size_t per_symbol = 3 * sizeof(HeapItem) + 5 * sizeof(uint32_t) + 2;
+    PyMem_RawFree(s->heap); /* the bucket heads (heads, order) outlive a resize */
+    s->capacity = 0;
+    unsigned char *block = capacity <= SIZE_MAX / per_symbol ? PyMem_RawMalloc(capacity * per_symbol) : NULL;
+    s->heap = (HeapItem *)block;
+    if (block == NULL) {
+        s->sym = s->rank = s->merged = s->next = s->prev = NULL;
+        s->text = NULL;
         return -1;
     }
+    uint32_t *words = (uint32_t *)(block + capacity * 3 * sizeof(HeapItem));
+    s->sym = words;
+    s->rank = words + capacity;
+    s->merged = words + 2 * capacity;
+    s->next = words + 3 * capacity;
+    s->prev = words + 4 * capacity;
+    s->text = (unsigned char *)(words + 5 * capacity);
     s->capacity = capacity;
     return 0;
 }

@@ -474,7 +474,7 @@ int split_into(SplitKind kind, const unsigned char *s, size_t begin, size_t end,
         if (stop <= at || stop > len) /* a splitter must advance within the text */
             return FAIL_SPLITTER;
         if (*n == *capacity) {
-            size_t grown = *capacity ? *capacity * 2 : 1024;
+            size_t grown = *capacity ? *capacity * 2 : 64; /* a short text's pieces: a few */
             Piece *more = grown < SIZE_MAX / sizeof(Piece) ? PyMem_RawRealloc(*pieces, grown * sizeof(Piece)) : NULL;
             if (more == NULL)
                 return FAIL_NO_MEMORY;
@@ -510,14 +510,13 @@ int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, si
     size_t most = total < TEXT_BATCH_CHUNKS ? total : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
     uint32_t *buffer = NULL;
     SeenSet seen = {NULL, 0};
-    Piece *c = PyMem_RawMalloc(most * sizeof(Piece)), *pieces = NULL;
-    size_t *text = PyMem_RawMalloc(most * sizeof(size_t)); /* per chunk: its text, */
-    size_t *begin = PyMem_RawMalloc(most * sizeof(size_t)); /* its bytes, */
-    size_t *end = PyMem_RawMalloc(most * sizeof(size_t));
-    size_t *stop = PyMem_RawMalloc(most * sizeof(size_t)); /* and a new chunk's last piece + 1 */
+    /* One block (a short text's call then allocates once for them): the chunks, and per chunk
+     * its text, its bytes [begin, end) and a new chunk's last piece + 1. */
+    Piece *c = PyMem_RawMalloc(most * (sizeof(Piece) + 4 * sizeof(size_t))), *pieces = NULL;
     size_t pieces_capacity = 0;
-    if (c == NULL || text == NULL || begin == NULL || end == NULL || stop == NULL)
+    if (c == NULL)
         goto done;
+    size_t *text = (size_t *)(c + most), *begin = text + most, *end = begin + most, *stop = end + most;
     for (size_t t = 0, at = 0; t < count;) { /* the next chunk: text t's from byte at */
         size_t m = 0, n_pieces = 0, chunk_misses = 0;
         while (m < most && t < count) {
@@ -614,10 +613,6 @@ int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, si
     failure = 0;
 done:
     PyMem_RawFree(c);
-    PyMem_RawFree(text);
-    PyMem_RawFree(begin);
-    PyMem_RawFree(end);
-    PyMem_RawFree(stop);
     PyMem_RawFree(pieces);
     PyMem_RawFree(seen.slots);
     PyMem_RawFree(buffer);
