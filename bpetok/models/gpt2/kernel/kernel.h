@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../../_probe.h"
 #include "../../../pretok/_split.h"
 
 #ifdef _WIN32
@@ -80,7 +81,7 @@ static inline int lock_write_soon(CacheLock *l)
 }
 
 #define NO_RANK UINT32_MAX
-#define EMPTY_KEY UINT64_MAX
+#define EMPTY_KEY UINT64_MAX /* a free slot's key (_probe.h's) */
 /* Pieces longer than this many bytes are never cached (one would fill the budget). */
 #define CACHE_LONGEST 1024
 /* What an id's int object costs: an int above 256 is 28 bytes, 32 in obmalloc's size classes. */
@@ -162,20 +163,14 @@ static inline uint64_t merge_key(uint32_t left, uint32_t right)
     return (uint64_t)left << 32 | right;
 }
 
+DEFINE_PROBE(merge_probe, MergeTable, Merge)
+
 /* The merge of the pair whose key (merge_key) hashes to h = mix64(key), or NULL. */
 static inline const Merge *merge_find_hashed(const MergeTable *t, uint64_t key, uint64_t h)
 {
     if (!filter_has(t, h))
         return NULL;
-    uint64_t i = h & t->mask;
-    for (;;) {
-        const Merge *m = &t->slots[i];
-        if (m->key == key)
-            return m;
-        if (m->key == EMPTY_KEY)
-            return NULL;
-        i = (i + 1) & t->mask;
-    }
+    return merge_probe(t, key, h);
 }
 
 static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
