@@ -179,6 +179,15 @@ static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32
     return merge_find_hashed(t, key, mix64(key));
 }
 
+/* Request both lines merge_find_hashed(t, key, h) may read, its filter word and its slot, at
+ * once: for a lookup whose answer the caller waits on, where a likely merge makes the slot's
+ * line worth fetching without waiting for the filter. */
+static inline void merge_prefetch_all(const MergeTable *t, uint64_t h)
+{
+    __builtin_prefetch(&t->filter[(h >> t->filter_shift) >> 6]);
+    __builtin_prefetch(&t->slots[h & t->mask]);
+}
+
 /* Request what merge_find_hashed(t, key, h) reads first: the filter's word (stage 0), or once
  * that is in cache and has the bit, the table's slot (stage 1). */
 static inline void merge_prefetch(const MergeTable *t, uint64_t h, int stage)

@@ -203,11 +203,6 @@ static inline uint64_t merge_word(const Merge *m)
     return m ? (uint64_t)m->rank << 32 | m->merged : NO_PAIR;
 }
 
-static inline uint64_t pair_word(const Kernel *k, uint32_t left, uint32_t right)
-{
-    return merge_word(merge_find(&k->merges, left, right));
-}
-
 /* Merge s->sym[0 .. n) in place; returns the number of symbols left (in s->sym[0 ..)). */
 static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
 {
@@ -231,16 +226,31 @@ static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
                 best = i;
         if (pair[best] == NO_PAIR)
             break;
-        sym[best] = (uint32_t)pair[best];
+        uint32_t merged = (uint32_t)pair[best];
+        /* The two pairs the merge makes are looked up next; the next step waits on them. Their
+         * filter words and slots are requested together first, so that the (up to four) cache
+         * misses overlap with each other and with the shift, not one after another. */
+        uint64_t before_key = 0, after_key = 0, before_hash = 0, after_hash = 0;
+        if (best > 0) {
+            before_key = merge_key(sym[best - 1], merged);
+            before_hash = mix64(before_key);
+            merge_prefetch_all(&k->merges, before_hash);
+        }
+        if (best + 2 < n) {
+            after_key = merge_key(merged, sym[best + 2]);
+            after_hash = mix64(after_key);
+            merge_prefetch_all(&k->merges, after_hash);
+        }
+        sym[best] = merged;
         for (size_t i = best + 1; i + 1 < n; i++) { /* drop symbol best + 1 and pair best */
             sym[i] = sym[i + 1];
             pair[i - 1] = pair[i];
         }
         n--;
         if (best > 0)
-            pair[best - 1] = pair_word(k, sym[best - 1], sym[best]);
+            pair[best - 1] = merge_word(merge_find_hashed(&k->merges, before_key, before_hash));
         if (best + 1 < n)
-            pair[best] = pair_word(k, sym[best], sym[best + 1]);
+            pair[best] = merge_word(merge_find_hashed(&k->merges, after_key, after_hash));
     }
     return n;
 }
