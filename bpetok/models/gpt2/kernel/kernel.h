@@ -121,6 +121,35 @@ static inline uint64_t tail_word(const unsigned char *p, size_t n)
     return (uint64_t)p[0] << 16 | (uint64_t)p[n / 2] << 8 | p[n - 1];
 }
 
+/* a[0 .. n) == b[0 .. n). The cache's keys are short (a piece, a space chunk): up to 16 bytes
+ * they are compared inline, two overlapping words (or halves) each, not by a memcmp call. */
+static inline int bytes_equal(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    if (n >= 8 && n <= 16) {
+        uint64_t a0, b0, a1, b1;
+        memcpy(&a0, a, 8);
+        memcpy(&b0, b, 8);
+        memcpy(&a1, a + n - 8, 8);
+        memcpy(&b1, b + n - 8, 8);
+        return a0 == b0 && a1 == b1;
+    }
+    if (n >= 4 && n < 8) {
+        uint32_t a0, b0, a1, b1;
+        memcpy(&a0, a, 4);
+        memcpy(&b0, b, 4);
+        memcpy(&a1, a + n - 4, 4);
+        memcpy(&b1, b + n - 4, 4);
+        return a0 == b0 && a1 == b1;
+    }
+    if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i])
+                return 0;
+        return 1;
+    }
+    return memcmp(a, b, n) == 0;
+}
+
 static inline uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
 {
     uint64_t h = seed ^ (n * 0x9E3779B97F4A7C15ULL);
@@ -242,7 +271,7 @@ static inline const Entry *table_find(const BytesTable *t, uint64_t hash, const 
         if (slot->entry == NULL)
             return NULL;
         const Entry *e = slot->entry;
-        if (slot->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
+        if (slot->hash == hash && e->key_len == len && bytes_equal(entry_key(e), key, len))
             return e;
     }
 }

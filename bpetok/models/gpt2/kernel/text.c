@@ -280,7 +280,7 @@ static size_t seen_slot(const SeenSet *seen, const Piece *p, const Piece *key)
     size_t slot = key->hash & seen->mask;
     for (; seen->slots[slot] >= 0; slot = (slot + 1) & seen->mask) {
         const Piece *q = &p[seen->slots[slot]];
-        if (q->hash == key->hash && q->len == key->len && memcmp(q->text, key->text, key->len) == 0)
+        if (q->hash == key->hash && q->len == key->len && bytes_equal(q->text, key->text, key->len))
             break;
     }
     return slot;
