@@ -121,33 +121,34 @@ static inline uint64_t tail_word(const unsigned char *p, size_t n)
     return (uint64_t)p[0] << 16 | (uint64_t)p[n / 2] << 8 | p[n - 1];
 }
 
+static inline uint64_t load64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline uint32_t load32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
 /* a[0 .. n) == b[0 .. n). The cache's keys are short (a piece, a space chunk): up to 16 bytes
  * they are compared inline, two overlapping words (or halves) each, not by a memcmp call. */
 static inline int bytes_equal(const unsigned char *a, const unsigned char *b, size_t n)
 {
-    if (n >= 8 && n <= 16) {
-        uint64_t a0, b0, a1, b1;
-        memcpy(&a0, a, 8);
-        memcpy(&b0, b, 8);
-        memcpy(&a1, a + n - 8, 8);
-        memcpy(&b1, b + n - 8, 8);
-        return a0 == b0 && a1 == b1;
-    }
-    if (n >= 4 && n < 8) {
-        uint32_t a0, b0, a1, b1;
-        memcpy(&a0, a, 4);
-        memcpy(&b0, b, 4);
-        memcpy(&a1, a + n - 4, 4);
-        memcpy(&b1, b + n - 4, 4);
-        return a0 == b0 && a1 == b1;
-    }
-    if (n < 4) {
-        for (size_t i = 0; i < n; i++)
-            if (a[i] != b[i])
-                return 0;
-        return 1;
-    }
-    return memcmp(a, b, n) == 0;
+    if (n > 16)
+        return memcmp(a, b, n) == 0;
+    if (n >= 8)
+        return load64(a) == load64(b) && load64(a + n - 8) == load64(b + n - 8);
+    if (n >= 4)
+        return load32(a) == load32(b) && load32(a + n - 4) == load32(b + n - 4);
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
 }
 
 static inline uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
