@@ -15,14 +15,14 @@ setup(
             "bpetok.models.gpt2._kernel",
             sources=[f"bpetok/models/gpt2/kernel/{name}.c" for name in ("module", "build", "merge", "text", "threads")]
             + ["bpetok/pretok/_split.c"],
-            depends=["bpetok/_module.h", "bpetok/models/gpt2/kernel/kernel.h", "bpetok/pretok/_split.h", "bpetok/pretok/_unicode_classes.h"],
+            depends=["bpetok/_module.h", "bpetok/_probe.h", "bpetok/models/gpt2/kernel/kernel.h", "bpetok/pretok/_split.h", "bpetok/pretok/_unicode_classes.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),
         Extension(
             "bpetok.models._symbols",
             sources=["bpetok/models/_symbols.c"],
-            depends=["bpetok/_module.h", "bpetok/models/_word_cache.h", "bpetok/models/_text_table.h", "bpetok/models/_rank_tables.h",
+            depends=["bpetok/_module.h", "bpetok/_probe.h", "bpetok/models/_word_cache.h", "bpetok/models/_text_table.h", "bpetok/models/_rank_tables.h",
                      "bpetok/models/_spm_tables.h", "bpetok/models/_merger_load.h", "bpetok/models/_fragments.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,

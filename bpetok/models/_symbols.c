@@ -29,10 +29,11 @@
 #include <string.h>
 
 #include "../_module.h"
+#include "../_probe.h"
 #include "_word_cache.h"
 
 #define NO_SYMBOL UINT32_MAX /* a character that is no token and takes part in no merge */
-#define EMPTY_KEY UINT64_MAX
+#define EMPTY_KEY UINT64_MAX /* a free slot's key (_probe.h's) */
 /* Indices into the input are uint32; longer inputs go to the Python twin. */
 #define LONGEST_INPUT ((Py_ssize_t)INT32_MAX)
 /* Release the GIL for inputs of at least this many bytes. */
@@ -87,17 +88,11 @@ static int table_init(Table *t, size_t entries)
     return table_alloc(t, size);
 }
 
+DEFINE_PROBE(slot_probe, Table, Slot)
+
 static inline const Slot *table_find(const Table *t, uint64_t key)
 {
-    uint64_t i = mix64(key) & t->mask;
-    for (;;) {
-        const Slot *s = &t->slots[i];
-        if (s->key == key)
-            return s;
-        if (s->key == EMPTY_KEY)
-            return NULL;
-        i = (i + 1) & t->mask;
-    }
+    return slot_probe(t, key, mix64(key));
 }
 
 static void table_insert(Table *t, uint64_t key, uint32_t priority, uint32_t value)
