@@ -71,7 +71,7 @@ def run_pins(args) -> None:
 
     import bpetok
     from bpetok.plugins import get_registry
-    from bpetok.train import read_pin_file
+    from bpetok._extend import read_pin_file
 
     terms = read_pin_file(args.pin_file) if args.pin_file else PYTHON_TERMS
     text = read_text(args.domain)

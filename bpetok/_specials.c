@@ -451,6 +451,22 @@ static inline uint8_t first_byte_of(Py_UCS4 cp) {
         cp = chars[i];                                                       \
     } while (0)
 
+/* The first i' >= i below n with chars[i'] == target, else n; four characters a word (a word
+ * holding target has a zero lane once XORed with it, and the test below finds a zero lane and
+ * nothing else). For UCS-2 text, as memchr is for Latin-1: most English and CJK text. */
+static inline size_t find_ucs2(const Py_UCS2 *chars, size_t i, size_t n, Py_UCS2 target) {
+    const uint64_t ones = 0x0001000100010001ULL, highs = 0x8000800080008000ULL, pattern = ones * target;
+    for (; i + 4 <= n; i += 4) {
+        uint64_t w;
+        memcpy(&w, chars + i, sizeof(w));
+        uint64_t x = w ^ pattern;
+        if (((x - ones) & ~x & highs) != 0) break;
+    }
+    for (; i < n; i++)
+        if (chars[i] == target) return i;
+    return n;
+}
+
 /* Steps 1 and 2 of the header: fills c->taken, sorted by start. 0, or -1 when out of memory. */
 /* The text between the match before taken match ``k`` (ending at ``pos``) and match ``k`` (the
  * text's end for k == n_taken), less the whitespace either match consumed: [*a, *b). Returns where
@@ -474,6 +490,7 @@ static int cut(Cut *c) {
     int32_t state = 0;
     /* Latin-1 storage holds an ASCII character as its byte: the C library can look for it. */
     int use_memchr = c->kind == PyUnicode_1BYTE_KIND && a->only_first >= 0 && a->only_first < 0x80;
+    int use_words = c->kind == PyUnicode_2BYTE_KIND && a->only_first >= 0 && a->only_first < 0x80;
     for (size_t i = 0; i < c->n; i++) {
         Py_UCS4 cp;
         if (state == 0) { /* skip the characters no special starts with */
@@ -482,6 +499,10 @@ static int cut(Cut *c) {
                 const uint8_t *at = memchr(base + i, a->only_first, c->n - i);
                 if (!at) break;
                 i = (size_t)(at - base);
+                cp = (Py_UCS4)a->only_first;
+            } else if (use_words) {
+                i = find_ucs2(c->data, i, c->n, (Py_UCS2)a->only_first);
+                if (i == c->n) break;
                 cp = (Py_UCS4)a->only_first;
             } else if (c->kind == PyUnicode_1BYTE_KIND) {
                 SKIP_TO_START(Py_UCS1);
@@ -587,6 +608,10 @@ static int append_new(PyObject *list, PyObject *item) {
     return r;
 }
 
+PyDoc_STRVAR(Automaton_partition_doc,
+             "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
+             "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap.");
+
 static PyObject *Automaton_partition(Automaton *self, PyObject *args) {
     PyObject *text, *spans = NULL, *span_seq = NULL, *result = NULL;
     if (!PyArg_ParseTuple(args, "U|O:partition", &text, &spans)) return NULL;
@@ -665,6 +690,12 @@ done:
 /* Texts up to this many characters keep their consumed bits on the stack. */
 #define CUTS_SMALL_WORDS 16
 
+PyDoc_STRVAR(Automaton_cuts_doc,
+             "cuts(text) -> bytes | None: partition(text)'s fragments as (start, end, id) uint32 triples, native\n"
+             "byte order: the fragment [start, end) in characters (start == end: none), then the special id\n"
+             "(0xFFFFFFFF after the last). b'' when no special is cut; None when the text is 2**31 characters\n"
+             "or more, or an id is no uint32.");
+
 /* partition() without the str objects, for a caller that encodes the fragments from the text's
  * own UTF-8 (bpetok/models/_fragments.h, Merger.encode_cut): the same fragments, as (start, end,
  * id) uint32 triples, native byte order: the raw fragment [start, end) in characters (start ==
@@ -733,14 +764,8 @@ static PyObject *Automaton_cuts(Automaton *self, PyObject *text) {
 }
 
 static PyMethodDef Automaton_methods[] = {
-    {"partition", (PyCFunction)Automaton_partition, METH_VARARGS,
-     "partition(text, protected=None): text cut at the specials, as str fragments and int ids.\n\n"
-     "protected: sorted, disjoint, non-empty (start, end) character spans no special may overlap."},
-    {"cuts", (PyCFunction)Automaton_cuts, METH_O,
-     "cuts(text) -> bytes | None: partition(text)'s fragments as (start, end, id) uint32 triples, native\n"
-     "byte order: the fragment [start, end) in characters (start == end: none), then the special id\n"
-     "(0xFFFFFFFF after the last). b'' when no special is cut; None when the text is 2**31 characters\n"
-     "or more, or an id is no uint32."},
+    {"partition", (PyCFunction)Automaton_partition, METH_VARARGS, Automaton_partition_doc},
+    {"cuts", (PyCFunction)Automaton_cuts, METH_O, Automaton_cuts_doc},
     {NULL, NULL, 0, NULL},
 };
 

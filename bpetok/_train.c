@@ -420,6 +420,9 @@ static void PairCounts_dealloc(PairCounts *self)
 
 /* -- the loop ---------------------------------------------------------------------------------- */
 
+PyDoc_STRVAR(PairCounts_best_doc,
+             "best(min_frequency) -> int | None: the most frequent pair (ties: smallest left id, then right id).");
+
 static PyObject *PairCounts_best(PairCounts *self, PyObject *arg)
 {
     long long min_frequency = PyLong_AsLongLong(arg);
@@ -472,6 +475,8 @@ static int shrink(PairCounts *self, int64_t key, int64_t f)
     self->pairs[i].count -= f;
     return 0;
 }
+
+PyDoc_STRVAR(PairCounts_merge_doc, "merge(pair, new): replace every occurrence of pair by new, left to right.");
 
 static PyObject *PairCounts_merge(PairCounts *self, PyObject *args)
 {
@@ -531,6 +536,8 @@ fail:
 
 /* -- the counts, as a read-only mapping pair -> count (what _add_chain reads) ------------------- */
 
+PyDoc_STRVAR(PairCounts_get_doc, "get(pair, default=None): the pair's current count.");
+
 static PyObject *PairCounts_get(PairCounts *self, PyObject *args)
 {
     long long key;
@@ -560,6 +567,8 @@ static Py_ssize_t PairCounts_length(PairCounts *self)
 {
     return (Py_ssize_t)self->npairs;
 }
+
+PyDoc_STRVAR(PairCounts_items_doc, "items() -> list of (pair, count) ever recorded.");
 
 static PyObject *PairCounts_items(PairCounts *self, PyObject *Py_UNUSED(ignored))
 {
@@ -608,12 +617,10 @@ fail:
 }
 
 static PyMethodDef PairCounts_methods[] = {
-    {"best", (PyCFunction)PairCounts_best, METH_O,
-     "best(min_frequency) -> int | None: the most frequent pair (ties: smallest left id, then right id)."},
-    {"merge", (PyCFunction)PairCounts_merge, METH_VARARGS,
-     "merge(pair, new): replace every occurrence of pair by new, left to right."},
-    {"get", (PyCFunction)PairCounts_get, METH_VARARGS, "get(pair, default=None): the pair's current count."},
-    {"items", (PyCFunction)PairCounts_items, METH_NOARGS, "items() -> list of (pair, count) ever recorded."},
+    {"best", (PyCFunction)PairCounts_best, METH_O, PairCounts_best_doc},
+    {"merge", (PyCFunction)PairCounts_merge, METH_VARARGS, PairCounts_merge_doc},
+    {"get", (PyCFunction)PairCounts_get, METH_VARARGS, PairCounts_get_doc},
+    {"items", (PyCFunction)PairCounts_items, METH_NOARGS, PairCounts_items_doc},
     {NULL, NULL, 0, NULL},
 };
 

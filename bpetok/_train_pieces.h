@@ -154,6 +154,9 @@ static int count_str(PieceCounts *self, PyObject *s, int64_t f)
     return rc;
 }
 
+PyDoc_STRVAR(PieceCounts_update_doc,
+             "update(pieces): count a list of str pieces once each, or add a PieceCounts' or a Counter's counts.");
+
 static PyObject *PieceCounts_update(PieceCounts *self, PyObject *arg)
 {
     if (PyObject_TypeCheck(arg, &PieceCountsType)) {
@@ -211,6 +214,8 @@ static Piece *live_piece(PieceCounts *self, PyObject *key, int *error)
     return i >= 0 && self->pieces[i].count > 0 ? &self->pieces[i] : NULL;
 }
 
+PyDoc_STRVAR(PieceCounts_pop_doc, "pop(piece[, default]): remove a piece, return its count.");
+
 static PyObject *PieceCounts_pop(PieceCounts *self, PyObject *args)
 {
     PyObject *key, *fallback = NULL;
@@ -243,6 +248,8 @@ static Py_ssize_t PieceCounts_length(PieceCounts *self)
     return (Py_ssize_t)self->nlive;
 }
 
+PyDoc_STRVAR(PieceCounts_total_doc, "total(): the sum of the counts.");
+
 static PyObject *PieceCounts_total(PieceCounts *self, PyObject *Py_UNUSED(ignored))
 {
     int64_t total = 0;
@@ -253,6 +260,8 @@ static PyObject *PieceCounts_total(PieceCounts *self, PyObject *Py_UNUSED(ignore
         }
     return PyLong_FromLongLong(total);
 }
+
+PyDoc_STRVAR(PieceCounts_items_doc, "items() -> list of (piece, count), in counting order.");
 
 static PyObject *PieceCounts_items(PieceCounts *self, PyObject *Py_UNUSED(ignored))
 {
@@ -269,6 +278,8 @@ static PyObject *PieceCounts_items(PieceCounts *self, PyObject *Py_UNUSED(ignore
     }
     return out;
 }
+
+PyDoc_STRVAR(PieceCounts_freqs_doc, "freqs() -> bytes: the counts as int64, in iteration order.");
 
 static PyObject *PieceCounts_freqs(PieceCounts *self, PyObject *Py_UNUSED(ignored))
 {
@@ -385,12 +396,11 @@ static PyTypeObject PieceIterType = {
 };
 
 static PyMethodDef PieceCounts_methods[] = {
-    {"update", (PyCFunction)PieceCounts_update, METH_O,
-     "update(pieces): count a list of str pieces once each, or add a PieceCounts' or a Counter's counts."},
-    {"pop", (PyCFunction)PieceCounts_pop, METH_VARARGS, "pop(piece[, default]): remove a piece, return its count."},
-    {"total", (PyCFunction)PieceCounts_total, METH_NOARGS, "total(): the sum of the counts."},
-    {"items", (PyCFunction)PieceCounts_items, METH_NOARGS, "items() -> list of (piece, count), in counting order."},
-    {"freqs", (PyCFunction)PieceCounts_freqs, METH_NOARGS, "freqs() -> bytes: the counts as int64, in iteration order."},
+    {"update", (PyCFunction)PieceCounts_update, METH_O, PieceCounts_update_doc},
+    {"pop", (PyCFunction)PieceCounts_pop, METH_VARARGS, PieceCounts_pop_doc},
+    {"total", (PyCFunction)PieceCounts_total, METH_NOARGS, PieceCounts_total_doc},
+    {"items", (PyCFunction)PieceCounts_items, METH_NOARGS, PieceCounts_items_doc},
+    {"freqs", (PyCFunction)PieceCounts_freqs, METH_NOARGS, PieceCounts_freqs_doc},
     {"__reduce__", (PyCFunction)PieceCounts_reduce, METH_NOARGS, NULL},
     {"__setstate__", (PyCFunction)PieceCounts_setstate, METH_O, NULL},
     {NULL, NULL, 0, NULL},

@@ -99,7 +99,7 @@ def bpetok_register_commands(subparsers: argparse._SubParsersAction) -> None:
     ``subparsers.add_parser(name, help=...)`` and set ``func`` with ``set_defaults(func=...)``: it
     is called with the parsed arguments and returns the exit status (None means 0). Raise a
     :class:`bpetok.BpetokError` for a failure the user can fix; it is printed as one line.
-    Built-in implementations: :mod:`bpetok.train` (``train``, ``extend``), :mod:`bpetok.apps.server_cli`
+    Built-in implementations: :mod:`bpetok.apps.train_cli` (``train``, ``extend``), :mod:`bpetok.apps.server_cli`
     (``serve``), :mod:`bpetok.apps.chat` (``chat``) and :mod:`bpetok.apps.datasets` (``encode-dataset``).
 
     :param subparsers: the ``argparse`` sub-parsers action of the ``bpetok`` parser.

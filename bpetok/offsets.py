@@ -162,6 +162,8 @@ _LOW = _PACK - 1
 # bits of _Tables.kinds: the token is special (cut out by the partition), not yet known, starts
 # with a byte that continues a character (10xxxxxx: a byte-level piece of a character)
 _SPECIAL_TOKEN, _UNFILLED, _STARTS_MID = 1, 2, 4
+# _Tables.steps' first column for a token to look up in kinds (special, or not yet known)
+_SEE_KINDS = 1
 
 
 class _Tables:
@@ -173,10 +175,16 @@ class _Tables:
         self.attrs = tok.vocabulary.attrs
         self.pieces: dict[int, bytes] = {}  # what the token stands for in the text (a special: its text)
         self._droppable: frozenset[int] | None = None
+        self._keeps_continuations: bool | None = None
         n = tok.n_tokens
-        # the piece's bytes and its bytes that start a character, packed (_PACK): one running sum
-        # gives both a token's byte end and its character end
-        self.packed = np.zeros(n, dtype=np.int64)
+        # A token's two steps in a running sum over the text, packed (_PACK: bytes and characters
+        # at once): to its span's start (-1 character where its piece starts inside a character,
+        # whose whole span it then covers) and on to its end, the two together its piece's bytes
+        # and its bytes that start a character. The running sum over the tokens' steps one after
+        # the other is each token's (start, end). A special token, or one not yet known, has
+        # _SEE_KINDS first (a special's steps once that is 0).
+        self.steps = np.zeros((n, 2), dtype=np.int64)
+        self.steps[:, 0] = _SEE_KINDS
         self.kinds = np.full(n, _UNFILLED, dtype=np.int8)
 
     def ensure(self, ids: np.ndarray) -> None:
@@ -185,11 +193,12 @@ class _Tables:
         for token_id in np.unique(missing).tolist():
             piece = self.tok.piece(token_id)
             self.pieces[token_id] = piece
-            self.packed[token_id] = len(piece) * _PACK + _characters_in(piece)
+            special = self.attrs[token_id] & _SPECIAL
+            starts_mid = bool(piece) and _is_continuation(piece[0])
+            length = len(piece) * _PACK + _characters_in(piece)
+            self.steps[token_id] = (_SEE_KINDS, length) if special else (-starts_mid, length + starts_mid)
             # last: another thread may read the arrays as soon as this is set
-            self.kinds[token_id] = (_SPECIAL_TOKEN if self.attrs[token_id] & _SPECIAL else 0) | (
-                _STARTS_MID if piece and _is_continuation(piece[0]) else 0
-            )
+            self.kinds[token_id] = (_SPECIAL_TOKEN if special else 0) | (_STARTS_MID if starts_mid else 0)
 
     @property
     def droppable(self) -> frozenset[int]:
@@ -200,6 +209,26 @@ class _Tables:
             alone = {piece(i)[0] for i in range(len(tokens)) if len(tokens[i]) <= 6 and not attrs[i] & _SPECIAL and len(piece(i)) == 1}
             self._droppable = frozenset(range(256)) - alone
         return self._droppable
+
+    @property
+    def keeps_continuations(self) -> bool:
+        """Whether every byte that continues a character (10xxxxxx) is an ordinary token alone,
+        so none is :attr:`droppable`: a byte llama.cpp dropped then starts a character, and the
+        tokens' characters fall short of the text's. Looked up as such a token is stored (a
+        byte-level character, ``<0xXX>``, the byte), not by rendering the vocabulary's pieces
+        (as ``droppable`` does): False where it is stored otherwise."""
+        if self._keeps_continuations is None:
+            from bpetok.models.gpt2.bpe import BYTE_TO_CHAR
+
+            index, attrs, piece = self.tok.vocabulary.token_index(), self.attrs, self.tok.piece
+
+            def alone(byte: int) -> bool:
+                forms = (BYTE_TO_CHAR[byte].encode(), b"<0x%02X>" % byte, bytes((byte,)))
+                found = (index.get(form) for form in forms)
+                return any(i is not None and not attrs[i] & _SPECIAL and piece(i) == bytes((byte,)) for i in found)
+
+            self._keeps_continuations = all(map(alone, range(0x80, 0xC0)))
+        return self._keeps_continuations
 
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -303,34 +332,43 @@ def _spans_from_lengths(
     give the text (the walk then finds the gaps or says what is wrong). ``check_pieces``: also
     compare the ordinary tokens' pieces with the text (ids encode did not make)."""
     t = _tables(tok)
-    data = text.encode("utf-8", "surrogatepass")
     if check_pieces and len(body) and (int(body.min()) < 0 or int(body.max()) >= tok.n_tokens):
         return None
     index = body.astype(np.intp)  # numpy gathers by intp fastest
-    kinds = t.kinds[index]
-    flagged = np.flatnonzero(kinds & (_SPECIAL_TOKEN | _UNFILLED))
-    if len(flagged) and (kinds[flagged] & _UNFILLED).any():
-        t.ensure(index)
-        kinds = t.kinds[index]
-        flagged = np.flatnonzero(kinds & _SPECIAL_TOKEN)
-    specials = flagged.tolist()
-    packed = t.packed[index]  # a copy: changed below
+    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
+    # each token's steps (_Tables.steps), summed in place below into its packed span; "clip":
+    # the ids are in range (checked above, or encode's), and it writes out unbuffered
+    steps = t.steps.take(index, axis=0, out=body_bytes, mode="clip")
+    specials: list[int] = []
+    if len(body) and steps[:, 0].max() > 0:  # a special, or a token not yet known
+        flagged = np.flatnonzero(steps[:, 0] == _SEE_KINDS)
+        if (t.kinds[index[flagged]] & _UNFILLED).any():
+            t.ensure(index)
+            t.steps.take(index, axis=0, out=steps, mode="clip")
+            flagged = np.flatnonzero(steps[:, 0] == _SEE_KINDS)
+        specials = flagged.tolist()  # every token is known now: those still flagged are special
+        steps[specials, 0] = 0  # a special's span starts at its text, where the one before ends
     if tok.model.add_space_prefix:  # each fragment's first token holds the space the model added
         starts = [0] + ([k + 1 for k in specials] if tok.model.start_after_special else [])
         for k in sorted(set(starts) - set(specials)):
             if k < len(body):
                 if t.pieces[int(body[k])][:1] != b" ":
                     return None
-                packed[k] -= _PACK + 1
+                steps[k, 1] -= _PACK + 1
+    # The text's UTF-8 is wanted for the specials, the pieces' check, and its length; where no
+    # byte that continues a character can be dropped, the character count stands in for the length.
+    encoded = bool(specials) or check_pieces or not t.keeps_continuations
+    data = text.encode("utf-8", "surrogatepass") if encoded else b""
     if specials:
-        lengths = packed.copy()  # what the specials' loop changes, if it must
-    ends = np.cumsum(packed, out=packed)  # in place: a long text's fresh pages cost more than its sums
+        lengths = steps.copy()  # what the specials' loop changes, if it must
+    spans = steps  # summed in place: a long text's fresh pages cost more than its sums
+    np.cumsum(spans.reshape(-1), out=spans.reshape(-1))
     if specials:  # each where the sums put it; whitespace it swallowed (ASCII) joins its span
         shift = 0
         for k in specials:
             token_id = int(body[k])
             piece, attr = t.pieces[token_id], t.attrs[token_id]
-            start = at = (int(ends[k - 1]) // _PACK if k else 0) + shift
+            start = at = (int(spans[k, 0]) >> 32) + shift
             if not data.startswith(piece, at) and attr & TokenAttr.LSTRIP:
                 while at < len(data) and data[at] in _ASCII_SPACE:
                     at += 1
@@ -341,30 +379,27 @@ def _spans_from_lengths(
                 while end < len(data) and data[end] in _ASCII_SPACE:
                     end += 1
             swallowed = end - start - len(piece)
-            lengths[k] += swallowed * (_PACK + 1)
+            lengths[k, 1] += swallowed * (_PACK + 1)
             shift += swallowed
         if shift:
-            np.cumsum(lengths, out=ends)
-    if (int(ends[-1]) // _PACK if len(body) else 0) != len(data):
+            np.cumsum(lengths.reshape(-1), out=spans.reshape(-1))
+    total = int(spans[-1, 1]) if len(body) else 0
+    if total >> 32 != len(data) if encoded else total & _LOW != len(text):
         return None
-    byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
-    char_ends = np.bitwise_and(ends, _LOW, out=body_chars[:, 1])
-    byte_ends = np.right_shift(ends, 32, out=body_bytes[:, 1])
-    # the spans are contiguous here: each starts where the one before ends, and a token ends inside
-    # a character where the next starts inside one (the first byte of its piece continues one)
-    if len(body):
-        body_bytes[0, 0], body_bytes[1:, 0] = 0, byte_ends[:-1]
-        body_chars[0, 0], body_chars[1:, 0] = 0, char_ends[:-1]
-    if check_pieces and not _pieces_are_the_text(t, data, body, specials, body_bytes[:, 0], byte_ends):
+    np.bitwise_and(spans, _LOW, out=body_chars)
+    np.right_shift(spans, 32, out=body_bytes)  # (spans is body_bytes: last)
+    if check_pieces and not _pieces_are_the_text(t, data, body, specials, body_bytes[:, 0], body_bytes[:, 1]):
         return None
-    partial = np.zeros(len(body), dtype=bool)
-    if not text.isascii():  # (an ASCII text's pieces all start and end on a character)
-        continues = (kinds >> 2).view(bool)  # a new array: changed below
-        partial[:-1] = continues[1:]
-        continues[specials] = False  # a special's span starts at its text
-        partial |= continues
-        body_chars[:, 0] -= continues
-    return _with_added(body, added, len(data), len(text), byte_spans, char_spans, partial)
+    if text.isascii():  # (an ASCII text's pieces all start and end on a character)
+        partial = np.zeros(len(body), dtype=bool)
+    else:  # a token is partial where a bound of its span is inside a character
+        inside = np.zeros(len(body) + 1, dtype=bool)  # at each token's start, and the text's end
+        # an ordinary token's span starts inside one where it starts before the one before ends
+        np.not_equal(body_chars[:-1, 1], body_chars[1:, 0], out=inside[1:-1])
+        inside[specials] = t.kinds[index[specials]] & _STARTS_MID != 0  # a special's at its text
+        partial = inside[:-1] | inside[1:]
+        partial[specials] = False  # (as the walk has it: a special's span is its text's)
+    return _with_added(body, added, total >> 32, len(text), byte_spans, char_spans, partial)
 
 
 def spans_over_kept_bytes(
@@ -394,9 +429,9 @@ def spans_over_kept_chars(
 ) -> TokenOffsets | None:
     """:func:`spans_over_kept_bytes` where each token spells whole characters (``spelled``: its
     bytes * ``_PACK`` + its characters, none empty), counted in characters (``dropped`` and
-    ``sizes``, each character's UTF-8 bytes, one per character): the bytes dropped before a token
-    are those of the characters dropped before it, which a running sum over the dropped
-    characters alone gives. None where the tokens do not add up to the kept characters."""
+    ``sizes``, each character's UTF-8 bytes, one per character): a token's bytes are those of the
+    characters in its span, which a running sum over the characters' sizes gives. None where the
+    tokens do not add up to the kept characters."""
     kept = np.flatnonzero(~dropped)
     ends = np.cumsum(spelled)
     if len(body) == 0 or int(ends[-1]) & _LOW != len(kept):
@@ -404,23 +439,17 @@ def spans_over_kept_chars(
     kept_ends = ends & _LOW
     kept_before = kept_ends - (spelled & _LOW)  # kept characters before each token
     byte_spans, char_spans, body_bytes, body_chars = _rows(len(body), added)
-    char_starts = body_chars[:, 0] = kept[kept_before]
+    body_chars[:, 0] = kept[kept_before]
     body_chars[:, 1] = kept[kept_ends - 1] + 1
     n_bytes = len(text)
     if text.isascii():
         body_bytes[:] = body_chars
     else:
-        gone_before = char_starts - kept_before  # dropped characters before each token
-        if ((sizes > 1) & dropped).any():
-            gone = np.flatnonzero(dropped)
-            gone_bytes = np.zeros(len(gone) + 1, dtype=np.int64)  # bytes of the first k dropped characters
-            np.cumsum(sizes[gone].astype(np.int64), out=gone_bytes[1:])
-            gone_before, n_gone = gone_bytes[gone_before], int(gone_bytes[-1])
-        else:  # only ASCII dropped (whitespace): as many bytes as characters
-            n_gone = len(dropped) - len(kept)
-        byte_ends = np.add(ends >> 32, gone_before, out=body_bytes[:, 1])
-        np.subtract(byte_ends, spelled >> 32, out=body_bytes[:, 0])
-        n_bytes = int(ends[-1] >> 32) + n_gone
+        bytes_before = np.empty(len(sizes) + 1, dtype=np.int64)  # the text's bytes before each character
+        bytes_before[0] = 0  # (not zeros: calloc hands a long text fresh pages)
+        np.cumsum(sizes, out=bytes_before[1:])
+        bytes_before.take(body_chars, out=body_bytes, mode="clip")  # (in range; "clip" writes out unbuffered)
+        n_bytes = int(bytes_before[-1])
     return _with_added(body, added, n_bytes, len(text), byte_spans, char_spans, np.zeros(len(body), dtype=bool))
 
 

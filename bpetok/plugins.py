@@ -55,7 +55,7 @@ BUILTIN_PLUGINS = (
     "bpetok.models.wpm",
     "bpetok.models.ugm",
     "bpetok.apps.server_cli",
-    "bpetok.train",
+    "bpetok.apps.train_cli",
     "bpetok.apps.chat",
     "bpetok.apps.datasets",
 )
@@ -67,8 +67,8 @@ BUILTIN_PRETOKENIZERS = (
 )
 # Of those, the modules whose one hook is bpetok_register_commands: each is registered as a
 # stand-in (:class:`_CommandModule`) that imports it when the CLI builds its parser, so loading
-# a tokenizer does not import the server, chat and dataset code.
-COMMAND_MODULES = ("bpetok.apps.server_cli", "bpetok.apps.chat", "bpetok.apps.datasets")
+# a tokenizer does not import the server, training, chat and dataset commands.
+COMMAND_MODULES = ("bpetok.apps.server_cli", "bpetok.apps.train_cli", "bpetok.apps.chat", "bpetok.apps.datasets")
 
 
 def make_plugin_manager(*, load_entry_points: bool = True) -> pluggy.PluginManager:

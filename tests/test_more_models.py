@@ -130,6 +130,25 @@ def test_dna_spans_are_kmers(name, tok):
     assert kmer not in tok.encode("<dna>ACGTAC</dna>", parse_special=True)
 
 
+@pytest.mark.parametrize("name", ["hybriddna"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["<dna>", "</dna>", "<|eot_id|>", "acgt", " "])),
+                     max_size=8).map("".join))
+def test_hybriddna_one_call_is_the_partition(name, tok, text):
+    """The text encoder (the gpt2 model's one C call, for a text without <dna>) gives what the
+    partition and encode_fragment give; a text with <dna> is left to them."""
+    encoder = tok._text_encoder
+    if encoder is None:
+        pytest.skip("the pure-Python engine has no one-call encoder")
+    for parse_special in (False, True):
+        ids = encoder(text, parse_special) if text else None  # encode() calls it for a text only
+        if "<dna>" in text:
+            assert ids is None
+        if ids is not None:
+            assert ids == tok._encode_partitioned(tok._partition(text, parse_special))
+            assert ids == tok.encode_reference(text, parse_special=parse_special)
+
+
 @pytest.mark.parametrize("name", ["whitespace"])
 def test_whitespace_is_dropped(name, tok):
     assert tok.encode("a \u3000\tb") == tok.encode("a") + tok.encode("b")

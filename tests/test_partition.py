@@ -249,6 +249,18 @@ def test_one_pass_partition_protected_spans_in_non_ascii_text():
         assert fast == reference
 
 
+def test_one_pass_partition_finds_specials_at_every_offset_of_ucs2_text():
+    """UCS-2 text whose specials all start with one ASCII character is searched four characters a
+    word: a special at each offset of a word, at the end, twice in one word, or none."""
+    specials = _entries([("<s>", 0), ("<t>", 0)])
+    for length in range(12):
+        for at in range(length + 1):
+            body = "\u3042a" * length
+            for text in (body[:at] + "<s>" + body[at:], body[:at] + "<s><t>" + body[at:], body[:at] + "<" + body[at:]):
+                fast, reference = _both(specials, text)
+                assert fast == reference
+
+
 def test_one_pass_partition_of_tokenizers_equals_the_reference(qwen3):
     """Through a Tokenizer, with its own table: every PIECES text in both modes, with spans."""
     table = qwen3._special_table

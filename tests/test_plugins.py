@@ -470,14 +470,14 @@ def test_register_commands_adds_a_plugin_s_subcommand(pm, temporary_plugin, caps
 
 
 def test_builtin_commands_arrive_through_the_hook(pm):
-    """train, extend, serve and encode-dataset are the built-in plugins bpetok.train, .server, .datasets."""
+    """train, extend, serve and encode-dataset are the built-in plugins bpetok.apps.train_cli, .server_cli, .datasets."""
     from bpetok.apps.cli import build_parser
 
     assert {"train", "extend", "serve", "encode-dataset"} <= _subcommands(build_parser(pm))
     names = {name for name, _ in pm.list_name_plugin()}
-    assert {"bpetok.train", "bpetok.apps.server_cli", "bpetok.apps.datasets"} <= names
+    assert {"bpetok.apps.train_cli", "bpetok.apps.server_cli", "bpetok.apps.datasets"} <= names
     impls = pm.hook.bpetok_register_commands.get_hookimpls()
-    assert {impl.plugin_name for impl in impls} >= {"bpetok.train", "bpetok.apps.server_cli", "bpetok.apps.datasets"}
+    assert {impl.plugin_name for impl in impls} >= {"bpetok.apps.train_cli", "bpetok.apps.server_cli", "bpetok.apps.datasets"}
 
 
 def test_a_command_module_that_fails_to_import_is_shown_not_skipped(monkeypatch):

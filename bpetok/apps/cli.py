@@ -2,7 +2,7 @@
 
 The commands defined here describe and tokenize; every other subcommand arrives through the
 ``bpetok_register_commands(subparsers)`` hook (docs/hooks.md), implemented by the built-in plugins
-``bpetok.train``, ``bpetok.apps.server_cli``, ``bpetok.apps.chat`` and ``bpetok.apps.datasets`` and by any installed plugin. A plugin that fails to import
+``bpetok.apps.train_cli``, ``bpetok.apps.server_cli``, ``bpetok.apps.chat`` and ``bpetok.apps.datasets`` and by any installed plugin. A plugin that fails to import
 is reported, never a silently missing command.
 Errors a user can fix are printed as one line, ``bpetok: error: ...``, with exit status 1.
 """

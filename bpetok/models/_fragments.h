@@ -156,10 +156,10 @@ static int merger_ready(Merger *self)
     return 1;
 }
 
-PyDoc_STRVAR(encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
-                              "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
-                              "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
-                              "that is no UTF-8 (lone surrogates) or too long: the caller escapes it in Python.");
+PyDoc_STRVAR(Merger_encode_text_doc, "encode_text(text: str, prefix: bool) -> list[int] | None\n\n"
+                                     "encode() of ``text``'s UTF-8 with its spaces as ``▁`` and, where ``prefix``, one in front\n"
+                                     "(SentencePieceModel.encode_fragment's escaping); None as encode() gives it, and for a str\n"
+                                     "that is no UTF-8 (lone surrogates) or too long: the caller escapes it in Python.");
 
 static PyObject *Merger_encode_text(Merger *self, PyObject *args)
 {
@@ -247,13 +247,13 @@ static Py_ssize_t encode_runs(Merger *m, const unsigned char *text, uint32_t n, 
     return k;
 }
 
-PyDoc_STRVAR(encode_runs_doc, "encode_runs(text: str, breaks: bytes, as_bytes: bool = False) -> list[int] | bytes | None\n\n"
-                              "The ids of each run of ``text``'s UTF-8 between the characters ``breaks`` marks (bit c % 8\n"
-                              "of byte c // 8: character c is dropped), each run merged whole as encode() merges a\n"
-                              "Merger without ``words`` and kept in the word cache (set_cache_budget): llama.cpp's\n"
-                              "whitespace model. None as encode() gives it, and for a str that is no UTF-8 (lone\n"
-                              "surrogates) or too long: the caller encodes it in Python. ``as_bytes``: the ids as int32\n"
-                              "in native order (numpy reads them without an int per id: offsets' running sums).");
+PyDoc_STRVAR(Merger_encode_runs_doc, "encode_runs(text: str, breaks: bytes, as_bytes: bool = False) -> list[int] | bytes | None\n\n"
+                                     "The ids of each run of ``text``'s UTF-8 between the characters ``breaks`` marks (bit c % 8\n"
+                                     "of byte c // 8: character c is dropped), each run merged whole as encode() merges a\n"
+                                     "Merger without ``words`` and kept in the word cache (set_cache_budget): llama.cpp's\n"
+                                     "whitespace model. None as encode() gives it, and for a str that is no UTF-8 (lone\n"
+                                     "surrogates) or too long: the caller encodes it in Python. ``as_bytes``: the ids as int32\n"
+                                     "in native order (numpy reads them without an int per id: offsets' running sums).");
 
 static PyObject *Merger_encode_runs(Merger *self, PyObject *args)
 {
@@ -303,14 +303,6 @@ static PyObject *Merger_encode_runs(Merger *self, PyObject *args)
     return result;
 }
 
-PyDoc_STRVAR(encode_parts_doc,
-             "encode_parts(fragments: list, prefix: bool, after_special: bool, keep_specials: bool) -> list[int] | None\n\n"
-             "The ids of a partitioned text in one call, as Tokenizer._encode_parts gives them with encode_text:\n"
-             "an int is a special token's id (kept where ``keep_specials``; the next fragment starts the text\n"
-             "where ``after_special``), a str is encoded with a ``▁`` in front where ``prefix`` and it starts\n"
-             "the text. None where encode_text would give None for a fragment, or an item is neither a str\n"
-             "nor a token id: the caller then encodes fragment by fragment. Only for a Merger with ``words``.");
-
 /* Room for ``more`` ids past ``k`` in ``*out`` (``*capacity`` ids); 0, or -1 when out of memory. */
 static int ids_reserve(int32_t **out, size_t *capacity, size_t k, size_t more)
 {
@@ -343,6 +335,14 @@ static int bytes_reserve(unsigned char **buffer, size_t *size, size_t need)
     *size = want;
     return 0;
 }
+
+PyDoc_STRVAR(Merger_encode_parts_doc,
+             "encode_parts(fragments: list, prefix: bool, after_special: bool, keep_specials: bool) -> list[int] | None\n\n"
+             "The ids of a partitioned text in one call, as Tokenizer._encode_parts gives them with encode_text:\n"
+             "an int is a special token's id (kept where ``keep_specials``; the next fragment starts the text\n"
+             "where ``after_special``), a str is encoded with a ``▁`` in front where ``prefix`` and it starts\n"
+             "the text. None where encode_text would give None for a fragment, or an item is neither a str\n"
+             "nor a token id: the caller then encodes fragment by fragment. Only for a Merger with ``words``.");
 
 static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
 {
@@ -404,7 +404,7 @@ static PyObject *Merger_encode_parts(Merger *self, PyObject *args)
     return result;
 }
 
-PyDoc_STRVAR(encode_cut_doc,
+PyDoc_STRVAR(Merger_encode_cut_doc,
              "encode_cut(prefix: bool, after_special: bool, keep_specials: bool, plain, special, text: str,\n"
              "           parse_special: bool, as_bytes: bool = False) -> list[int] | bytes | None\n\n"
              "encode_parts of text's partition in one call, its fragments read from text's own UTF-8 (no str\n"

@@ -32,14 +32,14 @@ static void *copy_buffer(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t *n, cons
     return out;
 }
 
-/* One array argument for copy_buffers: the object, its item size, where its copy and its item count
- * go, and its name for the error messages. */
+/* One array argument for copy_buffers: its name (for the error messages, and the keyword of
+ * parse_buffer_args), its item size, where its copy and its item count go, and the object. */
 typedef struct {
-    PyObject *obj;
+    const char *name;
     Py_ssize_t itemsize;
     void **out;
     Py_ssize_t *n;
-    const char *name;
+    PyObject *obj;
 } BufferArg;
 
 /* copy_buffer on each of the ``n`` arguments in turn, stopping at the first that fails (the copies
@@ -72,10 +72,16 @@ static int id_ints_alloc(IdInts *t, size_t n)
     return 0;
 }
 
-static void id_ints_free(IdInts *t)
+/* The ints let go, the table left to whoever allocated it. */
+static void id_ints_release(IdInts *t)
 {
     for (size_t k = 0; k < t->n; k++)
-        Py_XDECREF(t->ints[k]);
+        Py_CLEAR(t->ints[k]);
+}
+
+static void id_ints_free(IdInts *t)
+{
+    id_ints_release(t);
     free(t->ints);
     t->ints = NULL;
     t->n = 0;

@@ -120,10 +120,20 @@ typedef struct {
     uint32_t merged;
 } MergeText;
 
+PyDoc_STRVAR(rank_merger_doc, "rank_merger(index, merges, n_tokens, byte_ids, missing_byte_fails=False) -> Merger\n\n"
+                              "gemma4's tables from its token index (text -> id) and merge strings (``b\"left right\"``,\n"
+                              "the rank their position): two adjacent symbols merge by the lowest rank of ``left right``;\n"
+                              "a final symbol that is no token falls back to its bytes' ``byte_ids`` (a byte without one\n"
+                              "is dropped, or makes encode() give None with missing_byte_fails).");
+
 /* Fill ``self``'s units and merges from the token index (bytes -> id below n_tokens) and the
  * merge strings (a list of bytes, rank = position). 0, or -1 with an exception set. */
 static int build_ranks(Merger *self, PyObject *index, PyObject *merges)
 {
+    if (!PyList_Check(merges)) {
+        PyErr_SetString(PyExc_TypeError, "merges must be a list");
+        return -1;
+    }
     Names names = {0};
     unsigned char *joined = NULL;
     size_t joined_room = 0;
@@ -225,22 +235,9 @@ done:
     return status;
 }
 
-PyDoc_STRVAR(rank_merger_doc, "rank_merger(index, merges, n_tokens, byte_ids) -> Merger\n\n"
-                              "gemma4's tables from its token index (text -> id) and merge strings (``b\"left right\"``,\n"
-                              "the rank their position): two adjacent symbols merge by the lowest rank of ``left right``;\n"
-                              "a final symbol that is no token falls back to its bytes' ``byte_ids`` (a byte without one\n"
-                              "is dropped).");
-
 static PyObject *rank_merger(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *index, *merges, *byte_ids;
-    unsigned long n_tokens;
-    if (!PyArg_ParseTuple(args, "O!O!kO", &PyDict_Type, &index, &PyList_Type, &merges, &n_tokens, &byte_ids))
-        return NULL;
-    Merger *self = new_merger(n_tokens, byte_ids, 0);
-    if (self && build_ranks(self, index, merges) < 0)
-        Py_CLEAR(self);
-    return (PyObject *)self;
+    return build_merger(args, build_ranks);
 }
 
 #endif

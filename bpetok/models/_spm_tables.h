@@ -106,51 +106,59 @@ fail:
     return -1;
 }
 
-PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails) -> Merger | None\n\n"
+/* Each token's merge priority from its score (score_priority), into a new array of n_tokens + 1:
+ * 0; 1 for a NaN score (llama.cpp's heap has no order either: the Python twin runs); -1 with an
+ * exception set. */
+static int read_priorities(PyObject *scores, uint32_t n_tokens, uint64_t **priority)
+{
+    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
+    if (!seq)
+        return -1;
+    int status = -1;
+    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens) {
+        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
+        goto done;
+    }
+    if (!(*priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (uint32_t i = 0; i < n_tokens; i++) {
+        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (score == -1.0 && PyErr_Occurred())
+            goto done;
+        if (score != score) {
+            status = 1;
+            goto done;
+        }
+        (*priority)[i] = score_priority(score);
+    }
+    status = 0;
+done:
+    Py_DECREF(seq);
+    return status;
+}
+
+PyDoc_STRVAR(spm_merger_doc, "spm_merger(index, scores, n_tokens, byte_ids, missing_byte_fails=False) -> Merger | None\n\n"
                              "SentencePieceModel's tables from its token index (text -> id) and its n_tokens scores: two\n"
                              "adjacent symbols merge when their text is a token, the highest score first. None when a score\n"
                              "is NaN (no order to reproduce). ``words`` is set when no token merges can form holds a ``▁``\n"
                              "right after another character.");
 
+/* spm_merger()'s TablesBuilder: the priorities of ``scores``, then build_spm. */
+static int spm_tables(Merger *self, PyObject *index, PyObject *scores)
+{
+    uint64_t *priority = NULL;
+    int status = read_priorities(scores, self->n_tokens, &priority);
+    if (status == 0)
+        status = build_spm(self, index, priority);
+    free(priority);
+    return status;
+}
+
 static PyObject *spm_merger(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *index, *scores, *byte_ids;
-    unsigned long n_tokens;
-    int missing_byte_fails;
-    if (!PyArg_ParseTuple(args, "O!OkOp", &PyDict_Type, &index, &scores, &n_tokens, &byte_ids, &missing_byte_fails))
-        return NULL;
-    PyObject *seq = PySequence_Fast(scores, "scores must be a sequence");
-    if (!seq)
-        return NULL;
-    Merger *self = NULL;
-    uint64_t *priority = NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != (Py_ssize_t)n_tokens || n_tokens >= (unsigned long)INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "scores must have n_tokens entries");
-        goto done;
-    }
-    if (!(priority = (uint64_t *)malloc(((size_t)n_tokens + 1) * sizeof(uint64_t)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (unsigned long i = 0; i < n_tokens; i++) {
-        double score = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
-        if (score == -1.0 && PyErr_Occurred())
-            goto done;
-        if (score != score) { /* NaN: llama.cpp's heap has no order either; the Python twin runs */
-            Py_INCREF(Py_None);
-            Py_DECREF(seq);
-            free(priority);
-            return Py_None;
-        }
-        priority[i] = score_priority(score);
-    }
-    self = new_merger(n_tokens, byte_ids, missing_byte_fails);
-    if (self && build_spm(self, index, priority) < 0)
-        Py_CLEAR(self);
-done:
-    free(priority);
-    Py_DECREF(seq);
-    return (PyObject *)self;
+    return build_merger(args, spm_tables);
 }
 
 #endif

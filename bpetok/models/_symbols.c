@@ -29,10 +29,11 @@
 #include <string.h>
 
 #include "../_module.h"
+#include "../_probe.h"
 #include "_word_cache.h"
 
 #define NO_SYMBOL UINT32_MAX /* a character that is no token and takes part in no merge */
-#define EMPTY_KEY UINT64_MAX
+#define EMPTY_KEY UINT64_MAX /* a free slot's key (_probe.h's) */
 /* Indices into the input are uint32; longer inputs go to the Python twin. */
 #define LONGEST_INPUT ((Py_ssize_t)INT32_MAX)
 /* Release the GIL for inputs of at least this many bytes. */
@@ -87,17 +88,11 @@ static int table_init(Table *t, size_t entries)
     return table_alloc(t, size);
 }
 
+DEFINE_PROBE(slot_probe, Table, Slot)
+
 static inline const Slot *table_find(const Table *t, uint64_t key)
 {
-    uint64_t i = mix64(key) & t->mask;
-    for (;;) {
-        const Slot *s = &t->slots[i];
-        if (s->key == key)
-            return s;
-        if (s->key == EMPTY_KEY)
-            return NULL;
-        i = (i + 1) & t->mask;
-    }
+    return slot_probe(t, key, mix64(key));
 }
 
 static void table_insert(Table *t, uint64_t key, uint32_t priority, uint32_t value)
@@ -782,11 +777,6 @@ static PyObject *with_input(Merger *self, PyObject *arg, const char *method, Inp
     return result;
 }
 
-PyDoc_STRVAR(encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
-                         "The ids of ``data`` after merging (word by word through the word cache where ``words``\n"
-                         "is set); None when a byte has no token and missing_byte_fails is set, or the input is too\n"
-                         "long (2 GiB): the Python twin then says what happened.");
-
 /* Inputs up to this many bytes are escaped and encoded in stack buffers, without malloc. */
 #define SMALL_INPUT 512
 
@@ -842,16 +832,17 @@ static PyObject *encode_to_list(Merger *self, const unsigned char *data, uint32_
     return result;
 }
 
+PyDoc_STRVAR(Merger_encode_doc, "encode(data: bytes) -> list[int] | None\n\n"
+                                "The ids of ``data`` after merging (word by word through the word cache where ``words``\n"
+                                "is set); None when a byte has no token and missing_byte_fails is set, or the input is too\n"
+                                "long (2 GiB): the Python twin then says what happened.");
+
 static PyObject *Merger_encode(Merger *self, PyObject *arg)
 {
     return with_input(self, arg, "encode", encode_to_list);
 }
 
 #include "_fragments.h"
-
-PyDoc_STRVAR(spans_doc, "spans(data: bytes) -> list[tuple[int, int]] | None\n\n"
-                        "The final symbols as (start, length) byte spans, as merge_symbols gives them\n"
-                        "(None for an input of 2 GiB or more).");
 
 /* spans()'s reading of its input: the merged symbols' (start, length) spans. */
 static PyObject *spans_of(Merger *self, const unsigned char *data, uint32_t n, Work *w)
@@ -869,14 +860,18 @@ static PyObject *spans_of(Merger *self, const unsigned char *data, uint32_t n, W
     return result;
 }
 
+PyDoc_STRVAR(Merger_spans_doc, "spans(data: bytes) -> list[tuple[int, int]] | None\n\n"
+                               "The final symbols as (start, length) byte spans, as merge_symbols gives them\n"
+                               "(None for an input of 2 GiB or more).");
+
 static PyObject *Merger_spans(Merger *self, PyObject *arg)
 {
     return with_input(self, arg, "spans", spans_of);
 }
 
-PyDoc_STRVAR(set_cache_budget_doc, "set_cache_budget(budget: int) -> None\n\n"
-                                   "Give the word cache ``budget`` bytes (0: none) and empty it. An SPM merger\n"
-                                   "without ``words`` keeps no cache (its encode() merges whole inputs).");
+PyDoc_STRVAR(Merger_set_cache_budget_doc, "set_cache_budget(budget: int) -> None\n\n"
+                                          "Give the word cache ``budget`` bytes (0: none) and empty it. An SPM merger\n"
+                                          "without ``words`` keeps no cache (its encode() merges whole inputs).");
 
 static PyObject *Merger_set_cache_budget(Merger *self, PyObject *arg)
 {
@@ -901,7 +896,7 @@ static PyObject *Merger_set_cache_budget(Merger *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(cache_info_doc, "cache_info() -> dict: the word cache's entries, bytes and budget.");
+PyDoc_STRVAR(Merger_cache_info_doc, "cache_info() -> dict: the word cache's entries, bytes and budget.");
 
 static PyObject *Merger_cache_info(Merger *self, PyObject *Py_UNUSED(ignored))
 {
@@ -927,14 +922,14 @@ static PyGetSetDef Merger_getset[] = {
 };
 
 static PyMethodDef Merger_methods[] = {
-    {"encode", (PyCFunction)Merger_encode, METH_O, encode_doc},
-    {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, encode_text_doc},
-    {"encode_parts", (PyCFunction)Merger_encode_parts, METH_VARARGS, encode_parts_doc},
-    {"encode_runs", (PyCFunction)Merger_encode_runs, METH_VARARGS, encode_runs_doc},
-    {"encode_cut", (PyCFunction)(void (*)(void))Merger_encode_cut, METH_FASTCALL, encode_cut_doc},
-    {"spans", (PyCFunction)Merger_spans, METH_O, spans_doc},
-    {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, set_cache_budget_doc},
-    {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, cache_info_doc},
+    {"encode", (PyCFunction)Merger_encode, METH_O, Merger_encode_doc},
+    {"encode_text", (PyCFunction)Merger_encode_text, METH_VARARGS, Merger_encode_text_doc},
+    {"encode_runs", (PyCFunction)Merger_encode_runs, METH_VARARGS, Merger_encode_runs_doc},
+    {"encode_parts", (PyCFunction)Merger_encode_parts, METH_VARARGS, Merger_encode_parts_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Merger_encode_cut, METH_FASTCALL, Merger_encode_cut_doc},
+    {"spans", (PyCFunction)Merger_spans, METH_O, Merger_spans_doc},
+    {"set_cache_budget", (PyCFunction)Merger_set_cache_budget, METH_O, Merger_set_cache_budget_doc},
+    {"cache_info", (PyCFunction)Merger_cache_info, METH_NOARGS, Merger_cache_info_doc},
     {NULL, NULL, 0, NULL},
 };
 

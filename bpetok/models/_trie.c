@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "_glue.h"
 #include "../_module.h"
@@ -31,6 +32,20 @@
 /* Ids of texts up to this many bytes go to the stack, not malloc'd memory. */
 #define STACK_IDS 1024
 
+/* The walk's first two steps in one load, indexed by a token's first two bytes (65536 entries,
+ * 512 KiB, of which a text touches the few pairs it has): ``word`` is the double-array slot the
+ * two bytes lead to (0: they lead nowhere: the token is one byte), ``token`` the longest token
+ * of those one or two bytes (two when ``word`` has DA_HAS_VALUE), -1 for none, PAIR_UNKNOWN
+ * where the first byte starts no token. A token is ~3 bytes on average: two of its ~4 dependent
+ * loads become one. */
+typedef struct {
+    uint32_t word;
+    int32_t token;
+} TriePair;
+
+#define PAIRS 65536
+#define PAIR_UNKNOWN (-2)
+
 typedef struct {
     PyObject_HEAD
     uint32_t n_nodes;
@@ -40,36 +55,77 @@ typedef struct {
     uint8_t *edge_bytes;  /* per edge */
     uint32_t *edge_child; /* per edge */
     DoubleArray walked;   /* the same trie as a double array (_double_array.h): the walk reads this */
-    IdInts ints;          /* each id's int object, all made at load (a cold text makes none) */
+    TriePair *pairs;      /* PAIRS entries: the walk's first two steps (build_pairs) */
+    void *hot;            /* NULL, or one block holding pairs, walked's slots and values, ints' table (keep_together) */
+    /* Each id's int object, made when first returned: in the order texts use them, so a text's
+     * ints lie together. Made at load, in trie order, a text's few thousand were spread over
+     * 65k ints' 2 MB, and building its list missed the cache and the TLB on most of them. */
+    IdInts ints;
 } Trie;
+
+static int build_pairs(Trie *self);
+static void keep_together(Trie *self);
 
 static void Trie_dealloc(Trie *self)
 {
     BPETOK_FREE_ALL(free, self->values, self->first, self->count, self->edge_bytes, self->edge_child);
+    if (self->hot != NULL) { /* pairs, the double array's arrays and the ints' table lie in it */
+        id_ints_release(&self->ints);
+        free(self->hot);
+        self->pairs = NULL;
+        self->walked.slots = NULL;
+        self->walked.values = NULL;
+        self->ints.ints = NULL;
+        self->ints.n = 0;
+    }
     da_free(&self->walked);
+    free(self->pairs);
     id_ints_free(&self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
+#define MOST_BUFFER_ARGS 8
+
+/* What Trie() and Dictionary(), whose arguments are all arrays, do first: take the ``n`` arguments
+ * (at most MOST_BUFFER_ARGS) by position or by the names in ``arrays``, refuse a second init where
+ * the object is already ``initialised``, and copy each argument (copy_buffers): 0, or -1 with an
+ * exception set. */
+static int parse_buffer_args(PyObject *args, PyObject *kwds, BufferArg *arrays, size_t n, int initialised, const char *type)
 {
-    PyObject *values, *first, *count, *edge_bytes, *edge_child;
-    static char *kwlist[] = {"values", "first", "count", "edge_bytes", "edge_child", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &values, &first, &count, &edge_bytes, &edge_child))
-        return -1;
-    if (self->values != NULL) {
-        PyErr_SetString(PyExc_TypeError, "Trie is already initialised");
+    char *kwlist[MOST_BUFFER_ARGS + 1] = {NULL}, format[MOST_BUFFER_ARGS + 1] = {0};
+    PyObject *objs[MOST_BUFFER_ARGS] = {NULL};
+    if (n > MOST_BUFFER_ARGS) {
+        PyErr_Format(PyExc_SystemError, "%s: more than %d array arguments", type, MOST_BUFFER_ARGS);
         return -1;
     }
+    for (size_t k = 0; k < n; k++) {
+        kwlist[k] = (char *)arrays[k].name;
+        format[k] = 'O';
+    }
+    /* n objects: the pointers past the format's n are not read. */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                                     &objs[6], &objs[7]))
+        return -1;
+    if (initialised) {
+        PyErr_Format(PyExc_TypeError, "%s is already initialised", type);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++)
+        arrays[k].obj = objs[k];
+    return copy_buffers(arrays, n);
+}
+
+static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
+{
     Py_ssize_t n_values, n_first, n_count, n_bytes, n_child;
-    const BufferArg arrays[] = {
-        {values, 4, (void **)&self->values, &n_values, "values"},
-        {first, 4, (void **)&self->first, &n_first, "first"},
-        {count, 4, (void **)&self->count, &n_count, "count"},
-        {edge_bytes, 1, (void **)&self->edge_bytes, &n_bytes, "edge_bytes"},
-        {edge_child, 4, (void **)&self->edge_child, &n_child, "edge_child"},
+    BufferArg arrays[] = {
+        {"values", 4, (void **)&self->values, &n_values},
+        {"first", 4, (void **)&self->first, &n_first},
+        {"count", 4, (void **)&self->count, &n_count},
+        {"edge_bytes", 1, (void **)&self->edge_bytes, &n_bytes},
+        {"edge_child", 4, (void **)&self->edge_child, &n_child},
     };
-    if (copy_buffers(arrays, sizeof arrays / sizeof arrays[0]) < 0)
+    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], self->values != NULL, "Trie") < 0)
         return -1;
     if (n_values < 1 || n_values != n_first || n_values != n_count || n_bytes != n_child || n_values >= (Py_ssize_t)NONE
         || n_child >= (Py_ssize_t)NONE) {
@@ -128,55 +184,121 @@ static int Trie_init(Trie *self, PyObject *args, PyObject *kwds)
     }
     int built = da_build(&self->walked, &packed);
     sorted_trie_free(&packed);
-    if (built < 0)
+    if (built < 0 || build_pairs(self) < 0)
         return -1;
-    if (max_id >= 0 && max_id < (1 << 26)) {
-        if (id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
-            return -1;
-        for (uint32_t node = 0; node < self->n_nodes; node++) {
-            int32_t id = self->values[node];
-            if (id >= 0 && self->ints.ints[id] == NULL && (self->ints.ints[id] = PyLong_FromLong(id)) == NULL)
-                return -1;
+    if (max_id >= 0 && max_id < (1 << 26) && id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
+        return -1;
+    keep_together(self);
+    return 0;
+}
+
+/* The pair table of the double array: 0, or -1 with MemoryError set. Each slot read is checked
+ * to lie in the array (da_build keeps every base + 255 within it). */
+static int build_pairs(Trie *self)
+{
+    const DoubleArray *d = &self->walked;
+    self->pairs = malloc(PAIRS * sizeof(TriePair));
+    if (self->pairs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint32_t root_base = da_base(d->slots[0]);
+    for (uint32_t b0 = 0; b0 < 256; b0++) {
+        uint32_t s1 = root_base + b0, word1 = s1 < d->n_slots ? d->slots[s1] : 0;
+        int first = da_is_child(word1, (uint8_t)b0);
+        int32_t token1 = first && (word1 & DA_HAS_VALUE) ? d->values[s1] : -1;
+        for (uint32_t b1 = 0; b1 < 256; b1++) {
+            TriePair *p = &self->pairs[b0 << 8 | b1];
+            uint32_t s2 = da_base(word1) + b1, word2 = first && s2 < d->n_slots ? d->slots[s2] : 0;
+            p->word = da_is_child(word2, (uint8_t)b1) ? word2 : 0;
+            p->token = !first ? PAIR_UNKNOWN : p->word & DA_HAS_VALUE ? d->values[s2] : token1;
         }
     }
     return 0;
 }
 
-/* The walk; returns the number of ids written, or -1 where the Python twin must answer. One
- * load of a double-array slot a byte (_double_array.h); a token's id is read only where its
- * slot says it has one. */
+/* The arrays the walk and the id lists read (~3 MB for a 65k-token vocabulary: the pair table,
+ * the double array's slots and values, the ints' table) moved into one block of whole 2 MB
+ * pages, which the kernel may back with huge pages (madvise): loads scattered over them then
+ * miss the TLB far less. Where that memory is not to be had they stay put. */
+static void keep_together(Trie *self)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t pair_bytes = PAIRS * sizeof(TriePair), slot_bytes = (size_t)self->walked.n_slots * sizeof(uint32_t);
+    size_t int_bytes = self->ints.n * sizeof(PyObject *);
+    size_t size = (pair_bytes + 2 * slot_bytes + int_bytes + huge - 1) / huge * huge;
+    void *hot;
+    if (posix_memalign(&hot, huge, size) != 0)
+        return;
+#ifdef MADV_HUGEPAGE
+    madvise(hot, size, MADV_HUGEPAGE); /* advice: without it the block still works */
+#endif
+    char *at = hot;
+    memcpy(at, self->pairs, pair_bytes);
+    memcpy(at + pair_bytes, self->walked.slots, slot_bytes);
+    memcpy(at + pair_bytes + slot_bytes, self->walked.values, slot_bytes);
+    if (int_bytes != 0) /* no int made yet: all NULL */
+        memcpy(at + pair_bytes + 2 * slot_bytes, self->ints.ints, int_bytes);
+    free(self->pairs);
+    free(self->walked.slots);
+    free(self->walked.values);
+    free(self->ints.ints);
+    self->pairs = (TriePair *)at;
+    self->walked.slots = (uint32_t *)(at + pair_bytes);
+    self->walked.values = (int32_t *)(at + pair_bytes + slot_bytes);
+    self->ints.ints = int_bytes != 0 ? (PyObject **)(at + pair_bytes + 2 * slot_bytes) : NULL;
+    self->hot = hot;
+}
+
+/* The walk; returns the number of ids written, or -1 where the Python twin must answer. A
+ * token's first two bytes are one load of the pair table, each byte after them one load of a
+ * double-array slot (_double_array.h); a token's id is read only where its slot says it has one. */
 static Py_ssize_t walk(const Trie *t, const uint8_t *data, Py_ssize_t n, int64_t unk, uint32_t *out)
 {
     Py_ssize_t pos = 0, written = 0;
     const uint32_t *slots = t->walked.slots;
     const int32_t *values = t->walked.values;
-    const uint32_t root_base = da_base(slots[0]);
-    while (pos < n) {
-        uint32_t s = root_base + data[pos], word = slots[s];
-        if (!da_is_child(word, data[pos])) { /* no token starts with this byte */
+    while (pos + 1 < n) { /* two bytes left at least: the pair table takes the first two steps */
+        const TriePair *pair = &t->pairs[data[pos] << 8 | data[pos + 1]];
+        uint32_t word = pair->word;
+        int32_t token = pair->token;
+        Py_ssize_t end = pos + (word & DA_HAS_VALUE ? 2 : 1);
+        if (token == PAIR_UNKNOWN) { /* no token starts with this byte */
             if (unk < 0)
                 return -1;
             out[written++] = (uint32_t)unk;
             pos++;
             continue;
         }
-        int32_t token = word & DA_HAS_VALUE ? values[s] : -1;
-        Py_ssize_t end = pos + 1;
-        for (Py_ssize_t at = pos + 1; at < n; at++) {
-            uint32_t next = da_base(word) + data[at];
-            uint32_t next_word = slots[next];
-            if (!da_is_child(next_word, data[at]))
-                break;
-            word = next_word;
-            if (word & DA_HAS_VALUE) {
-                token = values[next];
-                end = at + 1;
+        if (word != 0) {
+            for (Py_ssize_t at = pos + 2; at < n; at++) {
+                uint32_t next = da_base(word) + data[at];
+                uint32_t next_word = slots[next];
+                if (!da_is_child(next_word, data[at]))
+                    break;
+                word = next_word;
+                if (word & DA_HAS_VALUE) {
+                    token = values[next];
+                    end = at + 1;
+                }
             }
         }
         if (token < 0)
             return -1;
         out[written++] = (uint32_t)token;
         pos = end;
+    }
+    if (pos < n) { /* the last byte, alone */
+        uint32_t s = da_base(slots[0]) + data[pos], word = slots[s];
+        if (!da_is_child(word, data[pos])) {
+            if (unk < 0)
+                return -1;
+            out[written++] = (uint32_t)unk;
+        } else if (word & DA_HAS_VALUE) {
+            out[written++] = (uint32_t)values[s];
+        } else {
+            return -1;
+        }
     }
     return written;
 }
@@ -211,6 +333,9 @@ static PyObject *encode_data(Trie *self, const uint8_t *data, Py_ssize_t len, lo
     return list;
 }
 
+PyDoc_STRVAR(Trie_encode_doc,
+             "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer");
+
 static PyObject *Trie_encode(Trie *self, PyObject *args)
 {
     Py_buffer data;
@@ -221,6 +346,9 @@ static PyObject *Trie_encode(Trie *self, PyObject *args)
     PyBuffer_Release(&data);
     return result;
 }
+
+PyDoc_STRVAR(Trie_encode_text_doc,
+             "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates");
 
 /* encode() of a str's UTF-8: an ASCII str's own bytes (no copy), else its encoding; None for a str
  * that is no UTF-8 (lone surrogates: the caller encodes it with surrogatepass). */
@@ -260,6 +388,11 @@ static Py_ssize_t walk_pieces(const Trie *t, const CutText *cut, int64_t unk, ui
     }
     return written;
 }
+
+PyDoc_STRVAR(Trie_encode_cut_doc,
+             "encode_cut(unk: int, plain, special, text: str, parse_special: bool, as_bytes: bool = False) -> list[int] | bytes\n"
+             "| None: a whole text's ids (as int32 bytes with as_bytes), cut at the specials by the Automaton of that mode\n"
+             "(None: none); None where the Tokenizer must partition");
 
 /* encode_cut(unk, plain, special, text, parse_special): a whole text's ids in one call, the text
  * cut at its special tokens by the automaton of that mode (_cut_text.h), each fragment walked in
@@ -323,50 +456,37 @@ typedef struct {
     uint64_t *offsets; /* n + 1 */
     int32_t *ids;
     int32_t *scores;
-    uint32_t byte_ids[256];
+    uint32_t *byte_ids; /* 256: each byte's id where no token covers it */
     uint32_t (*by_two)[2]; /* per first two bytes: the run [lo, hi) of the texts of 2+ bytes that start so */
     uint32_t by_one[256][2]; /* per first byte: the run of the texts that start with it */
 } Dictionary;
 
 static void Dictionary_dealloc(Dictionary *self)
 {
-    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->by_two);
+    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->byte_ids, self->by_two);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *blob, *offsets, *ids, *scores, *byte_ids;
-    static char *kwlist[] = {"blob", "offsets", "ids", "scores", "byte_ids", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob, &offsets, &ids, &scores, &byte_ids))
-        return -1;
-    if (self->blob != NULL) {
-        PyErr_SetString(PyExc_TypeError, "Dictionary is already initialised");
-        return -1;
-    }
-    Py_ssize_t n_blob, n_offsets, n_ids, n_scores, n_bytes;
-    uint32_t *bytes = NULL;
-    const BufferArg arrays[] = {
-        {blob, 1, (void **)&self->blob, &n_blob, "blob"},
-        {offsets, 8, (void **)&self->offsets, &n_offsets, "offsets"},
-        {ids, 4, (void **)&self->ids, &n_ids, "ids"},
-        {scores, 4, (void **)&self->scores, &n_scores, "scores"},
-        {byte_ids, 4, (void **)&bytes, &n_bytes, "byte_ids"},
+    Py_ssize_t n_blob, n_offsets, n_scores, n_bytes;
+    BufferArg arrays[] = {
+        {"blob", 1, (void **)&self->blob, &n_blob},
+        {"offsets", 8, (void **)&self->offsets, &n_offsets},
+        {"ids", 4, (void **)&self->ids, &self->n},
+        {"scores", 4, (void **)&self->scores, &n_scores},
+        {"byte_ids", 4, (void **)&self->byte_ids, &n_bytes},
     };
-    if (copy_buffers(arrays, sizeof arrays / sizeof arrays[0]) < 0)
+    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], self->blob != NULL, "Dictionary") < 0)
         return -1;
     if (n_bytes != 256) {
-        free(bytes);
         PyErr_SetString(PyExc_ValueError, "byte_ids: need 256 ids");
         return -1;
     }
-    memcpy(self->byte_ids, bytes, sizeof(self->byte_ids));
-    free(bytes);
-    if (n_offsets < 1 || n_ids != n_offsets - 1 || n_scores != n_ids) {
+    if (n_offsets < 1 || self->n != n_offsets - 1 || n_scores != self->n) {
         PyErr_SetString(PyExc_ValueError, "dictionary arrays: need n + 1 offsets, n ids and n scores");
         return -1;
     }
-    self->n = n_ids;
     if (self->n >= (Py_ssize_t)UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "dictionary: too many tokens");
         return -1;
@@ -520,14 +640,11 @@ static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t
         }
     }
 done:
-    free(cost);
-    free(step_len);
-    free(step_id);
-    free(start);
-    free(match_len);
-    free(match_k);
+    BPETOK_FREE_ALL(free, cost, step_len, step_id, start, match_len, match_k);
     return written;
 }
+
+PyDoc_STRVAR(Dictionary_best_path_doc, "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8");
 
 static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
 {
@@ -566,8 +683,7 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
 }
 
 static PyMethodDef Dictionary_methods[] = {
-    {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS,
-     "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8"},
+    {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS, Dictionary_best_path_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -575,14 +691,9 @@ static PyTypeObject DictionaryType = {BPETOK_TYPE(Dictionary, "bpetok.models._tr
     "Sorted token texts and scores for plamo2's best path (bpetok/models/plamo2.py).")};
 
 static PyMethodDef Trie_methods[] = {
-    {"encode", (PyCFunction)Trie_encode, METH_VARARGS,
-     "encode(data: bytes, unk: int) -> list[int] | None: the longest-match ids, None where the twin must answer"},
-    {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS,
-     "encode_text(text: str, unk: int) -> list[int] | None: encode() of text's UTF-8; None also for lone surrogates"},
-    {"encode_cut", (PyCFunction)(void (*)(void))Trie_encode_cut, METH_FASTCALL,
-     "encode_cut(unk: int, plain, special, text: str, parse_special: bool, as_bytes: bool = False) -> list[int] | bytes\n"
-     "| None: a whole text's ids (as int32 bytes with as_bytes), cut at the specials by the Automaton of that mode\n"
-     "(None: none); None where the Tokenizer must partition"},
+    {"encode", (PyCFunction)Trie_encode, METH_VARARGS, Trie_encode_doc},
+    {"encode_text", (PyCFunction)Trie_encode_text, METH_VARARGS, Trie_encode_text_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Trie_encode_cut, METH_FASTCALL, Trie_encode_cut_doc},
     {NULL, NULL, 0, NULL},
 };
 

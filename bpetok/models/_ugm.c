@@ -38,6 +38,7 @@
 #include "_cut_text.h"
 #include "_double_array.h"
 #include "_sorted_trie.h"
+#include "_sourced_bytes.h"
 #include "_word_cache.h"
 
 #define RELEASE_GIL_BYTES 256
@@ -459,20 +460,15 @@ static Py_ssize_t run_words(Lattice *self, const unsigned char *data, size_t n, 
     return viterbi_words(self, data, n, out, NULL);
 }
 
+PyDoc_STRVAR(Lattice_viterbi_words_doc,
+             "viterbi() word by word, with the word cache (only where no token holds a U+2581 past its start).");
+
 static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg)
 {
     return viterbi_method(self, arg, "viterbi_words", run_words);
 }
 
-static PyObject *Lattice_set_cache_budget(Lattice *self, PyObject *arg)
-{
-    return word_cache_set_budget(&self->cache, arg);
-}
-
-static PyObject *Lattice_cache_stats(Lattice *self, PyObject *Py_UNUSED(ignored))
-{
-    return word_cache_stats(&self->cache);
-}
+WORD_CACHE_METHODS(Lattice)
 
 /* One Viterbi over the whole text, without the GIL when the text is long. */
 static Py_ssize_t run_whole(Lattice *self, const unsigned char *data, size_t n, int32_t *out)
@@ -492,6 +488,8 @@ static Py_ssize_t run_whole(Lattice *self, const unsigned char *data, size_t n, 
     return (Py_ssize_t)count;
 }
 
+PyDoc_STRVAR(Lattice_viterbi_doc, "The best-scoring ids of normalized bytes (llama.cpp's UGM Viterbi).");
+
 static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 {
     return viterbi_method(self, arg, "viterbi", run_whole);
@@ -499,90 +497,7 @@ static PyObject *Lattice_viterbi(Lattice *self, PyObject *arg)
 
 /* -- the normalizer (bpetok/models/charsmap.py's CharsMap.prefix and UnigramModel._spaces) ------ */
 
-/* Where a normalized byte came from in the input: its bytes [from, to). */
-typedef struct {
-    uint32_t from, to;
-} Source;
-
-/* Bytes, and with sources (for the spans) where each came from. */
-typedef struct {
-    unsigned char *p;
-    size_t len, cap;
-    int with_sources;
-    Source *src;
-} Buffer;
-
-static void free_buffer(Buffer *b)
-{
-    free(b->p);
-    free(b->src);
-}
-
-/* Room for n more bytes (and their sources); -1: out of memory. */
-static int reserve(Buffer *b, size_t n)
-{
-    if (n > SIZE_MAX / 8 - b->len)
-        return -1;
-    if (b->len + n <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n)
-        cap *= 2;
-    unsigned char *grown = realloc(b->p, cap);
-    if (!grown)
-        return -1;
-    b->p = grown; /* cap stays the smaller of the two until both have grown */
-    if (b->with_sources) {
-        Source *src = realloc(b->src, cap * sizeof(Source));
-        if (!src)
-            return -1;
-        b->src = src;
-    }
-    b->cap = cap;
-    return 0;
-}
-
-/* n bytes of p, each (with sources) from the input's [from, to). */
-static int put_bytes(Buffer *b, const unsigned char *p, size_t n, size_t from, size_t to)
-{
-    if (n == 0) /* an empty replacement: nothing to copy (the buffer may not exist yet) */
-        return 0;
-    if (reserve(b, n) < 0)
-        return -1;
-    memcpy(b->p + b->len, p, n);
-    if (b->with_sources)
-        for (size_t k = 0; k < n; k++)
-            b->src[b->len + k] = (Source){(uint32_t)from, (uint32_t)to};
-    b->len += n;
-    return 0;
-}
-
-/* n bytes of the input from byte ``at`` on, each its own source. */
-static int put_input(Buffer *b, const unsigned char *p, size_t n, size_t at)
-{
-    if (reserve(b, n) < 0)
-        return -1;
-    memcpy(b->p + b->len, p, n);
-    if (b->with_sources)
-        for (size_t k = 0; k < n; k++)
-            b->src[b->len + k] = (Source){(uint32_t)(at + k), (uint32_t)(at + k + 1)};
-    b->len += n;
-    return 0;
-}
-
-/* Bytes [i, j) of m with their sources. */
-static int put_from(Buffer *b, const Buffer *m, size_t i, size_t j)
-{
-    if (j <= i)
-        return 0;
-    if (reserve(b, j - i) < 0)
-        return -1;
-    memcpy(b->p + b->len, m->p + i, j - i);
-    if (b->with_sources)
-        memcpy(b->src + b->len, m->src + i, (j - i) * sizeof(Source));
-    b->len += j - i;
-    return 0;
-}
+/* It writes to a Buffer (_sourced_bytes.h): the normalized bytes and, for the spans, where each came from. */
 
 #define CORRUPT (-2)
 
@@ -704,6 +619,9 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
     return rc;
 }
 
+PyDoc_STRVAR(Lattice_set_normalizer_doc,
+             "set_normalizer(nodes: bytes, strings: bytes, remove_extra_whitespaces: bool, add_space_prefix: bool)");
+
 static PyObject *Lattice_set_normalizer(Lattice *self, PyObject *args)
 {
     Py_buffer nodes, strings;
@@ -745,21 +663,31 @@ done:
     return result;
 }
 
-static PyObject *Lattice_viterbi_words(Lattice *self, PyObject *arg);
+/* encode()'s and encode_with_spans()' arguments (data: bytes, per_word: bool), on a lattice with
+ * the normalizer they need: 0 with ``data`` held (the caller releases it), or -1 with an
+ * exception set. */
+static int encode_arguments(Lattice *self, PyObject *args, Py_buffer *data, int *per_word)
+{
+    if (!PyArg_ParseTuple(args, "y*p", data, per_word))
+        return -1;
+    if (!self->ready || !self->has_normalizer) {
+        PyBuffer_Release(data);
+        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
+        return -1;
+    }
+    return 0;
+}
 
-/* encode(data, per_word): normalize, then viterbi / viterbi_words; None where the charsmap is corrupt. */
+PyDoc_STRVAR(Lattice_encode_doc,
+             "encode(data: bytes, per_word: bool) -> list[int] | None: normalized, then the Viterbi; None: a corrupt charsmap");
+
 static PyObject *Lattice_encode(Lattice *self, PyObject *args)
 {
     Py_buffer data;
     int per_word;
-    if (!PyArg_ParseTuple(args, "y*p", &data, &per_word))
-        return NULL;
-    if (!self->ready || !self->has_normalizer) {
-        PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
-        return NULL;
-    }
     Buffer out = {0};
+    if (encode_arguments(self, args, &data, &per_word) < 0)
+        return NULL;
     int rc = normalize(self, data.buf, (size_t)data.len, &out);
     PyBuffer_Release(&data);
     if (rc < 0) {
@@ -818,6 +746,10 @@ static int encode_pieces(Lattice *self, const CutText *cut, int per_word, int32_
     return rc;
 }
 
+PyDoc_STRVAR(Lattice_encode_cut_doc,
+             "encode_cut(per_word: bool, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole\n"
+             "text's ids, cut at the specials by the Automaton of that mode (None: none); None where the Tokenizer must partition");
+
 /* encode_cut(per_word, plain, special, text, parse_special): a whole text's ids in one call, the
  * text cut at its special tokens by the automaton of that mode, each fragment normalized from
  * the text's own UTF-8 and encoded as encode() does, each special's id kept; None where the
@@ -859,6 +791,10 @@ static size_t chars_before(Cursor *c, const unsigned char *data, size_t to)
     return c->chars;
 }
 
+PyDoc_STRVAR(Lattice_encode_with_spans_doc,
+             "encode_with_spans(data: bytes, per_word: bool) -> bytes | None: encode's tokens as int64 rows (id, char start, "
+             "char end, byte start, byte end): each one's span in data; None: a corrupt charsmap or a span inside a character");
+
 /* encode_with_spans(data, per_word): encode's ids, each with its span in data (ugm.py's
  * ``fragment_spans``: from the source of its first normalized byte to the end of the source of
  * its last) as int64 rows of id, character start and end, byte start and end; None where the
@@ -868,7 +804,7 @@ static PyObject *Lattice_encode_with_spans(Lattice *self, PyObject *args)
 {
     Py_buffer data;
     int per_word;
-    if (!PyArg_ParseTuple(args, "y*p", &data, &per_word))
+    if (encode_arguments(self, args, &data, &per_word) < 0)
         return NULL;
     PyObject *result = NULL;
     Buffer norm = {0};
@@ -880,10 +816,6 @@ static PyObject *Lattice_encode_with_spans(Lattice *self, PyObject *args)
     Best *best = NULL;
     const unsigned char *in = data.buf;
     size_t n = (size_t)data.len, count = 0;
-    if (!self->ready || !self->has_normalizer) {
-        PyErr_SetString(PyExc_TypeError, "Lattice is not initialised or has no normalizer");
-        goto done;
-    }
     if (n >= UINT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "encode_with_spans(): a text past 4 GiB");
         goto done;
@@ -969,22 +901,13 @@ done:
 }
 
 static PyMethodDef Lattice_methods[] = {
-    {"viterbi", (PyCFunction)Lattice_viterbi, METH_O, "The best-scoring ids of normalized bytes (llama.cpp's UGM Viterbi)."},
-    {"viterbi_words", (PyCFunction)Lattice_viterbi_words, METH_O,
-     "viterbi() word by word, with the word cache (only where no token holds a U+2581 past its start)."},
-    {"set_normalizer", (PyCFunction)Lattice_set_normalizer, METH_VARARGS,
-     "set_normalizer(nodes: bytes, strings: bytes, remove_extra_whitespaces: bool, add_space_prefix: bool)"},
-    {"encode", (PyCFunction)Lattice_encode, METH_VARARGS,
-     "encode(data: bytes, per_word: bool) -> list[int] | None: normalized, then the Viterbi; None: a corrupt charsmap"},
-    {"encode_cut", (PyCFunction)(void (*)(void))Lattice_encode_cut, METH_FASTCALL,
-     "encode_cut(per_word: bool, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole\n"
-     "text's ids, cut at the specials by the Automaton of that mode (None: none); None where the Tokenizer must partition"},
-    {"encode_with_spans", (PyCFunction)Lattice_encode_with_spans, METH_VARARGS,
-     "encode_with_spans(data: bytes, per_word: bool) -> bytes | None: encode's tokens as int64 rows (id, char start, "
-     "char end, byte start, byte end): each one's span in data; None: a corrupt charsmap or a span inside a character"},
-    {"set_cache_budget", (PyCFunction)Lattice_set_cache_budget, METH_O,
-     "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
-    {"cache_stats", (PyCFunction)Lattice_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
+    {"viterbi_words", (PyCFunction)Lattice_viterbi_words, METH_O, Lattice_viterbi_words_doc},
+    WORD_CACHE_METHODDEFS(Lattice),
+    {"viterbi", (PyCFunction)Lattice_viterbi, METH_O, Lattice_viterbi_doc},
+    {"set_normalizer", (PyCFunction)Lattice_set_normalizer, METH_VARARGS, Lattice_set_normalizer_doc},
+    {"encode", (PyCFunction)Lattice_encode, METH_VARARGS, Lattice_encode_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Lattice_encode_cut, METH_FASTCALL, Lattice_encode_cut_doc},
+    {"encode_with_spans", (PyCFunction)Lattice_encode_with_spans, METH_VARARGS, Lattice_encode_with_spans_doc},
     {NULL, NULL, 0, NULL},
 };
 

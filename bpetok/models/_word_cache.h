@@ -147,4 +147,24 @@ static inline PyObject *word_cache_stats(const WordCache *c)
     return Py_BuildValue("(nnn)", (Py_ssize_t)c->count, (Py_ssize_t)c->used, (Py_ssize_t)c->budget);
 }
 
+/* The set_cache_budget() and cache_stats() methods of a type T whose objects keep their WordCache
+ * in ``cache``: WORD_CACHE_METHODS(T) defines T_set_cache_budget and T_cache_stats (with their
+ * docs), WORD_CACHE_METHODDEFS(T) is their two entries in T's method table. */
+#define WORD_CACHE_METHODS(T)                                                                                          \
+    PyDoc_STRVAR(T##_set_cache_budget_doc,                                                                             \
+                 "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"); \
+    static PyObject *T##_set_cache_budget(T *self, PyObject *arg)                                                      \
+    {                                                                                                                  \
+        return word_cache_set_budget(&self->cache, arg);                                                               \
+    }                                                                                                                  \
+    PyDoc_STRVAR(T##_cache_stats_doc, "cache_stats() -> (entries, bytes used, budget)");                               \
+    static PyObject *T##_cache_stats(T *self, PyObject *Py_UNUSED(ignored))                                            \
+    {                                                                                                                  \
+        return word_cache_stats(&self->cache);                                                                         \
+    }
+
+#define WORD_CACHE_METHODDEFS(T)                                                                                       \
+    {"set_cache_budget", (PyCFunction)T##_set_cache_budget, METH_O, T##_set_cache_budget_doc},                         \
+    {"cache_stats", (PyCFunction)T##_cache_stats, METH_NOARGS, T##_cache_stats_doc}
+
 #endif

@@ -137,12 +137,12 @@ static int init_tables(Wpm *self, PyObject *class_starts, PyObject *class_codes,
 {
     Py_ssize_t n_codes, n_nfd_words, n_lower_to;
     const BufferArg tables[] = {
-        {class_starts, 4, (void **)&self->class_starts, &self->n_class, "class_starts"},
-        {class_codes, 1, (void **)&self->class_codes, &n_codes, "class_codes"},
-        {nfd, 4, (void **)&self->nfd, &n_nfd_words, "nfd"},
-        {lower_from, 4, (void **)&self->lower_from, &self->n_lower, "lower_from"},
-        {lower_to, 4, (void **)&self->lower_to, &n_lower_to, "lower_to"},
-        {spaces, 4, (void **)&self->spaces, &self->n_space, "spaces"},
+        {"class_starts", 4, (void **)&self->class_starts, &self->n_class, class_starts},
+        {"class_codes", 1, (void **)&self->class_codes, &n_codes, class_codes},
+        {"nfd", 4, (void **)&self->nfd, &n_nfd_words, nfd},
+        {"lower_from", 4, (void **)&self->lower_from, &self->n_lower, lower_from},
+        {"lower_to", 4, (void **)&self->lower_to, &n_lower_to, lower_to},
+        {"spaces", 4, (void **)&self->spaces, &self->n_space, spaces},
     };
     if (copy_buffers(tables, sizeof tables / sizeof tables[0]) < 0)
         return -1;
@@ -225,9 +225,9 @@ static int Wpm_init(Wpm *self, PyObject *args, PyObject *kwds)
     uint32_t *offsets = NULL;
     int32_t *ids = NULL;
     const BufferArg vocab[] = {
-        {blob_obj, 1, (void **)&blob, &blob_len, "blob"},
-        {offsets_obj, 4, (void **)&offsets, &n_offsets, "offsets"},
-        {ids_obj, 4, (void **)&ids, &n_ids, "ids"},
+        {"blob", 1, (void **)&blob, &blob_len, blob_obj},
+        {"offsets", 4, (void **)&offsets, &n_offsets, offsets_obj},
+        {"ids", 4, (void **)&ids, &n_ids, ids_obj},
     };
     int rc = -1;
     if (copy_buffers(vocab, sizeof vocab / sizeof vocab[0]) == 0) {
@@ -680,6 +680,9 @@ static void out_free(Out *o)
     BPETOK_FREE_ALL(free, o->word, o->ids, o->source, o->spans);
 }
 
+PyDoc_STRVAR(Wpm_encode_doc,
+             "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0");
+
 static PyObject *Wpm_encode(Wpm *self, PyObject *args)
 {
     Out o = {0};
@@ -689,7 +692,7 @@ static PyObject *Wpm_encode(Wpm *self, PyObject *args)
     return result;
 }
 
-PyDoc_STRVAR(encode_cut_doc,
+PyDoc_STRVAR(Wpm_encode_cut_doc,
              "encode_cut(unk: int, plain, special, text: str, parse_special: bool) -> list[int] | None\n\n"
              "encode() of each fragment of text's partition, each special's id after its fragment, in one\n"
              "call: ``special`` where parse_special else ``plain`` is the bpetok._specials.Automaton of\n"
@@ -744,12 +747,22 @@ static PyObject *id_span_rows(Out *o)
     return result;
 }
 
+PyDoc_STRVAR(Wpm_encode_cut_spans_doc,
+             "encode_cut_spans(unk: int, plain, special, text: str, parse_special: bool) -> bytearray | None\n\n"
+             "encode_cut's tokens, a row of four int64 each (char start, char end, byte start, byte end: a\n"
+             "special's holds the whitespace its LSTRIP/RSTRIP swallowed), then their ids as int32. None as\n"
+             "encode_cut, and where two specials have no text between them: the caller then partitions.");
+
 static PyObject *Wpm_encode_cut_spans(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Out o = {0};
     o.with_spans = 1;
     return spans_answer(walk_cut_args(self, args, nargs, &o), &o, spans_then_ids);
 }
+
+PyDoc_STRVAR(Wpm_encode_with_spans_doc,
+             "encode_with_spans(text: str, unk: int) -> bytes | None: encode's tokens as int64 rows (id, char start, char "
+             "end, byte start, byte end): each one's span in the text; None as encode");
 
 static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
 {
@@ -758,31 +771,14 @@ static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
     return spans_answer(walk_args(self, args, &o), &o, id_span_rows);
 }
 
-static PyObject *Wpm_set_cache_budget(Wpm *self, PyObject *arg)
-{
-    return word_cache_set_budget(&self->cache, arg);
-}
-
-static PyObject *Wpm_cache_stats(Wpm *self, PyObject *Py_UNUSED(ignored))
-{
-    return word_cache_stats(&self->cache);
-}
+WORD_CACHE_METHODS(Wpm)
 
 static PyMethodDef Wpm_methods[] = {
-    {"encode_cut", (PyCFunction)(void (*)(void))Wpm_encode_cut, METH_FASTCALL, encode_cut_doc},
-    {"set_cache_budget", (PyCFunction)Wpm_set_cache_budget, METH_O,
-     "set_cache_budget(bytes: int): empty the word cache and let it grow to that many bytes (0: no cache)"},
-    {"cache_stats", (PyCFunction)Wpm_cache_stats, METH_NOARGS, "cache_stats() -> (entries, bytes used, budget)"},
-    {"encode", (PyCFunction)Wpm_encode, METH_VARARGS,
-     "encode(text: str, unk: int) -> list[int] | None: WordPiece ids; None: a word has no tokens and unk < 0"},
-    {"encode_cut_spans", (PyCFunction)(void (*)(void))Wpm_encode_cut_spans, METH_FASTCALL,
-     "encode_cut_spans(unk, plain, special, text, parse_special) -> bytearray | None: encode_cut's tokens, a row of\n"
-     "four int64 each (char start, char end, byte start, byte end: a special's holds the whitespace its\n"
-     "LSTRIP/RSTRIP swallowed), then their ids as int32. None as encode_cut, and where two specials have\n"
-     "no text between them: the caller then partitions."},
-    {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS,
-     "encode_with_spans(text: str, unk: int) -> bytes | None: encode's tokens as int64 rows (id, char start, char "
-     "end, byte start, byte end): each one's span in the text; None as encode"},
+    {"encode", (PyCFunction)Wpm_encode, METH_VARARGS, Wpm_encode_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Wpm_encode_cut, METH_FASTCALL, Wpm_encode_cut_doc},
+    {"encode_cut_spans", (PyCFunction)(void (*)(void))Wpm_encode_cut_spans, METH_FASTCALL, Wpm_encode_cut_spans_doc},
+    {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS, Wpm_encode_with_spans_doc},
+    WORD_CACHE_METHODDEFS(Wpm),
     {NULL, NULL, 0, NULL},
 };
 

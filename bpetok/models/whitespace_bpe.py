@@ -243,7 +243,9 @@ class WhitespaceModel(Gpt2RunsModel):
             self._ascii_codes = self._codes[:256].tobytes()
         if text.isascii():
             return np.frombuffer(text.encode("ascii").translate(self._ascii_codes), dtype=np.int8)
-        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        # the code points: numpy holds a str as UTF-32 (a copy, faster than encoding it; a lone
+        # surrogate is its code point); "[:len]": numpy gives an empty str one character
+        points = np.array(text).reshape(1).view(np.uint32)[: len(text)]
         codes = self._codes.take(points)
         if not codes.all():
             self._fill_codes(tok, self._codes, np.unique(points[codes == 0]).tolist())

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../../_probe.h"
 #include "../../../pretok/_split.h"
 
 #ifdef _WIN32
@@ -80,7 +81,7 @@ static inline int lock_write_soon(CacheLock *l)
 }
 
 #define NO_RANK UINT32_MAX
-#define EMPTY_KEY UINT64_MAX
+#define EMPTY_KEY UINT64_MAX /* a free slot's key (_probe.h's) */
 /* Pieces longer than this many bytes are never cached (one would fill the budget). */
 #define CACHE_LONGEST 1024
 /* What an id's int object costs: an int above 256 is 28 bytes, 32 in obmalloc's size classes. */
@@ -118,6 +119,36 @@ static inline uint64_t tail_word(const unsigned char *p, size_t n)
     if (n == 0)
         return 0;
     return (uint64_t)p[0] << 16 | (uint64_t)p[n / 2] << 8 | p[n - 1];
+}
+
+static inline uint64_t load64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline uint32_t load32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* a[0 .. n) == b[0 .. n). The cache's keys are short (a piece, a space chunk): up to 16 bytes
+ * they are compared inline, two overlapping words (or halves) each, not by a memcmp call. */
+static inline int bytes_equal(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    if (n > 16)
+        return memcmp(a, b, n) == 0;
+    if (n >= 8)
+        return load64(a) == load64(b) && load64(a + n - 8) == load64(b + n - 8);
+    if (n >= 4)
+        return load32(a) == load32(b) && load32(a + n - 4) == load32(b + n - 4);
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
 }
 
 static inline uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
@@ -162,26 +193,29 @@ static inline uint64_t merge_key(uint32_t left, uint32_t right)
     return (uint64_t)left << 32 | right;
 }
 
+DEFINE_PROBE(merge_probe, MergeTable, Merge)
+
 /* The merge of the pair whose key (merge_key) hashes to h = mix64(key), or NULL. */
 static inline const Merge *merge_find_hashed(const MergeTable *t, uint64_t key, uint64_t h)
 {
     if (!filter_has(t, h))
         return NULL;
-    uint64_t i = h & t->mask;
-    for (;;) {
-        const Merge *m = &t->slots[i];
-        if (m->key == key)
-            return m;
-        if (m->key == EMPTY_KEY)
-            return NULL;
-        i = (i + 1) & t->mask;
-    }
+    return merge_probe(t, key, h);
 }
 
 static inline const Merge *merge_find(const MergeTable *t, uint32_t left, uint32_t right)
 {
     uint64_t key = merge_key(left, right);
     return merge_find_hashed(t, key, mix64(key));
+}
+
+/* Request both lines merge_find_hashed(t, key, h) may read, its filter word and its slot, at
+ * once: for a lookup whose answer the caller waits on, where a likely merge makes the slot's
+ * line worth fetching without waiting for the filter. */
+static inline void merge_prefetch_all(const MergeTable *t, uint64_t h)
+{
+    __builtin_prefetch(&t->filter[(h >> t->filter_shift) >> 6]);
+    __builtin_prefetch(&t->slots[h & t->mask]);
 }
 
 /* Request what merge_find_hashed(t, key, h) reads first: the filter's word (stage 0), or once
@@ -238,7 +272,7 @@ static inline const Entry *table_find(const BytesTable *t, uint64_t hash, const 
         if (slot->entry == NULL)
             return NULL;
         const Entry *e = slot->entry;
-        if (slot->hash == hash && e->key_len == len && memcmp(entry_key(e), key, len) == 0)
+        if (slot->hash == hash && e->key_len == len && bytes_equal(entry_key(e), key, len))
             return e;
     }
 }
@@ -320,7 +354,8 @@ typedef struct {
 
 /* -- merge.c: one piece's bytes -> ids ------------------------------------------------------- */
 
-/* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL). */
+/* Scratch buffers for merging, owned by one call (so calls can run in parallel without the GIL):
+ * heap, sym, rank, merged, next, prev and text are one allocation, from heap (merge.c). */
 typedef struct {
     uint32_t *sym, *rank, *merged, *next, *prev;
     uint64_t *heap;

@@ -123,15 +123,11 @@ void table_free(BytesTable *t)
  * the leftmost first on ties. */
 typedef uint64_t HeapItem;
 
+/* The per-piece arrays (sym, rank, merged, next, prev, heap, text) are one block, from s->heap:
+ * a call that merges a few short pieces then costs one allocation, not seven. */
 void scratch_free(Scratch *s)
 {
-    PyMem_RawFree(s->sym);
-    PyMem_RawFree(s->rank);
-    PyMem_RawFree(s->merged);
-    PyMem_RawFree(s->next);
-    PyMem_RawFree(s->prev);
     PyMem_RawFree(s->heap);
-    PyMem_RawFree(s->text);
     PyMem_RawFree(s->heads);
     PyMem_RawFree(s->order);
     memset(s, 0, sizeof(*s));
@@ -142,27 +138,25 @@ static int scratch_reserve(Scratch *s, size_t n)
     if (n <= s->capacity)
         return 0;
     size_t capacity = n < 64 ? 64 : n;
-    uint32_t *heads = s->heads;
-    uint64_t *order = s->order;
-    size_t n_heads = s->n_heads;
-    s->heads = NULL; /* the bucket heads outlive a resize */
-    s->order = NULL;
-    scratch_free(s);
-    s->heads = heads;
-    s->order = order;
-    s->n_heads = n_heads;
-    s->sym = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->rank = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->merged = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->next = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    s->prev = PyMem_RawMalloc(capacity * sizeof(uint32_t));
-    /* A heap holds at most (n - 1) pairs at first plus 2 per merge (n - 1 merges): under 3n. */
-    s->heap = PyMem_RawMalloc(capacity * 3 * sizeof(HeapItem));
-    s->text = PyMem_RawMalloc(capacity * 2);
-    if (!s->sym || !s->rank || !s->merged || !s->next || !s->prev || !s->heap || !s->text) {
-        scratch_free(s);
+    /* A heap holds at most (n - 1) pairs at first plus 2 per merge (n - 1 merges): under 3n. Then
+     * five arrays of uint32, then the text (2 bytes per byte at most). */
+    size_t per_symbol = 3 * sizeof(HeapItem) + 5 * sizeof(uint32_t) + 2;
+    PyMem_RawFree(s->heap); /* the bucket heads (heads, order) outlive a resize */
+    s->capacity = 0;
+    unsigned char *block = capacity <= SIZE_MAX / per_symbol ? PyMem_RawMalloc(capacity * per_symbol) : NULL;
+    s->heap = (HeapItem *)block;
+    if (block == NULL) {
+        s->sym = s->rank = s->merged = s->next = s->prev = NULL;
+        s->text = NULL;
         return -1;
     }
+    uint32_t *words = (uint32_t *)(block + capacity * 3 * sizeof(HeapItem));
+    s->sym = words;
+    s->rank = words + capacity;
+    s->merged = words + 2 * capacity;
+    s->next = words + 3 * capacity;
+    s->prev = words + 4 * capacity;
+    s->text = (unsigned char *)(words + 5 * capacity);
     s->capacity = capacity;
     return 0;
 }
@@ -209,11 +203,6 @@ static inline uint64_t merge_word(const Merge *m)
     return m ? (uint64_t)m->rank << 32 | m->merged : NO_PAIR;
 }
 
-static inline uint64_t pair_word(const Kernel *k, uint32_t left, uint32_t right)
-{
-    return merge_word(merge_find(&k->merges, left, right));
-}
-
 /* Merge s->sym[0 .. n) in place; returns the number of symbols left (in s->sym[0 ..)). */
 static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
 {
@@ -237,16 +226,31 @@ static size_t merge_scan(const Kernel *k, Scratch *s, size_t n)
                 best = i;
         if (pair[best] == NO_PAIR)
             break;
-        sym[best] = (uint32_t)pair[best];
+        uint32_t merged = (uint32_t)pair[best];
+        /* The two pairs the merge makes are looked up next; the next step waits on them. Their
+         * filter words and slots are requested together first, so that the (up to four) cache
+         * misses overlap with each other and with the shift, not one after another. */
+        uint64_t before_key = 0, after_key = 0, before_hash = 0, after_hash = 0;
+        if (best > 0) {
+            before_key = merge_key(sym[best - 1], merged);
+            before_hash = mix64(before_key);
+            merge_prefetch_all(&k->merges, before_hash);
+        }
+        if (best + 2 < n) {
+            after_key = merge_key(merged, sym[best + 2]);
+            after_hash = mix64(after_key);
+            merge_prefetch_all(&k->merges, after_hash);
+        }
+        sym[best] = merged;
         for (size_t i = best + 1; i + 1 < n; i++) { /* drop symbol best + 1 and pair best */
             sym[i] = sym[i + 1];
             pair[i - 1] = pair[i];
         }
         n--;
         if (best > 0)
-            pair[best - 1] = pair_word(k, sym[best - 1], sym[best]);
+            pair[best - 1] = merge_word(merge_find_hashed(&k->merges, before_key, before_hash));
         if (best + 1 < n)
-            pair[best] = pair_word(k, sym[best], sym[best + 1]);
+            pair[best] = merge_word(merge_find_hashed(&k->merges, after_key, after_hash));
     }
     return n;
 }

@@ -280,7 +280,7 @@ static size_t seen_slot(const SeenSet *seen, const Piece *p, const Piece *key)
     size_t slot = key->hash & seen->mask;
     for (; seen->slots[slot] >= 0; slot = (slot + 1) & seen->mask) {
         const Piece *q = &p[seen->slots[slot]];
-        if (q->hash == key->hash && q->len == key->len && memcmp(q->text, key->text, key->len) == 0)
+        if (q->hash == key->hash && q->len == key->len && bytes_equal(q->text, key->text, key->len))
             break;
     }
     return slot;
@@ -437,10 +437,24 @@ static inline int ids_append(IdBuffer *b, const uint32_t *ids, size_t n)
 /* Where the space chunk that starts at byte `at` ends: at the next space after a non-space
  * (the tokenizer's cut, see Tokenizer._encode_chunked), or at n. */
 /* The first space in [p, end), or NULL. Chunks are short (about 11 bytes in prose and in code):
- * their first bytes are looked at here, which costs less than a memchr call. */
+ * their first 32 bytes are looked at here, eight at a time where words are little-endian (a
+ * space's byte is the lowest zero byte of the word XOR "        ", which the test below finds
+ * exactly), which costs less than a memchr call; longer gaps go to memchr. */
 static inline const unsigned char *find_space(const unsigned char *p, const unsigned char *end)
 {
-    for (int k = 0; k < 16 && p < end; k++, p++)
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL, spaces = ones * ' ';
+    for (int k = 0; k < 4 && end - p >= 8; k++, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, sizeof(w));
+        uint64_t x = w ^ spaces, zero = (x - ones) & ~x & highs;
+        if (zero)
+            return p + (__builtin_ctzll(zero) >> 3);
+    }
+    if (end - p >= 8)
+        return memchr(p, ' ', (size_t)(end - p));
+#endif
+    for (int k = 0; k < 32 && p < end; k++, p++)
         if (*p == ' ')
             return p;
     return p < end ? memchr(p, ' ', (size_t)(end - p)) : NULL;
@@ -474,7 +488,7 @@ int split_into(SplitKind kind, const unsigned char *s, size_t begin, size_t end,
         if (stop <= at || stop > len) /* a splitter must advance within the text */
             return FAIL_SPLITTER;
         if (*n == *capacity) {
-            size_t grown = *capacity ? *capacity * 2 : 1024;
+            size_t grown = *capacity ? *capacity * 2 : 64; /* a short text's pieces: a few */
             Piece *more = grown < SIZE_MAX / sizeof(Piece) ? PyMem_RawRealloc(*pieces, grown * sizeof(Piece)) : NULL;
             if (more == NULL)
                 return FAIL_NO_MEMORY;
@@ -510,14 +524,13 @@ int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, si
     size_t most = total < TEXT_BATCH_CHUNKS ? total : TEXT_BATCH_CHUNKS; /* a chunk has at least one byte */
     uint32_t *buffer = NULL;
     SeenSet seen = {NULL, 0};
-    Piece *c = PyMem_RawMalloc(most * sizeof(Piece)), *pieces = NULL;
-    size_t *text = PyMem_RawMalloc(most * sizeof(size_t)); /* per chunk: its text, */
-    size_t *begin = PyMem_RawMalloc(most * sizeof(size_t)); /* its bytes, */
-    size_t *end = PyMem_RawMalloc(most * sizeof(size_t));
-    size_t *stop = PyMem_RawMalloc(most * sizeof(size_t)); /* and a new chunk's last piece + 1 */
+    /* One block (a short text's call then allocates once for them): the chunks, and per chunk
+     * its text, its bytes [begin, end) and a new chunk's last piece + 1. */
+    Piece *c = PyMem_RawMalloc(most * (sizeof(Piece) + 4 * sizeof(size_t))), *pieces = NULL;
     size_t pieces_capacity = 0;
-    if (c == NULL || text == NULL || begin == NULL || end == NULL || stop == NULL)
+    if (c == NULL)
         goto done;
+    size_t *text = (size_t *)(c + most), *begin = text + most, *end = begin + most, *stop = end + most;
     for (size_t t = 0, at = 0; t < count;) { /* the next chunk: text t's from byte at */
         size_t m = 0, n_pieces = 0, chunk_misses = 0;
         while (m < most && t < count) {
@@ -614,10 +627,6 @@ int encode_utf8(Kernel *self, const unsigned char *const *s, const size_t *n, si
     failure = 0;
 done:
     PyMem_RawFree(c);
-    PyMem_RawFree(text);
-    PyMem_RawFree(begin);
-    PyMem_RawFree(end);
-    PyMem_RawFree(stop);
     PyMem_RawFree(pieces);
     PyMem_RawFree(seen.slots);
     PyMem_RawFree(buffer);
