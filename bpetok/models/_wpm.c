@@ -747,11 +747,10 @@ static PyObject *id_span_rows(Out *o)
     return result;
 }
 
-PyDoc_STRVAR(Wpm_encode_cut_spans_doc,
-             "encode_cut_spans(unk: int, plain, special, text: str, parse_special: bool) -> bytearray | None\n\n"
-             "encode_cut's tokens, a row of four int64 each (char start, char end, byte start, byte end: a\n"
-             "special's holds the whitespace its LSTRIP/RSTRIP swallowed), then their ids as int32. None as\n"
-             "encode_cut, and where two specials have no text between them: the caller then partitions.");
+/* A special's span holds the whitespace its LSTRIP/RSTRIP swallowed (walk_cuts). */
+PyDoc_STRVAR(Wpm_encode_cut_spans_doc, "encode_cut_spans(unk: int, plain, special, text: str, parse_special: bool) -> "
+             "bytearray | None: encode_cut's tokens, a row of four int64 each (char start, char end, byte start, byte end), "
+             "then their ids as int32; None as encode_cut, and where two specials have no text between them.");
 
 static PyObject *Wpm_encode_cut_spans(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
