@@ -285,3 +285,25 @@ def test_the_kernel_refuses_bad_tables():
     for arrays in bad_tables:
         with pytest.raises(ValueError):
             wpm.Wpm(*arrays, lowercase, strip, *tokens)
+
+
+def test_the_kernel_refuses_bad_encode_cut_calls():
+    """encode_cut and encode_cut_spans check their arguments as _cut_text.h does for the other
+    kernels' encode_cut (the same messages)."""
+    wpm = pytest.importorskip("bpetok.models._wpm")
+    from array import array
+
+    from bpetok.models.wpm import _kernel_tables
+
+    kernel = wpm.Wpm(*_kernel_tables(True, True), b"a\xe2\x96\x81a", array("I", [0, 1, 5]), array("i", [8, 7]))
+    for method in (kernel.encode_cut, kernel.encode_cut_spans):
+        assert method(-1, None, None, "b", False) is None  # no unknown token: the Tokenizer's way says why
+        with pytest.raises(TypeError, match=r"encode_cut\(\) takes 5 arguments \(4 given\)"):
+            method(-1, None, None, "a")
+        with pytest.raises(TypeError, match=r"encode_cut\(\) takes a str, not bytes"):
+            method(-1, None, None, b"a", False)
+        with pytest.raises(TypeError, match="Wpm is not initialised"):
+            getattr(wpm.Wpm.__new__(wpm.Wpm), method.__name__)(-1, None, None, "a", False)
+    assert kernel.encode_cut(9, None, None, "a b", False) == [7, 9]
+    found = kernel.encode_cut_spans(9, None, None, "a bé", False)  # the spans, then the ids as int32
+    assert list(memoryview(found)[:64].cast("q")) == [0, 1, 0, 1, 2, 4, 2, 5] and list(memoryview(found)[64:].cast("i")) == [7, 9]

@@ -147,6 +147,44 @@ def test_bert_kernel_spans_equal_the_python_walk(normalizing):
     assert from_kernel == (len(texts) if tok.model.compiled else 0)
 
 
+def test_bert_one_call_spans_equal_the_partition_walk(normalizing):
+    """``Wpm.encode_cut_spans`` (the text cut by encode's automaton, in one call) gives the spans
+    of the walk over the Tokenizer's partition, a special's with what its LSTRIP/RSTRIP
+    swallowed; two specials with nothing between them it leaves to that walk (None)."""
+    from bpetok.models.norm_offsets import encode_with_fragment_arrays
+
+    tok = normalizing["bert-bge"]
+    if not tok.model.compiled:
+        pytest.skip("the bert kernel is not built")
+    kernel, automata = tok.model._kernel, tok._special_table.automata()
+    texts = NORMALIZING_TEXTS + ["[CLS] x [SEP]", "  [MASK]  y  [SEP]  ", "a[SEP]b", "ÉCOLE [UNK] e\u0301cole 日本 ab"]
+    for text in texts:
+        for parse_special in (False, True):
+            assert kernel.encode_cut_spans(tok.model.unk, *automata, text, parse_special) is not None, text
+            walked = encode_with_fragment_arrays(tok, text, parse_special, False, tok.model.fragment_span_rows)
+            assert tok.encode_with_offsets(text, parse_special=parse_special) == walked, text
+    assert kernel.encode_cut_spans(tok.model.unk, *automata, "x [CLS][SEP] y", True) is None
+
+
+def test_bert_spans_of_a_special_that_swallows_spaces(tmp_path):
+    """bert-bge under a general.name that gives [MASK] llama.cpp's LSTRIP: its span holds the
+    spaces it swallowed, in the one call as in the twin (and two [MASK]s with only spaces between
+    them, which the one call leaves to the partition's walk)."""
+    from bpetok.vocab.gguf import GGUFValueType, read_gguf
+    from bpetok.vocab.gguf_writer import items_of, write_gguf
+
+    items = [item for item in items_of(read_gguf(NORMALIZING["bert-bge"])) if item[0] != "general.name"]
+    path = tmp_path / "modern-bert.gguf"
+    write_gguf(path, [items[0], ("general.name", GGUFValueType.STRING, "modern-bert test", None)] + items[1:])
+    tok = bpetok.from_gguf(path)
+    assert tok.token_attributes(tok.id("[MASK]")) & bpetok.TokenAttr.LSTRIP
+    for text in ["x  [MASK]  y", "  [MASK]", "[MASK]  ", "a [MASK] [MASK] b", "\t[MASK]\n[SEP] [MASK]"]:
+        found = tok.encode_with_offsets(text)
+        assert found == bert_twin_spans(tok, text, tok.encode(text), False) and found.ids == tok.encode(text), text
+    found = tok.encode_with_offsets("x  [MASK]  y")
+    assert found.offsets[1] == (1, 9) and found.ids[1] == tok.id("[MASK]")
+
+
 def mixed_texts(alphabet: str, specials: list[str]):
     """Texts of up to twelve parts: short runs over ``alphabet``, the vocabulary's ``specials`` (and a
     long word, a lone surrogate), any codepoint."""

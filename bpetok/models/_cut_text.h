@@ -2,7 +2,8 @@
  * that encode a text in one call (bpetok/models/_trie.c's and _ugm.c's ``encode_cut``, what
  * ``TokenizerModel.text_encoder`` hands the Tokenizer): bpetok/_specials.c's ``Automaton.cuts``
  * gives the fragments in characters and the special id after each; here they become byte
- * offsets, so no str is made per fragment.
+ * offsets, so no str is made per fragment. bpetok/models/_wpm.c walks the characters themselves
+ * and takes only the argument check (cut_check_arguments).
  *
  * Memory safety: the UTF-8 is the str's own (well-formed: a str with lone surrogates has none,
  * and the caller answers None), each character's length read from its lead byte; the cuts are
@@ -44,7 +45,7 @@ static inline void cut_text_free(CutText *c)
 /* ``text`` cut by ``automaton`` (None: the mode has no specials) into ``c``: 0; 1 where the
  * caller must answer None (no UTF-8, no cuts to be had, cuts that are not this text's); -1 with
  * an exception set. On 0, cut_text_free(c) afterwards. */
-static int cut_text(PyObject *text, PyObject *automaton, CutText *c)
+static inline int cut_text(PyObject *text, PyObject *automaton, CutText *c)
 {
     Py_ssize_t n;
     const char *utf8;
@@ -111,10 +112,11 @@ static int cut_text(PyObject *text, PyObject *automaton, CutText *c)
     return status;
 }
 
-/* encode_cut(first, plain, special, text, parse_special)'s common part (bpetok/models/_trie.c,
- * _ugm.c; ``first`` is the model's own): the model ``ready`` (else a TypeError naming ``type``),
- * the arguments checked and ``text`` cut by the automaton of that mode, as cut_text answers. */
-static int cut_arguments(PyObject *const *args, Py_ssize_t nargs, int ready, const char *type, CutText *c)
+/* encode_cut(first, plain, special, text, parse_special)'s arguments checked (bpetok/models/_trie.c,
+ * _ugm.c, _wpm.c; ``first`` is the model's own): the model ``ready`` (else a TypeError naming
+ * ``type``), five arguments, ``text`` a str; *automaton is the one of the mode parse_special
+ * asks for. 0, or -1 with an exception set. */
+static inline int cut_check_arguments(PyObject *const *args, Py_ssize_t nargs, int ready, const char *type, PyObject **automaton)
 {
     if (!ready) {
         PyErr_Format(PyExc_TypeError, "%s is not initialised", type);
@@ -131,7 +133,18 @@ static int cut_arguments(PyObject *const *args, Py_ssize_t nargs, int ready, con
         PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(args[3])->tp_name);
         return -1;
     }
-    return cut_text(args[3], parse_special ? args[2] : args[1], c);
+    *automaton = parse_special ? args[2] : args[1];
+    return 0;
+}
+
+/* cut_check_arguments, then ``text`` cut by the automaton of that mode in UTF-8 bytes (the
+ * models that walk bytes: rwkv, t5), as cut_text answers. */
+static inline int cut_arguments(PyObject *const *args, Py_ssize_t nargs, int ready, const char *type, CutText *c)
+{
+    PyObject *automaton;
+    if (cut_check_arguments(args, nargs, ready, type, &automaton) < 0)
+        return -1;
+    return cut_text(args[3], automaton, c);
 }
 
 #endif

@@ -13,9 +13,13 @@
  * ``encode(text, unk)`` splits the text into words, puts U+2581 in front of each and cuts it from
  * the left into the longest tokens; a word with a position no token starts at is ``unk``; where
  * there is no unknown token (``unk`` < 0) it returns None and the Python twin raises.
+ * ``encode_cut`` does it for a whole text cut at its specials by the automaton's cuts;
+ * ``encode_with_spans`` and ``encode_cut_spans`` also give each token's span in the text (wpm.py's
+ * ``fragment_spans`` is the twin, tests/test_offsets_models.py holds them equal).
  *
  * Memory safety: every table and token offset is checked when built; the walk reads the text within
- * its length; the word and id buffers grow with checked sizes. The walk holds the GIL: it writes
+ * its length, a span's word bytes within the word; the word, id and span buffers grow with checked
+ * sizes. The walk holds the GIL: it writes
  * to the word cache, which callers on other threads share.
  */
 
@@ -27,6 +31,7 @@
 
 #include "_glue.h"
 #include "../_module.h"
+#include "_cut_text.h"
 #include "_sorted_trie.h"
 #include "_word_cache.h"
 
@@ -246,23 +251,41 @@ typedef struct {
     int64_t at, byte_start, byte_end;
 } Source;
 
+/* A token's span: char start, char end, byte start, byte end. */
+#define SPAN 4
+
 typedef struct {
     uint8_t *word; /* U+2581 then the word's UTF-8 */
     size_t word_len, word_cap;
     uint32_t *ids;
     size_t n_ids, ids_cap;
-    /* with spans: where in the text each byte of word comes from, and a row per token */
+    /* With spans: each token's, and room for the ids after them: the first n_spans * (SPAN
+     * int64 + one int32) bytes are then encode_cut_spans' result, copied in one go. (A block each
+     * call, at least the result's size: when it is freed glibc's heap keeps the memory for the
+     * result that follows, where a block only the size of the result is mapped anew each call.) */
     int with_spans;
+    int64_t *spans;
+    size_t n_spans, spans_cap;
+    /* Where the word's bytes come from. While ``contiguous``, the word is the text's characters
+     * from word_at on (their UTF-8 from word_byte on) up to the one that ends it, none dropped
+     * between and each as long in UTF-8 as the one it became (most words: the normalizer only
+     * lowercases them): a byte's source follows from its place in the word and nothing is
+     * recorded. Else ``source`` holds each byte's. */
+    int contiguous;
+    int64_t word_at, word_byte;
     Source *source;
     size_t source_cap;
-    int64_t *rows; /* id, char start, char end, byte start, byte end */
-    size_t n_rows, rows_cap;
 } Out;
 
 /* Room for ``need`` items in one of Out's arrays (grow_array; no GIL needed). 0, or -1 out of memory. */
 static int grow(void **buf, size_t *cap, size_t need, size_t itemsize)
 {
     return grow_array(buf, cap, need, itemsize, 64);
+}
+
+static inline int utf8_length(uint32_t c)
+{
+    return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
 }
 
 /* Appends ``c`` as UTF-8 (surrogates too, as Python's surrogatepass writes them). */
@@ -353,93 +376,270 @@ static int flush_word(Wpm *w, Out *o, int64_t unk)
     return 0;
 }
 
-/* The source of the word's bytes from ``from`` on. */
-static int note_source(Out *o, size_t from, Source src)
+/* The contiguous word's bytes [3, upto) each with its source in ``source``: the word stops
+ * being contiguous. */
+static int record_sources(Out *o, size_t upto)
 {
+    if (grow((void **)&o->source, &o->source_cap, upto, sizeof(Source)) < 0)
+        return -1;
+    Source src = {o->word_at, o->word_byte, o->word_byte};
+    for (size_t b = 3; b < upto; src.at++) {
+        /* the word holds whole characters (put_utf8's): each lead byte says its length */
+        size_t end = b + CUT_UTF8_LENGTH[o->word[b] >> 4];
+        src.byte_start = src.byte_end;
+        src.byte_end += (int64_t)(end - b);
+        for (; b < end && b < upto; b++)
+            o->source[b] = src;
+    }
+    o->contiguous = 0;
+    return 0;
+}
+
+/* The word's bytes from ``from`` on came from character ``at`` of the text (its UTF-8 bytes
+ * [byte_start, byte_end)). */
+static inline int note_source(Out *o, size_t from, int64_t at, int64_t byte_start, int64_t byte_end)
+{
+    int same_length = (int64_t)(o->word_len - from) == byte_end - byte_start;
+    if (from == 3) {
+        o->contiguous = same_length;
+        o->word_at = at, o->word_byte = byte_start;
+    } else if (o->contiguous && !same_length && record_sources(o, from) < 0) {
+        return -1;
+    }
+    if (o->contiguous)
+        return 0;
     if (grow((void **)&o->source, &o->source_cap, o->word_len, sizeof(Source)) < 0)
         return -1;
+    Source src = {at, byte_start, byte_end};
     for (size_t b = from; b < o->word_len; b++)
         o->source[b] = src;
     return 0;
 }
 
-static int push_row(Out *o, uint32_t id, const Source *first, const Source *last, int empty)
+/* The span of the next token. 0, or -1 out of memory. */
+static inline int push_span(Out *o, int64_t char_start, int64_t char_end, int64_t byte_start, int64_t byte_end)
 {
-    if (grow((void **)&o->rows, &o->rows_cap, 5 * (o->n_rows + 1), sizeof(int64_t)) < 0)
+    if (o->n_spans >= o->spans_cap
+        && grow((void **)&o->spans, &o->spans_cap, o->n_spans + 1, SPAN * sizeof(int64_t) + sizeof(int32_t)) < 0)
         return -1;
-    int64_t *r = o->rows + 5 * o->n_rows++;
-    r[0] = id;
-    r[1] = first->at, r[2] = empty ? first->at : last->at + 1;
-    r[3] = first->byte_start, r[4] = empty ? first->byte_start : last->byte_end;
+    int64_t *span = o->spans + SPAN * o->n_spans++;
+    span[0] = char_start, span[1] = char_end, span[2] = byte_start, span[3] = byte_end;
     return 0;
 }
 
-/* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
- * of its first byte past the U+2581 to the end of the source of its last; a token that is the
- * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
- * -3: an id with no known length or past the word (a broken table). */
-static int end_word(Wpm *w, Out *o, int64_t unk)
+/* The index in the text of the character at byte ``b`` of a contiguous word (a lead byte, or the
+ * word's end), counted by ``cursor`` (a lead byte and its character's index) moved there. */
+typedef struct {
+    size_t b;
+    int64_t at;
+} Cursor;
+
+static inline int64_t char_index(const uint8_t *word, Cursor *cursor, size_t b)
 {
-    size_t n = o->word_len, first_id = o->n_ids;
-    int rc = flush_word(w, o, unk);
-    if (rc < 0 || !o->with_spans || n <= 3)
-        return rc;
-    const Source *src = o->source;
-    if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk)
-        return push_row(o, o->ids[first_id], &src[3], &src[n - 1], 0);
+    while (cursor->b < b) /* from lead byte to lead byte: the word holds whole characters */
+        cursor->b += CUT_UTF8_LENGTH[word[cursor->b] >> 4], cursor->at++;
+    while (cursor->b > b) {
+        do
+            cursor->b--;
+        while ((word[cursor->b] & 0xC0) == 0x80);
+        cursor->at--;
+    }
+    return cursor->at;
+}
+
+/* Where in its word of ``n`` bytes token ``k`` (of o->ids), which starts at byte ``at``, ends; 0
+ * where its length is not known or past the word. */
+static inline size_t token_end(const Wpm *w, const Out *o, size_t k, size_t at, size_t n)
+{
+    uint32_t id = o->ids[k];
+    size_t len = id < w->ints.n ? w->id_len[id] : 0;
+    return len && len <= n - at ? at + len : 0;
+}
+
+/* end_word's spans of the tokens from ``first_id`` on, which cut a contiguous word of ``n`` bytes
+ * (the text's characters word_at to next_at - 1): each spans the characters its first and last
+ * bytes are in. */
+static int contiguous_spans(const Wpm *w, Out *o, size_t first_id, size_t n, int64_t next_at)
+{
+    const uint8_t *word = o->word;
+    int ascii = (int64_t)(n - 3) == next_at - o->word_at;
+    int64_t byte0 = o->word_byte - 3; /* the text's byte offset of word byte 0 (U+2581 is no text) */
+    Cursor cursor = {3, o->word_at};
     size_t at = 0;
     for (size_t k = first_id; k < o->n_ids; k++) {
-        uint32_t id = o->ids[k];
-        size_t len = id < w->ints.n ? w->id_len[id] : 0;
-        if (len == 0 || len > n - at)
+        size_t end = token_end(w, o, k, at, n), lo = at > 3 ? at : 3, hi = end;
+        if (end == 0)
             return -3;
-        size_t end = at + len, first = at > 3 ? at : 3;
-        if (push_row(o, id, &src[first], &src[end > first ? end - 1 : first], end <= first) < 0)
+        int rc;
+        if (hi <= lo) { /* the U+2581 alone */
+            rc = push_span(o, o->word_at, o->word_at, o->word_byte, o->word_byte);
+        } else if (ascii) {
+            rc = push_span(o, o->word_at + (int64_t)(lo - 3), o->word_at + (int64_t)(hi - 3), byte0 + (int64_t)lo,
+                          byte0 + (int64_t)hi);
+        } else { /* a token that cuts a character spans all of it */
+            while ((word[lo] & 0xC0) == 0x80) /* byte 3 is a lead byte */
+                lo--;
+            while (hi < n && (word[hi] & 0xC0) == 0x80)
+                hi++;
+            int64_t char_start = char_index(word, &cursor, lo);
+            rc = push_span(o, char_start, char_index(word, &cursor, hi), byte0 + (int64_t)lo, byte0 + (int64_t)hi);
+        }
+        if (rc < 0)
             return -1;
         at = end;
     }
     return at == n ? 0 : -3;
 }
 
-static int walk(Wpm *w, int kind, const void *text, Py_ssize_t n, int64_t unk, Out *o)
+/* contiguous_spans for a word whose bytes have their sources recorded. */
+static int recorded_spans(const Wpm *w, Out *o, size_t first_id, size_t n)
+{
+    const Source *src = o->source;
+    size_t at = 0;
+    for (size_t k = first_id; k < o->n_ids; k++) {
+        size_t end = token_end(w, o, k, at, n), first = at > 3 ? at : 3;
+        if (end == 0)
+            return -3;
+        const Source *from = &src[first], *last = &src[end - 1];
+        int rc = end <= first ? push_span(o, from->at, from->at, from->byte_start, from->byte_start)
+                              : push_span(o, from->at, last->at + 1, from->byte_start, last->byte_end);
+        if (rc < 0)
+            return -1;
+        at = end;
+    }
+    return at == n ? 0 : -3;
+}
+
+/* flush_word, and with spans each new token's row (wpm.py's ``fragment_spans``): from the source
+ * of its first byte past the U+2581 to the end of the source of its last; a token that is the
+ * U+2581 alone is empty at the word's start; the unknown token alone spans the whole word.
+ * ``next_at``: the index of the character that ends the word (or of the fragment's end).
+ * -3: an id with no known length or past the word (a broken table). */
+static int end_word(Wpm *w, Out *o, int64_t unk, int64_t next_at)
+{
+    size_t n = o->word_len, first_id = o->n_ids;
+    int rc = flush_word(w, o, unk); /* it keeps the word's bytes */
+    if (rc < 0 || !o->with_spans || n <= 3)
+        return rc;
+    if (o->n_ids - first_id == 1 && unk >= 0 && o->ids[first_id] == (uint32_t)unk) {
+        if (o->contiguous)
+            return push_span(o, o->word_at, next_at, o->word_byte, o->word_byte + (int64_t)(n - 3));
+        const Source *src = o->source;
+        return push_span(o, src[3].at, src[n - 1].at + 1, src[3].byte_start, src[n - 1].byte_end);
+    }
+    return o->contiguous ? contiguous_spans(w, o, first_id, n, next_at) : recorded_spans(w, o, first_id, n);
+}
+
+/* Characters [from, to) of the text (``kind``, ``text``), whose UTF-8 starts at *byte_at (moved
+ * past them), into ``o``. */
+static int walk(Wpm *w, int kind, const void *text, Py_ssize_t from, Py_ssize_t to, int64_t unk, Out *o, int64_t *byte_at)
 {
     if (grow((void **)&o->word, &o->word_cap, 64, 1) < 0)
         return -1;
     memcpy(o->word, "\xe2\x96\x81", 3);
     o->word_len = 3;
-    int64_t byte_at = 0; /* of codepoint i in the text's UTF-8 */
-    for (Py_ssize_t i = 0; i < n; i++) {
+    int64_t byte_end = *byte_at;
+    for (Py_ssize_t i = from; i < to; i++) {
         uint32_t c = PyUnicode_READ(kind, text, i);
-        Source here = {i, byte_at, byte_at + (c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4)};
-        byte_at = here.byte_end;
+        int64_t byte_start = byte_end;
+        byte_end += utf8_length(c);
         uint32_t entry = c < 0x10000 ? w->bmp[c] : map_codepoint(w, c);
         int rc = 0;
         size_t before = o->word_len;
         switch (entry >> 24) {
         case JOIN:
             if ((rc = put_utf8(o, entry & 0x1FFFFF)) == 0 && o->with_spans)
-                rc = note_source(o, before, here);
+                rc = note_source(o, before, i, byte_start, byte_end);
             break;
         case BOUNDARY:
-            rc = end_word(w, o, unk);
+            rc = end_word(w, o, unk, i);
             break;
         case OWN:
-            if ((rc = end_word(w, o, unk)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
-                && (!o->with_spans || (rc = note_source(o, 3, here)) == 0))
-                rc = end_word(w, o, unk);
+            if ((rc = end_word(w, o, unk, i)) == 0 && (rc = put_utf8(o, entry & 0x1FFFFF)) == 0
+                && (!o->with_spans || (rc = note_source(o, 3, i, byte_start, byte_end)) == 0))
+                rc = end_word(w, o, unk, i + 1);
             break;
-        default: /* DROP */
+        default: /* DROP: inside a word, its characters are no longer the text's in a row */
+            if (o->with_spans && o->word_len > 3 && o->contiguous)
+                rc = record_sources(o, o->word_len);
             break;
         }
         if (rc < 0)
             return rc;
     }
-    return end_word(w, o, unk);
+    *byte_at = byte_end;
+    return end_word(w, o, unk, to);
+}
+
+/* Walks each fragment of ``text`` between the specials ``cuts`` finds (Automaton.cuts' triples;
+ * NULL or empty: the text is one fragment) into ``o``, each special's id after its fragment.
+ * With spans a special's runs from the end of the fragment before it to the start of the one
+ * after, so it holds what its LSTRIP and RSTRIP swallowed (norm_offsets._walk_rows), or from the
+ * text's start, or to its end. walk's result, or 1: the caller answers None (cuts that are not
+ * this text's; with spans, two specials with no fragment between, whose spans would need their
+ * lengths: the Tokenizer's partition finds them). */
+static int walk_cuts(Wpm *self, PyObject *text, PyObject *cuts, int64_t unk, Out *o)
+{
+    if (PyUnicode_GET_LENGTH(text) > (Py_ssize_t)UINT32_MAX - 1)
+        return 1;
+    int has_cuts = cuts && PyBytes_GET_SIZE(cuts);
+    Py_ssize_t parts = has_cuts ? PyBytes_GET_SIZE(cuts) / 12 : 1;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    uint32_t n_chars = (uint32_t)PyUnicode_GET_LENGTH(text), done = 0;
+    int64_t byte_at = 0;
+    size_t open_span = 0; /* where ``open``: the span of the special whose end is the next fragment's start */
+    int open = 0;
+    for (Py_ssize_t part = 0; part < parts; part++) {
+        uint32_t triple[3] = {0, n_chars, UINT32_MAX}; /* start, end in characters; the special after */
+        if (has_cuts)
+            memcpy(triple, PyBytes_AS_STRING(cuts) + 12 * part, sizeof triple);
+        if (triple[0] > triple[1] || triple[1] > n_chars || triple[0] < done)
+            return 1; /* not cuts of this text */
+        int empty = triple[0] == triple[1];
+        if (o->with_spans) {
+            if (empty && part > 0 && triple[2] != UINT32_MAX)
+                return 1;
+            for (uint32_t i = done; i < triple[0]; i++) /* the special before, and what it swallowed */
+                byte_at += utf8_length(PyUnicode_READ(kind, data, i));
+            if (open) {
+                int64_t *span = o->spans + SPAN * open_span;
+                span[1] = triple[0], span[3] = byte_at;
+            }
+        }
+        int rc = walk(self, kind, data, triple[0], triple[1], unk, o, &byte_at);
+        if (rc == 0 && triple[2] != UINT32_MAX) {
+            rc = push_id(o, triple[2]);
+            if (rc == 0 && o->with_spans) {
+                int at_start = empty && part == 0;
+                rc = push_span(o, at_start ? 0 : triple[1], 0, at_start ? 0 : byte_at, 0);
+                open_span = o->n_spans - 1;
+            }
+        }
+        open = triple[2] != UINT32_MAX;
+        if (rc != 0)
+            return rc;
+        done = triple[1];
+    }
+    return o->with_spans && open ? 1 : 0; /* cuts end with a fragment: else not Automaton.cuts' */
+}
+
+/* What a call answers where its walk failed, as ``rc`` says: None (1: no cuts to be had or not
+ * this text's; -2: a word without tokens and no unknown token), else NULL with the error set. */
+#define ARGS_REFUSED (-4) /* the exception is set */
+static PyObject *walk_failure(int rc)
+{
+    if (rc == 1 || rc == -2)
+        return Py_NewRef(Py_None);
+    if (rc == -3)
+        PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
+    else if (rc != ARGS_REFUSED)
+        PyErr_NoMemory();
+    return NULL;
 }
 
 /* encode's and encode_with_spans' arguments (text: str, unk: int), walked into ``o``: walk's
- * result, or ARGS_REFUSED with an exception set. */
-#define ARGS_REFUSED (-4)
+ * result, or ARGS_REFUSED. */
 static int walk_args(Wpm *self, PyObject *args, Out *o)
 {
     PyObject *text;
@@ -452,7 +652,32 @@ static int walk_args(Wpm *self, PyObject *args, Out *o)
     }
     if (PyUnicode_READY(text) < 0)
         return ARGS_REFUSED;
-    return walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), unk, o);
+    int64_t byte_at = 0;
+    return walk(self, PyUnicode_KIND(text), PyUnicode_DATA(text), 0, PyUnicode_GET_LENGTH(text), unk, o, &byte_at);
+}
+
+/* encode_cut's and encode_cut_spans' arguments (cut_check_arguments; unk: int), the text cut by
+ * the automaton of the mode and walked into ``o``: walk_cuts' result, 1 where there are no cuts
+ * to be had, or ARGS_REFUSED. */
+static int walk_cut_args(Wpm *self, PyObject *const *args, Py_ssize_t nargs, Out *o)
+{
+    PyObject *automaton, *cuts;
+    if (cut_check_arguments(args, nargs, self->ready, "Wpm", &automaton) < 0)
+        return ARGS_REFUSED;
+    long long unk = PyLong_AsLongLong(args[0]);
+    if ((unk == -1 && PyErr_Occurred()) || PyUnicode_READY(args[3]) < 0)
+        return ARGS_REFUSED;
+    int found = automaton_cuts(automaton, args[3], &cuts);
+    if (found != 0)
+        return found < 0 ? ARGS_REFUSED : 1;
+    int rc = walk_cuts(self, args[3], cuts, unk, o);
+    Py_XDECREF(cuts);
+    return rc;
+}
+
+static void out_free(Out *o)
+{
+    BPETOK_FREE_ALL(free, o->word, o->ids, o->source, o->spans);
 }
 
 PyDoc_STRVAR(Wpm_encode_doc,
@@ -462,15 +687,8 @@ static PyObject *Wpm_encode(Wpm *self, PyObject *args)
 {
     Out o = {0};
     int rc = walk_args(self, args, &o);
-    free(o.word);
-    PyObject *result = NULL;
-    if (rc == 0)
-        result = id_ints_list(&self->ints, o.ids, o.n_ids);
-    else if (rc == -2)
-        result = Py_NewRef(Py_None);
-    else if (rc != ARGS_REFUSED)
-        PyErr_NoMemory();
-    free(o.ids);
+    PyObject *result = rc == 0 ? id_ints_list(&self->ints, o.ids, o.n_ids) : walk_failure(rc);
+    out_free(&o);
     return result;
 }
 
@@ -484,66 +702,61 @@ PyDoc_STRVAR(Wpm_encode_cut_doc,
 
 static PyObject *Wpm_encode_cut(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!self->ready) {
-        PyErr_SetString(PyExc_TypeError, "Wpm is not initialised");
-        return NULL;
-    }
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes 5 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyObject *text = args[3];
-    int parse_special = PyObject_IsTrue(args[4]);
-    long long unk = PyLong_AsLongLong(args[0]);
-    if (parse_special < 0 || (unk == -1 && PyErr_Occurred()))
-        return NULL;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "encode_cut() takes a str, not %.100s", Py_TYPE(text)->tp_name);
-        return NULL;
-    }
-    if (PyUnicode_READY(text) < 0)
-        return NULL;
-    PyObject *cuts;
-    int found = automaton_cuts(parse_special ? args[2] : args[1], text, &cuts);
-    if (found != 0)
-        return found < 0 ? NULL : Py_NewRef(Py_None);
-    Py_ssize_t parts = cuts && PyBytes_GET_SIZE(cuts) ? PyBytes_GET_SIZE(cuts) / 12 : 1;
-    const unsigned char *triples = cuts && PyBytes_GET_SIZE(cuts) ? (const unsigned char *)PyBytes_AS_STRING(cuts) : NULL;
-    int kind = PyUnicode_KIND(text);
-    const char *data = PyUnicode_DATA(text);
-    uint32_t n_chars = (uint32_t)PyUnicode_GET_LENGTH(text), done = 0;
     Out o = {0};
-    int rc = PyUnicode_GET_LENGTH(text) > (Py_ssize_t)UINT32_MAX - 1 ? 1 : 0; /* 1: answer None */
-    for (Py_ssize_t part = 0; rc == 0 && part < parts; part++) {
-        uint32_t triple[3] = {0, n_chars, UINT32_MAX}; /* start, end in characters; the special after */
-        if (triples)
-            memcpy(triple, triples + 12 * part, sizeof triple);
-        if (triple[0] > triple[1] || triple[1] > n_chars || triple[0] < done) {
-            rc = 1; /* not cuts of this text */
-            break;
-        }
-        rc = walk(self, kind, data + (size_t)triple[0] * (size_t)kind, triple[1] - triple[0], unk, &o);
-        if (rc == 0 && triple[2] != UINT32_MAX)
-            rc = push_id(&o, triple[2]);
-        done = triple[1];
-    }
-    Py_XDECREF(cuts);
-    free(o.word);
-    PyObject *result = NULL;
-    if (rc == 0)
-        result = id_ints_list(&self->ints, o.ids, o.n_ids);
-    else if (rc == 1 || rc == -2)
-        result = Py_NewRef(Py_None);
-    else
-        PyErr_NoMemory();
-    free(o.ids);
+    int rc = walk_cut_args(self, args, nargs, &o);
+    PyObject *result = rc == 0 ? id_ints_list(&self->ints, o.ids, o.n_ids) : walk_failure(rc);
+    out_free(&o);
     return result;
 }
 
-/* A bytes object of ``n`` int64 items. */
-static PyObject *int64_bytes(const int64_t *values, size_t n)
+/* A walk with spans (``rc``, into ``o``) as a call's answer: ``make(o)`` where it walked, else
+ * walk_failure's; ``o`` freed. */
+static PyObject *spans_answer(int rc, Out *o, PyObject *(*make)(Out *))
 {
-    return PyBytes_FromStringAndSize(n ? (const char *)values : "", (Py_ssize_t)(n * sizeof(int64_t)));
+    PyObject *result = NULL;
+    if (rc != 0)
+        result = walk_failure(rc);
+    else if (o->n_spans != o->n_ids)
+        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
+    else
+        result = make(o);
+    out_free(o);
+    return result;
+}
+
+/* encode_cut_spans' buffer: the spans, then the ids as int32 (in the room push_span grew for them). */
+static PyObject *spans_then_ids(Out *o)
+{
+    if (o->n_spans == 0)
+        return PyByteArray_FromStringAndSize(NULL, 0);
+    memcpy(o->spans + SPAN * o->n_spans, o->ids, o->n_ids * sizeof(uint32_t));
+    return PyByteArray_FromStringAndSize((const char *)o->spans, (Py_ssize_t)(o->n_spans * (SPAN * sizeof(int64_t) + sizeof(int32_t))));
+}
+
+/* encode_with_spans' rows: id, then the span, five int64 a token. */
+static PyObject *id_span_rows(Out *o)
+{
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(o->n_ids * (SPAN + 1) * sizeof(int64_t)));
+    if (result == NULL)
+        return NULL;
+    int64_t *row = (int64_t *)PyBytes_AS_STRING(result);
+    for (size_t k = 0; k < o->n_ids; k++, row += SPAN + 1) {
+        row[0] = o->ids[k];
+        memcpy(row + 1, o->spans + SPAN * k, SPAN * sizeof(int64_t));
+    }
+    return result;
+}
+
+/* A special's span holds the whitespace its LSTRIP/RSTRIP swallowed (walk_cuts). */
+PyDoc_STRVAR(Wpm_encode_cut_spans_doc, "encode_cut_spans(unk: int, plain, special, text: str, parse_special: bool) -> "
+             "bytearray | None: encode_cut's tokens, a row of four int64 each (char start, char end, byte start, byte end), "
+             "then their ids as int32; None as encode_cut, and where two specials have no text between them.");
+
+static PyObject *Wpm_encode_cut_spans(Wpm *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Out o = {0};
+    o.with_spans = 1;
+    return spans_answer(walk_cut_args(self, args, nargs, &o), &o, spans_then_ids);
 }
 
 PyDoc_STRVAR(Wpm_encode_with_spans_doc,
@@ -554,26 +767,7 @@ static PyObject *Wpm_encode_with_spans(Wpm *self, PyObject *args)
 {
     Out o = {0};
     o.with_spans = 1;
-    int rc = walk_args(self, args, &o);
-    PyObject *result = NULL;
-    if (rc == -2) {
-        result = Py_NewRef(Py_None);
-    } else if (rc == -3) {
-        PyErr_SetString(PyExc_ValueError, "Wpm: a token id with no text in the vocabulary, or longer than its word");
-    } else if (rc == -1) {
-        PyErr_NoMemory();
-    } else if (rc == ARGS_REFUSED) {
-        /* the exception is set */
-    } else if (o.n_rows != o.n_ids) {
-        PyErr_SetString(PyExc_ValueError, "Wpm: not one span per token");
-    } else {
-        result = int64_bytes(o.rows, 5 * o.n_rows);
-    }
-    free(o.word);
-    free(o.ids);
-    free(o.source);
-    free(o.rows);
-    return result;
+    return spans_answer(walk_args(self, args, &o), &o, id_span_rows);
 }
 
 WORD_CACHE_METHODS(Wpm)
@@ -581,6 +775,7 @@ WORD_CACHE_METHODS(Wpm)
 static PyMethodDef Wpm_methods[] = {
     {"encode", (PyCFunction)Wpm_encode, METH_VARARGS, Wpm_encode_doc},
     {"encode_cut", (PyCFunction)(void (*)(void))Wpm_encode_cut, METH_FASTCALL, Wpm_encode_cut_doc},
+    {"encode_cut_spans", (PyCFunction)(void (*)(void))Wpm_encode_cut_spans, METH_FASTCALL, Wpm_encode_cut_spans_doc},
     {"encode_with_spans", (PyCFunction)Wpm_encode_with_spans, METH_VARARGS, Wpm_encode_with_spans_doc},
     WORD_CACHE_METHODDEFS(Wpm),
     {NULL, NULL, 0, NULL},

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from bpetok.offsets import TokenOffsets
     from bpetok.tokenizer import Tokenizer
 
-__all__ = ["spans_of_fragments", "spans_of_fragment_arrays", "encode_with_fragment_arrays", "Spans"]
+__all__ = ["spans_of_fragments", "spans_of_fragment_arrays", "encode_with_fragment_arrays", "of_span_buffer", "Spans"]
 
 #: (token id, start, end) within one fragment: characters or UTF-8 bytes, as the model says.
 Spans = list[tuple[int, int, int]]
@@ -186,6 +186,24 @@ def _of_rows(text: str, rows: np.ndarray, added: tuple[list[int], list[int]]) ->
     elif not rows.flags.writeable:  # the kernel's buffer: the spans handed out are the caller's to change
         rows = rows.copy()
     return TokenOffsets._of_arrays(rows[:, 0], rows[:, 3:5], rows[:, 1:3], np.zeros(len(rows), dtype=bool))
+
+
+def of_span_buffer(text: str, found: bytearray, added: tuple[list[int], list[int]]) -> TokenOffsets:
+    """The TokenOffsets of a kernel's tokens given as one buffer (``Wpm.encode_cut_spans``): a row
+    of four int64 a token (char start, char end, byte start, byte end), then the ids as int32; the
+    arrays are views of it, no copy. What add_special adds goes around them, empty."""
+    from bpetok.offsets import TokenOffsets
+
+    n = len(found) // (4 * 8 + 4)
+    spans = np.frombuffer(found, dtype=np.int64, count=4 * n).reshape(n, 4)
+    ids = np.frombuffer(found, dtype=np.int32, offset=4 * 8 * n)
+    head, tail = added
+    if head or tail:
+        n_chars, n_bytes = len(text), _utf8_size(text)
+        ends = np.array([[n_chars, n_chars, n_bytes, n_bytes]] * len(tail), dtype=np.int64).reshape(-1, 4)
+        spans = np.concatenate((np.zeros((len(head), 4), dtype=np.int64), spans, ends))
+        ids = np.concatenate((np.array(head, dtype=np.int32), ids, np.array(tail, dtype=np.int32)))
+    return TokenOffsets._of_arrays(ids, spans[:, 2:], spans[:, :2], np.zeros(len(ids), dtype=bool))
 
 
 def _walk_rows(tok, text: str, fragments, fragment_rows) -> np.ndarray | None:

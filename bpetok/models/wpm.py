@@ -317,12 +317,20 @@ class WordPieceModel(CachingModel):
         return spans_of_fragments(tok, text, ids, add_special, self.fragment_spans, in_bytes=False)
 
     def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
-        """The ids and spans in one pass of the kernel, which gives :meth:`encode_fragment`'s ids
-        (not where a subclass cuts otherwise: encode, then :meth:`token_offsets`)."""
+        """The ids and spans in one call of the kernel, the text cut at its specials by the
+        automaton encode uses (``Wpm.encode_cut_spans``), else fragment by fragment of the
+        partition; the kernel gives :meth:`encode_fragment`'s ids (not where a subclass cuts
+        otherwise: encode, then :meth:`token_offsets`)."""
         if self._kernel is None or type(self).encode_fragment is not WordPieceModel.encode_fragment:
             return None
-        from bpetok.models.norm_offsets import encode_with_fragment_arrays
+        from bpetok.models.norm_offsets import encode_with_fragment_arrays, of_span_buffer
+        from bpetok.offsets import _added
 
+        automata = tok._special_table.automata()
+        if automata is not None:
+            found = self._kernel.encode_cut_spans(-1 if self.unk is None else self.unk, *automata, text, parse_special)
+            if found is not None:
+                return of_span_buffer(text, found, _added(tok, add_special))
         return encode_with_fragment_arrays(tok, text, parse_special, add_special, self.fragment_span_rows)
 
     def fragment_span_rows(self, fragment: str) -> np.ndarray | None:
