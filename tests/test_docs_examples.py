@@ -51,6 +51,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/benchmarks.md", "python3 benchmarks/spm_bench.py"): NEEDS_CORPUS + " and sentencepiece; " + LONG,
     ("docs/benchmarks.md", "python3 benchmarks/specials_bench.py"): NEEDS_CORPUS,
     ("docs/benchmarks.md", "python benchmarks/offsets_bench.py"): NEEDS_CORPUS + "; " + LONG,
+    ("docs/benchmarks.md", "python3 benchmarks/cold_vs_quicktok.py"): NEEDS_CORPUS + "; " + LONG,
     ("docs/benchmarks.md", "python3 benchmarks/llama_cpp_ratio.py CORPUS"): NEEDS_CORPUS + " and the llama extra; " + LONG,
     ("docs/datasets.md", "pip install 'bpetok[jsonl"): INSTALLS,
     ("docs/datasets.md", "# JSONL (the \"text\" field"): "needs the user's MODEL.gguf, inputs (JSONL, text, Parquet) "
