@@ -44,6 +44,8 @@ class HybridDnaModel(Gpt2RunsModel):
         self.kmer_ids = frozenset(i for i in range(start, len(tokens)) if tokens[i] in self.kmer_texts) | (
             {self.oov_id} if self.dna else set()
         )
+        self._n_tokens = len(tokens)
+        self._kmer_flags = None  # _kmer_mask's (numpy: loading a tokenizer does not import it)
 
     def encode_fragment(self, text: str, at_start: bool) -> list[int]:
         """Ids of one fragment of text between special tokens."""
@@ -53,12 +55,20 @@ class HybridDnaModel(Gpt2RunsModel):
         """:meth:`encode_fragment` by the gpt2 model's reference merge."""
         return self._encode(text, self.runs.encode_reference)
 
+    def encode_texts(self, texts, specials, workers=1):
+        """The gpt2 model's own (its C kernel's), told to hold a text with ``<dna>`` too: the
+        Tokenizer cuts a held text at its specials and hands the fragments to
+        :meth:`encode_fragment`, which reads the k-mers."""
+        return self.runs.model.encode_texts(texts, self._held_at(specials), workers)
+
     def encode_texts_to_numpy(self, texts, specials, workers=1):
-        """The gpt2 model's own (its C kernel's) when no text holds ``<dna>``: all is plain BPE then
-        (what bpetok.offsets encodes through)."""
-        if not self.dna or not any(_OPEN in text for text in texts):
-            return self.runs.model.encode_texts_to_numpy(texts, specials, workers)
-        return super().encode_texts_to_numpy(texts, specials, workers)
+        """:meth:`encode_texts` as numpy arrays, the gpt2 model's likewise (machine words from its
+        kernel: what bpetok.offsets encodes through)."""
+        return self.runs.model.encode_texts_to_numpy(texts, self._held_at(specials), workers)
+
+    def _held_at(self, specials: tuple[str, ...]) -> tuple[str, ...]:
+        """``specials`` and ``<dna>``: the texts the gpt2 model must leave to :meth:`encode_fragment`."""
+        return specials if not self.dna or _OPEN in specials else (*specials, _OPEN)
 
     def text_encoder(self, automata):
         """The gpt2 model's own (a whole text in one C call, its specials cut by the automata) for a
@@ -113,12 +123,35 @@ class HybridDnaModel(Gpt2RunsModel):
         return super().normal_piece(text)
 
     def aligns_offsets(self, text: str) -> bool:
-        return self.dna and _OPEN in text
+        """Always: :meth:`encode_with_offsets` takes a text without ``<dna>`` the gpt2 model's way,
+        and :meth:`token_offsets` refuses k-mers."""
+        return True
+
+    def encode_with_offsets(self, tok, text: str, parse_special: bool, add_special: bool):
+        """The ids as machine words in one call (:meth:`encode_texts_to_numpy`: a text without
+        ``<dna>`` is one gpt2 kernel call) and the spans bpetok.offsets derives from their pieces;
+        None where the ids hold k-mers (encode again, then :meth:`token_offsets` refuses them)."""
+        from bpetok.offsets import _added, _offsets_of_own_ids
+
+        body = tok.encode_batch_to_numpy([text], parse_special=parse_special, workers=1)[0]
+        if self.dna and self._kmer_mask().take(body).any():
+            return None
+        return _offsets_of_own_ids(tok, text, body, _added(tok, add_special))
+
+    def _kmer_mask(self):
+        """Per token id, whether it is a k-mer or ``<oov>`` (a numpy array, made on first use)."""
+        if self._kmer_flags is None:
+            import numpy as np
+
+            flags = np.zeros(self._n_tokens, dtype=bool)
+            flags[sorted(self.kmer_ids)] = True
+            self._kmer_flags = flags
+        return self._kmer_flags
 
     def token_offsets(self, tok, text: str, ids: list[int], add_special: bool):
         """None (bpetok.offsets' own spans: the tokens spell the text) unless the ids hold k-mers,
         which have no exact spans here."""
-        if self.kmer_ids.isdisjoint(ids):
+        if not (self.dna and _OPEN in text) or self.kmer_ids.isdisjoint(ids):
             return None
         from bpetok.offsets import refuse_offsets
 
