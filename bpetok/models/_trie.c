@@ -437,14 +437,14 @@ static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t n
     return result;
 }
 
-/* -- plamo2: the best-score path over a sorted dictionary ------------------------------------------
+/* -- plamo2: the best-score path over a byte trie of the tokens ------------------------------------
  *
- * ``Dictionary(blob, offsets, ids, scores)``: the candidate tokens' UTF-8 texts, sorted and
- * distinct, back to back in ``blob`` (token k is blob[offsets[k]:offsets[k + 1]]), with their ids
- * and fixed scores (bpetok/models/plamo2.py's ``_best_path`` is the readable twin). The tokens
- * the text at a position starts with are found by narrowing a range of the sorted texts a byte at
- * a time: the texts that share the prefix read so far are one run, and the one equal to it, if
- * any, sorts first.
+ * ``Dictionary(blob, offsets, ids, scores, byte_ids)``: the candidate tokens' UTF-8 texts, sorted
+ * and distinct, back to back in ``blob`` (token k is blob[offsets[k]:offsets[k + 1]]), with their
+ * ids and fixed scores (bpetok/models/plamo2.py's ``_best_path`` is the readable twin). The texts
+ * become a byte trie (_sorted_trie.h) laid out as a double array (_double_array.h) whose values
+ * are the tokens' places k: the tokens the text at a position starts with are found one load a
+ * byte, where narrowing the sorted texts' range took two binary searches a byte.
  */
 
 #define UNKNOWN_SCORE (-10000000)
@@ -452,19 +452,47 @@ static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t n
 typedef struct {
     PyObject_HEAD
     Py_ssize_t n;
-    uint8_t *blob;
-    uint64_t *offsets; /* n + 1 */
+    uint8_t *blob;      /* the arguments' copies, freed once the trie is built */
+    uint64_t *offsets;  /* n + 1 */
     int32_t *ids;
     int32_t *scores;
     uint32_t *byte_ids; /* 256: each byte's id where no token covers it */
-    uint32_t (*by_two)[2]; /* per first two bytes: the run [lo, hi) of the texts of 2+ bytes that start so */
-    uint32_t by_one[256][2]; /* per first byte: the run of the texts that start with it */
+    DoubleArray trie;   /* the texts' trie; a text's value is its place k in ids and scores */
 } Dictionary;
 
 static void Dictionary_dealloc(Dictionary *self)
 {
-    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->byte_ids, self->by_two);
+    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->byte_ids);
+    da_free(&self->trie);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The trie of the checked texts, each text's value its place; 0, or -1 with an exception set. */
+static int build_dictionary_trie(Dictionary *self)
+{
+    if (self->offsets[self->n] >= UINT32_MAX || self->n >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "dictionary: texts past 4 GiB or too many tokens");
+        return -1;
+    }
+    uint32_t *offsets = malloc(((size_t)self->n + 1) * sizeof(uint32_t));
+    int32_t *places = malloc(((size_t)self->n + 1) * sizeof(int32_t));
+    int built = -1;
+    if (offsets == NULL || places == NULL) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t k = 0; k <= self->n; k++) {
+            offsets[k] = (uint32_t)self->offsets[k];
+            places[k] = (int32_t)k;
+        }
+        SortedTrie sorted = {0};
+        built = sorted_trie_build(&sorted, self->blob, (size_t)self->offsets[self->n], offsets, (size_t)self->n, places);
+        if (built == 0)
+            built = da_build(&self->trie, &sorted);
+        sorted_trie_free(&sorted);
+    }
+    free(offsets);
+    free(places);
+    return built;
 }
 
 static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
@@ -477,7 +505,8 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
         {"scores", 4, (void **)&self->scores, &n_scores},
         {"byte_ids", 4, (void **)&self->byte_ids, &n_bytes},
     };
-    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], self->blob != NULL, "Dictionary") < 0)
+    int initialised = self->blob != NULL || self->trie.slots != NULL;
+    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], initialised, "Dictionary") < 0)
         return -1;
     if (n_bytes != 256) {
         PyErr_SetString(PyExc_ValueError, "byte_ids: need 256 ids");
@@ -487,48 +516,22 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "dictionary arrays: need n + 1 offsets, n ids and n scores");
         return -1;
     }
-    if (self->n >= (Py_ssize_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "dictionary: too many tokens");
-        return -1;
-    }
     if (self->offsets[0] != 0 || self->offsets[self->n] != (uint64_t)n_blob) {
         PyErr_SetString(PyExc_ValueError, "dictionary offsets: must start at 0 and end at the blob's length");
         return -1;
     }
     for (Py_ssize_t k = 0; k < self->n; k++) {
-        uint64_t a = self->offsets[k], b = self->offsets[k + 1];
-        if (b <= a) {
+        if (self->offsets[k + 1] <= self->offsets[k]) {
             PyErr_Format(PyExc_ValueError, "dictionary token %zd: empty or offsets not increasing", k);
             return -1;
         }
-        if (k > 0) { /* strictly increasing texts: the range walk relies on the order */
-            uint64_t pa = self->offsets[k - 1], la = a - pa, lb = b - a;
-            int c = memcmp(self->blob + pa, self->blob + a, (size_t)(la < lb ? la : lb));
-            if (c > 0 || (c == 0 && la >= lb)) {
-                PyErr_Format(PyExc_ValueError, "dictionary token %zd: texts not sorted and distinct", k);
-                return -1;
-            }
-        }
     }
-    self->by_two = calloc(65536, sizeof(*self->by_two));
-    if (self->by_two == NULL) {
-        PyErr_NoMemory();
+    if (build_dictionary_trie(self) < 0) /* it checks the texts are sorted and distinct */
         return -1;
-    }
-    memset(self->by_one, 0, sizeof(self->by_one));
-    for (uint32_t k = 0; k < (uint32_t)self->n; k++) { /* sorted: each run is contiguous */
-        const uint8_t *text = self->blob + self->offsets[k];
-        uint32_t *one = self->by_one[text[0]];
-        if (one[0] == one[1])
-            one[0] = k;
-        one[1] = k + 1;
-        if (self->offsets[k + 1] - self->offsets[k] >= 2) {
-            uint32_t *two = self->by_two[text[0] << 8 | text[1]];
-            if (two[0] == two[1])
-                two[0] = k;
-            two[1] = k + 1;
-        }
-    }
+    free(self->blob);
+    free(self->offsets);
+    self->blob = NULL;
+    self->offsets = NULL;
     return 0;
 }
 
@@ -549,6 +552,9 @@ static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t
     Py_ssize_t written = -1;
     if (!cost || !step_len || !step_id || !start || !match_len || !match_k)
         goto done;
+    const uint32_t *slots = d->trie.slots;
+    const int32_t *values = d->trie.values;
+    uint32_t root_base = da_base(slots[0]);
     for (Py_ssize_t i = 0; i < n; i += utf8_length(data[i]))
         start[i] = 1;
     start[n] = 1;
@@ -559,50 +565,22 @@ static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t
         Py_ssize_t char_len = utf8_length(data[i]);
         if (i + char_len > n)
             char_len = n - i;
-        /* The tokens the text at i starts with, shortest first: one and two bytes from the
-         * tables, then the run narrowed a byte at a time. */
-        Py_ssize_t m = 0, lo = d->by_one[data[i]][0], hi = d->by_one[data[i]][1];
-        if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 1 && start[i + 1]) {
-            match_len[m] = 1;
-            match_k[m++] = lo;
-        }
-        if (i + 1 < n) {
-            lo = d->by_two[data[i] << 8 | data[i + 1]][0];
-            hi = d->by_two[data[i] << 8 | data[i + 1]][1];
-            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 2 && start[i + 2]) {
-                match_len[m] = 2;
-                match_k[m++] = lo;
+        /* The tokens the text at i starts with, shortest first: one trie step a byte (a leaf's
+         * base is 0: nothing follows it). Each slot is within the array (_double_array.h) and
+         * each value a place below n (build_dictionary_trie). */
+        Py_ssize_t m = 0;
+        uint32_t base = root_base;
+        for (Py_ssize_t at = i; at < n; at++) {
+            uint32_t s = base + data[at], word = slots[s];
+            if (!da_is_child(word, data[at]))
+                break;
+            if ((word & DA_HAS_VALUE) && start[at + 1]) {
+                match_len[m] = at + 1 - i;
+                match_k[m++] = values[s];
             }
-        } else {
-            lo = hi;
-        }
-        for (Py_ssize_t depth = 2; i + depth < n && lo < hi; depth++) {
-            uint8_t c = data[i + depth];
-            /* [lo, hi) share data[i:i+depth]; one of exactly that length sorts first. */
-            if (d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)depth)
-                lo++;
-            Py_ssize_t a = lo, b = hi;
-            while (a < b) { /* the first text whose byte at depth is >= c */
-                Py_ssize_t mid = a + (b - a) / 2;
-                if (d->blob[d->offsets[mid] + depth] < c)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            lo = a;
-            b = hi;
-            while (a < b) { /* the first text whose byte at depth is > c */
-                Py_ssize_t mid = a + (b - a) / 2;
-                if (d->blob[d->offsets[mid] + depth] <= c)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            hi = a;
-            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)(depth + 1) && start[i + depth + 1]) {
-                match_len[m] = depth + 1;
-                match_k[m++] = lo;
-            }
+            base = da_base(word);
+            if (base == 0)
+                break;
         }
         int64_t best = (int64_t)1 << 60;
         Py_ssize_t best_len = char_len;
@@ -651,7 +629,7 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "y*", &data))
         return NULL;
-    if (self->blob == NULL) {
+    if (self->trie.slots == NULL) {
         PyBuffer_Release(&data);
         PyErr_SetString(PyExc_TypeError, "Dictionary is not initialised");
         return NULL;
