@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import bpetok
 from bpetok.models.plamo2 import Plamo2Model
 from bpetok.vocab import TokenAttr
+from helpers import DATA
 
 ALPHABET = ["a", "b", " ", "é", "€", "\U0001d11e", "\ud800"]  # 1-4 UTF-8 bytes, and a lone surrogate
 SCORES = [0.0, -1.0, -1.5, -2.0, -1000.0, -2000.0, 1.0, float("nan")]
@@ -46,3 +49,26 @@ def test_a_vocabulary_of_bytes_only_spells_each_character(text):
     model = model_of([])
     expected = [b + 1 for c in text.replace("\ufeff", "") for b in c.encode("utf-8", "surrogatepass")]
     assert model.encode_fragment(text, True) == model.encode_fragment_reference(text, True) == expected
+
+
+@pytest.fixture(scope="module")
+def synth() -> bpetok.Tokenizer:
+    return bpetok.from_gguf(DATA / "more-models" / "ggml-vocab-plamo2-synth.gguf.gz")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["<|plamo:eos|>", "<|plamo:bos|>", "\ufeff", "\ufeffa",
+                                                                       " the", "é", "\ud800"])), max_size=8).map("".join))
+def test_one_call_is_the_partition(synth, text):
+    """The text encoder (``Dictionary.encode_cut``: cuts from the automaton, each fragment's BOM
+    dropped, the specials' ids too) gives what the partition and encode_fragment give."""
+    encoder = synth._text_encoder
+    if encoder is None:
+        pytest.skip("the pure-Python engine has no one-call encoder")
+    for parse_special in (False, True):
+        ids = encoder(text, parse_special)
+        expected = synth._encode_partitioned(synth._partition(text, parse_special)) if text else []
+        if "\ud800" in text:
+            assert ids is None  # no UTF-8: the Tokenizer partitions
+        else:
+            assert ids == expected == synth.encode_reference(text, parse_special=parse_special)
