@@ -72,3 +72,18 @@ def test_one_call_is_the_partition(synth, text):
             assert ids is None  # no UTF-8: the Tokenizer partitions
         else:
             assert ids == expected == synth.encode_reference(text, parse_special=parse_special)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=40), scores=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=4, max_size=4))
+def test_the_c_path_takes_any_bytes_and_scores(data, scores):
+    """Hostile input: bytes that are no UTF-8, scores at int32's ends, a negative id: a list of
+    ids, never a read past the arrays (scripts/sanitize_kernel.sh runs this under ASan)."""
+    trie = pytest.importorskip("bpetok.models._trie")
+    from array import array
+
+    texts = [b"a\xff", b"\x80", b"\xc3", b"\xc3\xa9"]
+    blob, offsets = b"".join(texts), array("Q", [0, 2, 3, 4, 6])
+    dictionary = trie.Dictionary(blob, offsets, array("i", [7, -1, 9, 2**31 - 1]), array("i", scores), array("I", range(256)))
+    ids = dictionary.best_path(data)
+    assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
