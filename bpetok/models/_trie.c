@@ -730,14 +730,10 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
 }
 
 PyDoc_STRVAR(Dictionary_encode_cut_doc,
-             "encode_cut(keep_specials: bool, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole\n"
-             "text's ids, cut at the specials by the Automaton of that mode (None: none), each fragment's byte order mark\n"
-             "dropped, the specials' ids kept where keep_specials says; None where the Tokenizer must partition");
+             "encode_cut(keep_specials: bool, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole text's\n"
+             "ids, cut at the specials by the Automaton of that mode, each fragment's BOM dropped; None: the Tokenizer partitions");
 
-/* encode_cut(keep_specials, plain, special, text, parse_special): a whole text's ids in one call,
- * the text cut at its special tokens by the automaton of that mode (_cut_text.h), each fragment's
- * best path run in the text's own UTF-8; None where the Tokenizer must partition and encode
- * fragment by fragment (which is what this equals): no UTF-8 (lone surrogates), no cuts. */
+/* What the partition and encode_fragment give (the cuts: _cut_text.h); None for lone surrogates. */
 static PyObject *Dictionary_encode_cut(Dictionary *self, PyObject *const *args, Py_ssize_t nargs)
 {
     CutText cut;
