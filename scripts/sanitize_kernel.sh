@@ -34,7 +34,7 @@ python -c "import bpetok; t = bpetok.from_gguf('tests/data/ggml-vocab-qwen3.gguf
 # The out-of-memory test of the trainer's loop is left out: its address-space limit is below what ASan reserves.
 python -m pytest -q -p no:cacheprovider --capture=sys tests/test_kernel.py tests/test_symbols.py tests/test_spm_words.py tests/test_exact.py \
     tests/test_properties.py tests/test_gguf.py tests/test_gguf_fuzz.py tests/test_fast.py tests/test_cache.py tests/test_split.py \
-    tests/test_llama3.py tests/test_more_models.py tests/test_model_ugm.py tests/test_model_wpm.py tests/test_offsets_models.py tests/test_partition.py \
+    tests/test_llama3.py tests/test_more_models.py tests/test_model_ugm.py tests/test_model_wpm.py tests/test_offsets_models.py tests/test_partition.py tests/test_plamo2_dictionary.py \
     tests/test_train_c.py \
     --deselect tests/test_train_c.py::test_c_loop_out_of_memory_is_memory_error_not_a_crash "$@"
 echo "sanitized run: no finding"

@@ -437,34 +437,93 @@ static PyObject *Trie_encode_cut(Trie *self, PyObject *const *args, Py_ssize_t n
     return result;
 }
 
-/* -- plamo2: the best-score path over a sorted dictionary ------------------------------------------
+/* -- plamo2: the best-score path over a byte trie of the tokens ------------------------------------
  *
- * ``Dictionary(blob, offsets, ids, scores)``: the candidate tokens' UTF-8 texts, sorted and
- * distinct, back to back in ``blob`` (token k is blob[offsets[k]:offsets[k + 1]]), with their ids
- * and fixed scores (bpetok/models/plamo2.py's ``_best_path`` is the readable twin). The tokens
- * the text at a position starts with are found by narrowing a range of the sorted texts a byte at
- * a time: the texts that share the prefix read so far are one run, and the one equal to it, if
- * any, sorts first.
+ * ``Dictionary(blob, offsets, ids, scores, byte_ids)``: the candidate tokens' UTF-8 texts, sorted
+ * and distinct, back to back in ``blob`` (token k is blob[offsets[k]:offsets[k + 1]]), with their
+ * ids and fixed scores (bpetok/models/plamo2.py's ``_best_path`` is the readable twin). The texts
+ * become a byte trie (_sorted_trie.h) laid out as a double array (_double_array.h): the tokens
+ * the text at a position starts with are found one load a byte, and each token's score and id
+ * lie in one 8-byte entry per slot beside it, where narrowing the sorted texts' range took two
+ * binary searches a byte and the score and id two more loads.
  */
 
 #define UNKNOWN_SCORE (-10000000)
+/* Texts up to this many bytes take the best path's arrays (~36 bytes a byte) from the stack. */
+#define STACK_PATH_BYTES 512
+
+typedef struct {
+    int32_t score;
+    int32_t id;
+} ScoredToken;
 
 typedef struct {
     PyObject_HEAD
     Py_ssize_t n;
-    uint8_t *blob;
-    uint64_t *offsets; /* n + 1 */
+    uint8_t *blob; /* the arguments' copies (blob to scores), freed once the trie is built */
+    uint64_t *offsets;
     int32_t *ids;
     int32_t *scores;
-    uint32_t *byte_ids; /* 256: each byte's id where no token covers it */
-    uint32_t (*by_two)[2]; /* per first two bytes: the run [lo, hi) of the texts of 2+ bytes that start so */
-    uint32_t by_one[256][2]; /* per first byte: the run of the texts that start with it */
+    uint32_t *byte_ids;      /* 256: each byte's id where no token covers it */
+    DoubleArray trie;        /* the texts' trie, its values freed: at_slot holds what they led to */
+    ScoredToken *at_slot;    /* per slot of the trie: the score and id of the token ending there */
+    IdInts ints;             /* each id's int, made when first returned */
 } Dictionary;
 
 static void Dictionary_dealloc(Dictionary *self)
 {
-    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->byte_ids, self->by_two);
+    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores, self->byte_ids, self->at_slot);
+    da_free(&self->trie);
+    id_ints_free(&self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The trie of the checked texts and each of its slots' token: 0, or -1 with an exception set. */
+static int build_dictionary_trie(Dictionary *self)
+{
+    if (self->offsets[self->n] >= UINT32_MAX || self->n >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "dictionary: texts past 4 GiB or too many tokens");
+        return -1;
+    }
+    uint32_t *offsets = malloc(((size_t)self->n + 1) * sizeof(uint32_t));
+    int32_t *places = malloc(((size_t)self->n + 1) * sizeof(int32_t));
+    int built = -1;
+    if (offsets == NULL || places == NULL) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t k = 0; k <= self->n; k++) {
+            offsets[k] = (uint32_t)self->offsets[k];
+            places[k] = (int32_t)k;
+        }
+        SortedTrie sorted = {0};
+        built = sorted_trie_build(&sorted, self->blob, (size_t)self->offsets[self->n], offsets, (size_t)self->n, places);
+        if (built == 0)
+            built = da_build(&self->trie, &sorted);
+        sorted_trie_free(&sorted);
+    }
+    free(offsets);
+    free(places);
+    if (built < 0)
+        return -1;
+    if ((self->at_slot = calloc(self->trie.n_slots, sizeof(ScoredToken))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t max_id = -1;
+    for (uint32_t s = 0; s < self->trie.n_slots; s++) {
+        if (self->trie.slots[s] & DA_HAS_VALUE) { /* a place below n: da_build keeps sorted_trie_build's values */
+            int32_t k = self->trie.values[s];
+            self->at_slot[s] = (ScoredToken){self->scores[k], self->ids[k]};
+            max_id = self->ids[k] > max_id ? self->ids[k] : max_id;
+        }
+    }
+    for (int b = 0; b < 256; b++)
+        max_id = (int64_t)self->byte_ids[b] > max_id && self->byte_ids[b] < (1u << 26) ? (int32_t)self->byte_ids[b] : max_id;
+    free(self->trie.values);
+    self->trie.values = NULL;
+    if (max_id >= 0 && max_id < (1 << 26) && id_ints_alloc(&self->ints, (size_t)max_id + 1) < 0)
+        return -1;
+    return 0;
 }
 
 static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
@@ -477,7 +536,8 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
         {"scores", 4, (void **)&self->scores, &n_scores},
         {"byte_ids", 4, (void **)&self->byte_ids, &n_bytes},
     };
-    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], self->blob != NULL, "Dictionary") < 0)
+    int initialised = self->blob != NULL || self->trie.slots != NULL;
+    if (parse_buffer_args(args, kwds, arrays, sizeof arrays / sizeof arrays[0], initialised, "Dictionary") < 0)
         return -1;
     if (n_bytes != 256) {
         PyErr_SetString(PyExc_ValueError, "byte_ids: need 256 ids");
@@ -487,48 +547,22 @@ static int Dictionary_init(Dictionary *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "dictionary arrays: need n + 1 offsets, n ids and n scores");
         return -1;
     }
-    if (self->n >= (Py_ssize_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "dictionary: too many tokens");
-        return -1;
-    }
     if (self->offsets[0] != 0 || self->offsets[self->n] != (uint64_t)n_blob) {
         PyErr_SetString(PyExc_ValueError, "dictionary offsets: must start at 0 and end at the blob's length");
         return -1;
     }
     for (Py_ssize_t k = 0; k < self->n; k++) {
-        uint64_t a = self->offsets[k], b = self->offsets[k + 1];
-        if (b <= a) {
+        if (self->offsets[k + 1] <= self->offsets[k]) {
             PyErr_Format(PyExc_ValueError, "dictionary token %zd: empty or offsets not increasing", k);
             return -1;
         }
-        if (k > 0) { /* strictly increasing texts: the range walk relies on the order */
-            uint64_t pa = self->offsets[k - 1], la = a - pa, lb = b - a;
-            int c = memcmp(self->blob + pa, self->blob + a, (size_t)(la < lb ? la : lb));
-            if (c > 0 || (c == 0 && la >= lb)) {
-                PyErr_Format(PyExc_ValueError, "dictionary token %zd: texts not sorted and distinct", k);
-                return -1;
-            }
-        }
     }
-    self->by_two = calloc(65536, sizeof(*self->by_two));
-    if (self->by_two == NULL) {
-        PyErr_NoMemory();
+    if (build_dictionary_trie(self) < 0) /* it checks the texts are sorted and distinct */
         return -1;
-    }
-    memset(self->by_one, 0, sizeof(self->by_one));
-    for (uint32_t k = 0; k < (uint32_t)self->n; k++) { /* sorted: each run is contiguous */
-        const uint8_t *text = self->blob + self->offsets[k];
-        uint32_t *one = self->by_one[text[0]];
-        if (one[0] == one[1])
-            one[0] = k;
-        one[1] = k + 1;
-        if (self->offsets[k + 1] - self->offsets[k] >= 2) {
-            uint32_t *two = self->by_two[text[0] << 8 | text[1]];
-            if (two[0] == two[1])
-                two[0] = k;
-            two[1] = k + 1;
-        }
-    }
+    BPETOK_FREE_ALL(free, self->blob, self->offsets, self->ids, self->scores);
+    self->blob = NULL;
+    self->offsets = NULL;
+    self->ids = self->scores = NULL;
     return 0;
 }
 
@@ -537,111 +571,143 @@ static inline Py_ssize_t utf8_length(uint8_t b)
     return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4; /* continuation bytes never lead here */
 }
 
-/* The best path's ids into ``out`` (room for one id per byte), or -1 when memory runs out. */
-static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t n, uint32_t *out)
+/* The best path's arrays, per byte of the text and one past it. */
+typedef struct {
+    int64_t cost;
+    ScoredToken match;    /* the k-th token found at the position being decided */
+    uint32_t match_len;
+    uint32_t step_len;    /* the decided step: its bytes, */
+    int32_t step_id;      /* and its token, or -1 for the character's bytes */
+    uint8_t start;        /* a character starts here */
+} PathCell;
+
+/* The best path's ids into ``out`` (room for one id per byte), through ``cells`` (n + 1). */
+static Py_ssize_t best_path(const Dictionary *d, const uint8_t *data, Py_ssize_t n, PathCell *cells, uint32_t *out)
 {
-    int64_t *cost = malloc((size_t)(n + 1) * sizeof(int64_t));
-    uint32_t *step_len = malloc((size_t)(n + 1) * sizeof(uint32_t));
-    int32_t *step_id = malloc((size_t)(n + 1) * sizeof(int32_t));
-    uint8_t *start = calloc((size_t)n + 1, 1);
-    Py_ssize_t *match_len = malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
-    Py_ssize_t *match_k = malloc((size_t)(n + 1) * sizeof(Py_ssize_t));
-    Py_ssize_t written = -1;
-    if (!cost || !step_len || !step_id || !start || !match_len || !match_k)
-        goto done;
+    const uint32_t *slots = d->trie.slots;
+    const ScoredToken *at_slot = d->at_slot;
+    uint32_t root_base = da_base(slots[0]);
+    for (Py_ssize_t i = 0; i <= n; i++)
+        cells[i].start = 0;
     for (Py_ssize_t i = 0; i < n; i += utf8_length(data[i]))
-        start[i] = 1;
-    start[n] = 1;
-    cost[n] = 0;
+        cells[i].start = 1;
+    cells[n].start = 1;
+    cells[n].cost = 0;
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
-        if (!start[i])
+        if (!cells[i].start)
             continue;
         Py_ssize_t char_len = utf8_length(data[i]);
         if (i + char_len > n)
             char_len = n - i;
-        /* The tokens the text at i starts with, shortest first: one and two bytes from the
-         * tables, then the run narrowed a byte at a time. */
-        Py_ssize_t m = 0, lo = d->by_one[data[i]][0], hi = d->by_one[data[i]][1];
-        if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 1 && start[i + 1]) {
-            match_len[m] = 1;
-            match_k[m++] = lo;
-        }
-        if (i + 1 < n) {
-            lo = d->by_two[data[i] << 8 | data[i + 1]][0];
-            hi = d->by_two[data[i] << 8 | data[i + 1]][1];
-            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == 2 && start[i + 2]) {
-                match_len[m] = 2;
-                match_k[m++] = lo;
+        /* The tokens the text at i starts with, shortest first: one trie step a byte (a leaf's
+         * base is 0: nothing follows it). Each slot is within the array (_double_array.h). */
+        Py_ssize_t m = 0;
+        uint32_t base = root_base;
+        for (Py_ssize_t at = i; at < n; at++) {
+            uint32_t s = base + data[at], word = slots[s];
+            if (!da_is_child(word, data[at]))
+                break;
+            if ((word & DA_HAS_VALUE) && cells[at + 1].start) {
+                cells[m].match = at_slot[s];
+                cells[m++].match_len = (uint32_t)(at + 1 - i);
             }
-        } else {
-            lo = hi;
-        }
-        for (Py_ssize_t depth = 2; i + depth < n && lo < hi; depth++) {
-            uint8_t c = data[i + depth];
-            /* [lo, hi) share data[i:i+depth]; one of exactly that length sorts first. */
-            if (d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)depth)
-                lo++;
-            Py_ssize_t a = lo, b = hi;
-            while (a < b) { /* the first text whose byte at depth is >= c */
-                Py_ssize_t mid = a + (b - a) / 2;
-                if (d->blob[d->offsets[mid] + depth] < c)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            lo = a;
-            b = hi;
-            while (a < b) { /* the first text whose byte at depth is > c */
-                Py_ssize_t mid = a + (b - a) / 2;
-                if (d->blob[d->offsets[mid] + depth] <= c)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            hi = a;
-            if (lo < hi && d->offsets[lo + 1] - d->offsets[lo] == (uint64_t)(depth + 1) && start[i + depth + 1]) {
-                match_len[m] = depth + 1;
-                match_k[m++] = lo;
-            }
+            base = da_base(word);
+            if (base == 0)
+                break;
         }
         int64_t best = (int64_t)1 << 60;
         Py_ssize_t best_len = char_len;
         int32_t best_id = -1;
         int stopped = 0;
         for (Py_ssize_t k = m - 1; k >= 0; k--) { /* the longest first */
-            int32_t score = d->scores[match_k[k]];
-            int64_t total = cost[i + match_len[k]] - score;
+            int32_t score = cells[k].match.score;
+            int64_t total = cells[i + cells[k].match_len].cost - score;
             if (total < best) {
                 best = total;
-                best_len = match_len[k];
-                best_id = d->ids[match_k[k]];
+                best_len = cells[k].match_len;
+                best_id = cells[k].match.id;
             }
             if (score == UNKNOWN_SCORE) {
                 stopped = 1;
                 break;
             }
         }
-        if (!stopped && cost[i + char_len] - UNKNOWN_SCORE < best) {
-            best = cost[i + char_len] - UNKNOWN_SCORE;
+        if (!stopped && cells[i + char_len].cost - UNKNOWN_SCORE < best) {
+            best = cells[i + char_len].cost - UNKNOWN_SCORE;
             best_len = char_len;
             best_id = -1;
         }
-        cost[i] = best;
-        step_len[i] = (uint32_t)best_len;
-        step_id[i] = best_id;
+        cells[i].cost = best;
+        cells[i].step_len = (uint32_t)best_len;
+        cells[i].step_id = best_id;
     }
-    written = 0;
-    for (Py_ssize_t pos = 0; pos < n; pos += step_len[pos]) {
-        if (step_id[pos] >= 0) {
-            out[written++] = (uint32_t)step_id[pos];
+    Py_ssize_t written = 0;
+    for (Py_ssize_t pos = 0; pos < n; pos += cells[pos].step_len) {
+        if (cells[pos].step_id >= 0) {
+            out[written++] = (uint32_t)cells[pos].step_id;
         } else {
-            for (Py_ssize_t k = 0; k < (Py_ssize_t)step_len[pos]; k++)
+            for (Py_ssize_t k = 0; k < (Py_ssize_t)cells[pos].step_len; k++)
                 out[written++] = d->byte_ids[data[pos + k]];
         }
     }
-done:
-    BPETOK_FREE_ALL(free, cost, step_len, step_id, start, match_len, match_k);
     return written;
+}
+
+/* best_path over each piece of a cut text into ``out`` (room for one id per byte and one per
+ * piece), a byte order mark starting a piece dropped where ``drop_bom`` says (plamo2.py's
+ * encode_fragment drops it), each special's id after its piece where ``keep_specials`` says. */
+static Py_ssize_t path_pieces(const Dictionary *d, const CutText *cut, int drop_bom, int keep_specials, PathCell *cells,
+                              uint32_t *out)
+{
+    Py_ssize_t written = 0;
+    for (size_t k = 0; k < cut->count; k++) {
+        const TextPiece *piece = &cut->pieces[k];
+        const uint8_t *data = cut->utf8 + piece->begin;
+        Py_ssize_t n = (Py_ssize_t)(piece->end - piece->begin);
+        if (drop_bom && n >= 3 && data[0] == 0xEF && data[1] == 0xBB && data[2] == 0xBF) { /* U+FEFF */
+            data += 3;
+            n -= 3;
+        }
+        if (n > 0)
+            written += best_path(d, data, n, cells, out + written);
+        if (keep_specials && piece->special != UINT32_MAX)
+            out[written++] = piece->special;
+    }
+    return written;
+}
+
+/* path_pieces' ids as a list, its arrays from the stack for a short text: NULL with an exception set. */
+static PyObject *paths_list(Dictionary *self, const CutText *cut, int drop_bom, int keep_specials)
+{
+    size_t n = cut->n;
+    /* costs then stay within int64, and the arrays' sizes within size_t */
+    if (n >= INT32_MAX || n >= SIZE_MAX / (sizeof(PathCell) + sizeof(uint32_t)) - 1 - cut->count)
+        return PyErr_NoMemory();
+    PathCell small_cells[STACK_PATH_BYTES + 1];
+    uint32_t small_out[STACK_PATH_BYTES + 1];
+    size_t room = n + cut->count; /* one id per byte at most, and the specials */
+    int on_stack = room <= STACK_PATH_BYTES;
+    PathCell *cells = on_stack ? small_cells : malloc((n + 1) * sizeof(PathCell));
+    uint32_t *out = on_stack ? small_out : malloc(room * sizeof(uint32_t));
+    PyObject *list = NULL;
+    if (cells == NULL || out == NULL) {
+        PyErr_NoMemory();
+    } else {
+        Py_ssize_t written;
+        if (n >= RELEASE_GIL_BYTES) { /* the text (held by the caller) is immutable, the dictionary read-only */
+            Py_BEGIN_ALLOW_THREADS
+            written = path_pieces(self, cut, drop_bom, keep_specials, cells, out);
+            Py_END_ALLOW_THREADS
+        } else {
+            written = path_pieces(self, cut, drop_bom, keep_specials, cells, out);
+        }
+        list = id_ints_list(&self->ints, out, (size_t)written);
+    }
+    if (!on_stack) {
+        free(cells);
+        free(out);
+    }
+    return list;
 }
 
 PyDoc_STRVAR(Dictionary_best_path_doc, "best_path(data: bytes) -> list[int]: plamo2's cheapest path through valid UTF-8");
@@ -651,39 +717,38 @@ static PyObject *Dictionary_best_path(Dictionary *self, PyObject *args)
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "y*", &data))
         return NULL;
-    if (self->blob == NULL) {
+    if (self->trie.slots == NULL) {
         PyBuffer_Release(&data);
         PyErr_SetString(PyExc_TypeError, "Dictionary is not initialised");
         return NULL;
     }
-    if (data.len == 0) {
-        PyBuffer_Release(&data);
-        return PyList_New(0);
-    }
-    if (data.len >= (Py_ssize_t)INT32_MAX) { /* costs then stay within int64 */
-        PyBuffer_Release(&data);
-        return PyErr_NoMemory();
-    }
-    uint32_t *out = malloc((size_t)data.len * sizeof(uint32_t));
-    Py_ssize_t written = -1;
-    if (out != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        written = best_path(self, data.buf, data.len, out);
-        Py_END_ALLOW_THREADS
-    }
+    CutText whole = {data.buf, (size_t)data.len, NULL, 1, {0, (size_t)data.len, UINT32_MAX}};
+    whole.pieces = &whole.one;
+    PyObject *list = paths_list(self, &whole, 0, 0);
     PyBuffer_Release(&data);
-    if (written < 0) {
-        free(out);
-        return PyErr_NoMemory();
-    }
-    IdInts fresh = {NULL, 0}; /* no ints kept: each id's int made anew */
-    PyObject *list = id_ints_list(&fresh, out, (size_t)written);
-    free(out);
+    return list;
+}
+
+PyDoc_STRVAR(Dictionary_encode_cut_doc,
+             "encode_cut(keep_specials: bool, plain, special, text: str, parse_special: bool) -> list[int] | None: a whole text's\n"
+             "ids, cut at the specials by the Automaton of that mode, each fragment's BOM dropped; None: the Tokenizer partitions");
+
+/* What the partition and encode_fragment give (the cuts: _cut_text.h); None for lone surrogates. */
+static PyObject *Dictionary_encode_cut(Dictionary *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    CutText cut;
+    int status = cut_arguments(args, nargs, self->trie.slots != NULL, "Dictionary", &cut);
+    if (status != 0)
+        return status < 0 ? NULL : Py_NewRef(Py_None);
+    int keep_specials = PyObject_IsTrue(args[0]);
+    PyObject *list = keep_specials < 0 ? NULL : paths_list(self, &cut, 1, keep_specials);
+    cut_text_free(&cut);
     return list;
 }
 
 static PyMethodDef Dictionary_methods[] = {
     {"best_path", (PyCFunction)Dictionary_best_path, METH_VARARGS, Dictionary_best_path_doc},
+    {"encode_cut", (PyCFunction)(void (*)(void))Dictionary_encode_cut, METH_FASTCALL, Dictionary_encode_cut_doc},
     {NULL, NULL, 0, NULL},
 };
 

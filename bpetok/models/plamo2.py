@@ -13,8 +13,8 @@ a dynamic program from the end of the text. What it computes, said plainly:
   search at its position as the byte fallback does;
 - the path is read from the start.
 
-``bpetok/models/_trie.c`` (``Dictionary.best_path``) runs the same program in C over the sorted
-candidates' UTF-8 texts, on whole fragments; without it the Python twin runs, on chunks cut where
+``bpetok/models/_trie.c`` (``Dictionary.best_path``) runs the same program in C over a byte trie
+of the candidates' UTF-8 texts, on whole fragments; without it the Python twin runs, on chunks cut where
 no token can span (before a space no token holds after its preceding character), each chunk's ids
 cached.
 
@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from functools import cached_property
+from contextlib import suppress
+from functools import cached_property, partial
 from itertools import accumulate
 
 from bpetok.compiled import compiled_module, warn_not_built
@@ -107,11 +108,15 @@ class Plamo2Model(CachingModel):
         module = compiled_module("bpetok.models._trie")
         if module is None:
             warn_not_built("bpetok.models._trie")
-        self._dictionary = self._build_dictionary(module) if module is not None else None
+        self._dictionary = None
+        if module is not None:
+            with suppress(OverflowError):  # a trie past the double array's 4M slots: the Python twin runs
+                self._dictionary = self._build_dictionary(module)
         self.compiled = self._dictionary is not None  # the C path (bpetok/models/_trie.c)
 
     def _build_dictionary(self, module):
-        """The candidates for ``bpetok/models/_trie.c``: UTF-8 texts sorted, back to back."""
+        """The candidates for ``bpetok/models/_trie.c``: UTF-8 texts sorted, back to back (it builds
+        their trie; OverflowError past its size)."""
         rows = sorted((text.encode("utf-8", "surrogatepass"), found) for text, found in self.candidates.items())
         texts = [text for text, _ in rows]
         return module.Dictionary(
@@ -146,6 +151,17 @@ class Plamo2Model(CachingModel):
         if self._dictionary is not None:  # the C path, whole: faster than cutting and caching
             return self._dictionary.best_path(text.encode("utf-8", "surrogatepass"))
         return self._cache.ids_of(self._space_cut.split(text), self._best_path)
+
+    def text_encoder(self, automata):
+        """Where the C path runs: ``Dictionary.encode_cut``, which takes the special tokens' cuts
+        from the automaton (``Automaton.cuts``) and runs the best path over each fragment in the
+        text's own UTF-8, its byte order mark dropped and the specials' ids too, as the
+        Tokenizer's partition and :meth:`encode_fragment` would (a subclass with its own
+        :meth:`encode_fragment` is left to those)."""
+        built = self._own_automata(automata, Plamo2Model) if self._dictionary is not None else None
+        if built is None:
+            return None
+        return partial(self._dictionary.encode_cut, self.emits_special_tokens, *built)
 
     @cached_property
     def _space_cut(self) -> re.Pattern:
