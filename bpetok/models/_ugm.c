@@ -68,6 +68,10 @@ typedef struct {
     unsigned char *cm_strings;
     size_t cm_strings_len;
     uint8_t starts_key[128]; /* per ASCII byte: 1 if some charsmap key starts with it */
+    /* per ASCII byte c that starts a key: bit b of kept_before[c] set when c then byte b is no key's
+     * start (c alone no key, b no step on): c is itself there, as where no key starts with it */
+    uint8_t kept_before[128][32];
+    uint8_t kept_at_end[128]; /* the same for c as the input's last byte: c alone no key */
 } Lattice;
 
 static void Lattice_dealloc(Lattice *self)
@@ -223,7 +227,7 @@ static const unsigned char LENGTH_OF_NIBBLE[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 typedef struct {
     double score;
     int32_t id;
-    size_t start;
+    uint32_t start; /* the Viterbi's inputs are at most UINT32_MAX bytes: 16 bytes a position */
 } Best;
 
 /* The best path read back from the end (consecutive unknowns merged) into out, and where each
@@ -258,8 +262,8 @@ static size_t read_back(const Lattice *t, size_t n, const Best *best, int32_t *o
     return count;
 }
 
-/* The Viterbi over data[0..n); writes ids to out (room for n ids), and their ends to ends unless
- * NULL (read_back), and returns how many. */
+/* The Viterbi over data[0..n) (n <= UINT32_MAX, as every caller checks); writes ids to out (room
+ * for n ids), and their ends to ends unless NULL (read_back), and returns how many. */
 static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Best *best, int32_t *out, uint32_t *ends)
 {
     best[0].score = 0.0;
@@ -293,7 +297,7 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
             if (score > best[end].score) {
                 best[end].score = score;
                 best[end].id = candidate->id;
-                best[end].start = i;
+                best[end].start = (uint32_t)i;
             }
         }
         if (!whole_found) {
@@ -302,7 +306,7 @@ static size_t viterbi(const Lattice *t, const unsigned char *data, size_t n, Bes
             if (score > b->score) {
                 b->score = score;
                 b->id = t->unk;
-                b->start = i;
+                b->start = (uint32_t)i;
             }
         }
         i += units;
@@ -338,9 +342,14 @@ static PyObject *ids_to_list(Lattice *self, const int32_t *ids, size_t count)
 /* Where the next word starts at or after ``from`` (at a U+2581), or n. */
 static size_t next_word(const unsigned char *data, size_t n, size_t from)
 {
-    for (size_t k = from; k + 2 < n; k++)
-        if (data[k] == 0xE2 && data[k + 1] == 0x96 && data[k + 2] == 0x81)
+    for (size_t k = from; k + 2 < n; k++) {
+        const unsigned char *lead = memchr(data + k, 0xE2, n - 2 - k);
+        if (!lead)
+            break;
+        k = (size_t)(lead - data);
+        if (data[k + 1] == 0x96 && data[k + 2] == 0x81)
             return k;
+    }
     return n;
 }
 
@@ -547,8 +556,12 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
     int rc = n < SIZE_MAX / 4 ? (reserve(&mapped, n + 16) | reserve(out, n + n / 2 + 16)) : 0;
     for (size_t i = 0; i < n && rc == 0;) {
         size_t run = i; /* ASCII that starts no key is itself: copied a run at a time */
-        while (run < n && data[run] < 0x80 && !t->starts_key[data[run]])
+        while (run < n && data[run] < 0x80) {
+            unsigned char c = data[run];
+            if (t->starts_key[c] && !(run + 1 < n ? t->kept_before[c][data[run + 1] >> 3] >> (data[run + 1] & 7) & 1 : t->kept_at_end[c]))
+                break;
             run++;
+        }
         if (run > i) {
             rc = put_input(&mapped, data + i, run - i, i);
             i = run;
@@ -595,9 +608,8 @@ static int normalize(const Lattice *t, const unsigned char *data, size_t n, Buff
                 i++;
                 continue;
             }
-            size_t j = i;
-            while (j < len && m[j] != ' ')
-                j++;
+            const unsigned char *space = memchr(m + i, ' ', len - i);
+            size_t j = space ? (size_t)(space - m) : len;
             if ((rc = put_bytes(out, SPACE, 3, FROM(i), FROM(i))) == 0)
                 rc = put_from(out, &mapped, i, j);
             i = j;
@@ -653,6 +665,20 @@ static PyObject *Lattice_set_normalizer(Lattice *self, PyObject *args)
         /* NUL ends longest_key's walk and is copied as it is; a node past the map must still
          * reach longest_key, which reports it */
         self->starts_key[c] = c != 0 && self->cm_n_nodes && (state >= self->cm_n_nodes || (self->cm_nodes[state] & 0x800000FFu) == c);
+        memset(self->kept_before[c], 0, sizeof self->kept_before[c]);
+        self->kept_at_end[c] = 0;
+        /* longest_key's second step from c, where c alone is no key: a byte that ends the walk
+         * there (NUL, or no child along it) leaves c itself; one that steps on, or past the map
+         * (corrupt), is longest_key's to follow */
+        if (!self->starts_key[c] || state >= self->cm_n_nodes || (self->cm_nodes[state] >> 8 & 1))
+            continue;
+        uint32_t after = state ^ xcda_base(self->cm_nodes[state]);
+        self->kept_at_end[c] = 1;
+        for (unsigned b = 0; b < 256; b++) {
+            uint32_t second = after ^ b;
+            int ends = b == 0 || (second < self->cm_n_nodes && (self->cm_nodes[second] & 0x800000FFu) != b);
+            self->kept_before[c][b >> 3] |= (uint8_t)(ends << (b & 7));
+        }
     }
     self->has_normalizer = 1;
     result = Py_None;
