@@ -147,4 +147,20 @@ static inline int cut_arguments(PyObject *const *args, Py_ssize_t nargs, int rea
     return cut_text(args[3], automaton, c);
 }
 
+/* cut_arguments for the models whose ``first`` argument is a flag (t5's per_word, plamo2's
+ * keep_specials): *flag its truth; as cut_arguments answers, the cut freed on an error. */
+static inline int cut_arguments_with_flag(PyObject *const *args, Py_ssize_t nargs, int ready, const char *type, CutText *c,
+                                          int *flag)
+{
+    int status = cut_arguments(args, nargs, ready, type, c);
+    if (status != 0)
+        return status;
+    *flag = PyObject_IsTrue(args[0]);
+    if (*flag < 0) {
+        cut_text_free(c);
+        return -1;
+    }
+    return 0;
+}
+
 #endif

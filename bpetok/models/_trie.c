@@ -737,11 +737,11 @@ PyDoc_STRVAR(Dictionary_encode_cut_doc,
 static PyObject *Dictionary_encode_cut(Dictionary *self, PyObject *const *args, Py_ssize_t nargs)
 {
     CutText cut;
-    int status = cut_arguments(args, nargs, self->trie.slots != NULL, "Dictionary", &cut);
+    int keep_specials;
+    int status = cut_arguments_with_flag(args, nargs, self->trie.slots != NULL, "Dictionary", &cut, &keep_specials);
     if (status != 0)
         return status < 0 ? NULL : Py_NewRef(Py_None);
-    int keep_specials = PyObject_IsTrue(args[0]);
-    PyObject *list = keep_specials < 0 ? NULL : paths_list(self, &cut, 1, keep_specials);
+    PyObject *list = paths_list(self, &cut, 1, keep_specials);
     cut_text_free(&cut);
     return list;
 }

@@ -784,14 +784,11 @@ PyDoc_STRVAR(Lattice_encode_cut_doc,
 static PyObject *Lattice_encode_cut(Lattice *self, PyObject *const *args, Py_ssize_t nargs)
 {
     CutText cut;
-    int rc = cut_arguments(args, nargs, self->ready && self->has_normalizer, "Lattice (or its normalizer)", &cut);
+    int per_word;
+    int rc = cut_arguments_with_flag(args, nargs, self->ready && self->has_normalizer, "Lattice (or its normalizer)", &cut,
+                                     &per_word);
     if (rc != 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    int per_word = PyObject_IsTrue(args[0]);
-    if (per_word < 0) {
-        cut_text_free(&cut);
-        return NULL;
-    }
     int32_t *ids = NULL;
     size_t count = 0;
     rc = encode_pieces(self, &cut, per_word, &ids, &count);
